@@ -1,0 +1,294 @@
+"""FileWatcher in both modes: inotify on directories, and stat polling."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tether.transports.watch import (
+    IN_IGNORED,
+    IN_MODIFY,
+    IN_Q_OVERFLOW,
+    FileWatcher,
+    polling_forced,
+)
+
+MODES = ["inotify", "polling"]
+
+
+@pytest.fixture(params=MODES)
+def watcher(request: pytest.FixtureRequest) -> Iterator[FileWatcher]:
+    polling = request.param == "polling"
+    w = FileWatcher(poll_interval=0.02, force_polling=polling)
+    if not polling and not w.using_inotify:
+        w.close()
+        pytest.skip("inotify is not available here")
+    assert w.using_inotify is not polling
+    yield w
+    w.close()
+
+
+def collect(w: FileWatcher, expected: set[Path], limit: float = 5.0) -> set[Path]:
+    """Wait until every expected path has been reported (or the limit passes)."""
+    seen: set[Path] = set()
+    loop_deadline = limit
+    while not expected <= seen and loop_deadline > 0:
+        seen |= w.wait_sync(timeout=0.25)
+        loop_deadline -= 0.25
+    return seen
+
+
+def append(path: Path, data: bytes) -> None:
+    with path.open("ab") as f:
+        f.write(data)
+
+
+def test_file_created_after_watch(watcher: FileWatcher, tmp_path: Path) -> None:
+    target = tmp_path / "later.jsonl"
+    watcher.watch(target)
+    assert watcher.wait_sync(timeout=0.05) == set()
+    target.write_bytes(b"x\n")
+    assert target in collect(watcher, {target})
+
+
+def test_appends_are_reported_each_time(watcher: FileWatcher, tmp_path: Path) -> None:
+    target = tmp_path / "events.jsonl"
+    target.write_bytes(b"")
+    watcher.watch(target)
+    for i in range(3):
+        append(target, b"line %d\n" % i)
+        assert collect(watcher, {target}) == {target}
+
+
+def test_truncation_is_reported(watcher: FileWatcher, tmp_path: Path) -> None:
+    target = tmp_path / "inbox.jsonl"
+    target.write_bytes(b"0123456789\n")
+    watcher.watch(target)
+    os.truncate(target, 3)
+    assert target in collect(watcher, {target})
+
+
+def test_replacement_by_rename_is_reported(watcher: FileWatcher, tmp_path: Path) -> None:
+    target = tmp_path / "inbox.jsonl"
+    target.write_bytes(b"old\n")
+    watcher.watch(target)
+    other = tmp_path / "new.tmp"
+    other.write_bytes(b"new\n")
+    os.replace(other, target)
+    assert target in collect(watcher, {target})
+
+
+def test_many_files_in_one_directory(watcher: FileWatcher, tmp_path: Path) -> None:
+    files = [tmp_path / f"f{i}.jsonl" for i in range(60)]
+    for f in files:
+        f.write_bytes(b"")
+        watcher.watch(f)
+    if watcher.using_inotify:
+        assert len(watcher._wds) == 1  # one watch for the whole directory
+    watcher.wait_sync(timeout=0.1)  # creating the files was a change too
+    touched = {files[3], files[17], files[59]}
+    for f in touched:
+        append(f, b"more\n")
+    seen = collect(watcher, touched)
+    assert seen == touched
+
+
+def test_many_directories(watcher: FileWatcher, tmp_path: Path) -> None:
+    files = []
+    for i in range(25):
+        d = tmp_path / f"run{i}"
+        d.mkdir()
+        files.append(d / "inbox.jsonl")
+        watcher.watch(files[-1])
+    if watcher.using_inotify:
+        assert len(watcher._wds) == 25
+    watcher.wait_sync(timeout=0.05)
+    for f in files[::2]:
+        f.write_bytes(b"hi\n")
+    assert collect(watcher, set(files[::2])) == set(files[::2])
+
+
+def test_directory_created_after_watch(watcher: FileWatcher, tmp_path: Path) -> None:
+    target = tmp_path / "not-yet" / "inbox.jsonl"
+    watcher.watch(target)
+    assert watcher.wait_sync(timeout=0.05) == set()
+    target.parent.mkdir()
+    target.write_bytes(b"x\n")
+    assert target in collect(watcher, {target})
+    append(target, b"y\n")
+    assert target in collect(watcher, {target})
+
+
+def test_unwatch_stops_reports_and_drops_the_directory_watch(
+    watcher: FileWatcher, tmp_path: Path
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for f in (a, b):
+        f.write_bytes(b"")
+        watcher.watch(f)
+    watcher.unwatch(a)
+    append(a, b"ignored\n")
+    append(b, b"seen\n")
+    assert collect(watcher, {b}) == {b}
+    assert watcher.wait_sync(timeout=0.1) == set()
+    watcher.unwatch(b)
+    watcher.unwatch(b)  # twice is harmless
+    assert watcher.watched() == set()
+    assert watcher._wds == {}
+    assert watcher._dirs == {}
+
+
+def test_timeout_returns_an_empty_set(watcher: FileWatcher, tmp_path: Path) -> None:
+    quiet = tmp_path / "quiet"
+    quiet.write_bytes(b"")
+    watcher.watch(quiet)
+    assert watcher.wait_sync(timeout=0.1) == set()
+    assert watcher.wait_sync(timeout=0) == set()
+    assert asyncio.run(watcher.wait(timeout=0.1)) == set()
+
+
+def test_paths_are_returned_as_given(
+    watcher: FileWatcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = Path("rel.jsonl")
+    watcher.watch(relative)
+    relative.write_bytes(b"x\n")
+    assert collect(watcher, {relative}) == {relative}
+
+
+def test_async_wait_sees_a_write_from_a_task(watcher: FileWatcher, tmp_path: Path) -> None:
+    target = tmp_path / "async.jsonl"
+    watcher.watch(target)
+
+    async def scenario() -> set[Path]:
+        async def writer() -> None:
+            await asyncio.sleep(0.05)
+            target.write_bytes(b"hello\n")
+
+        task = asyncio.create_task(writer())
+        seen: set[Path] = set()
+        for _ in range(20):
+            seen |= await watcher.wait(timeout=0.25)
+            if target in seen:
+                break
+        await task
+        return seen
+
+    assert target in asyncio.run(scenario())
+
+
+def test_async_wait_can_be_cancelled(watcher: FileWatcher, tmp_path: Path) -> None:
+    watcher.watch(tmp_path / "never")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(watcher.wait())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # the readers were removed: a later wait still works
+        assert await watcher.wait(timeout=0.05) == set()
+
+    asyncio.run(scenario())
+
+
+def test_wake_from_another_thread_ends_a_wait(watcher: FileWatcher, tmp_path: Path) -> None:
+    target = tmp_path / "woken"
+    watcher.watch(target)
+    threading.Timer(0.05, watcher.wake, args=([target],)).start()
+    assert watcher.wait_sync(timeout=5) == {target}
+    threading.Timer(0.05, watcher.wake).start()
+    assert watcher.wait_sync(timeout=5) == set()  # woken early, nothing changed
+
+
+def test_set_poll_interval_validates(watcher: FileWatcher) -> None:
+    watcher.set_poll_interval(0.03)
+    assert watcher.poll_interval == 0.03
+    with pytest.raises(ValueError, match="positive"):
+        watcher.set_poll_interval(0)
+
+
+def test_closed_watcher_refuses_work(tmp_path: Path) -> None:
+    with FileWatcher() as w:
+        w.watch(tmp_path / "x")
+    w.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        w.wait_sync(timeout=0)
+
+
+def test_environment_forces_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_FORCE_POLLING", "1")
+    assert polling_forced()
+    with FileWatcher() as w:
+        assert not w.using_inotify
+    assert not polling_forced({"TETHER_FORCE_POLLING": "0"})
+
+
+# -- the inotify record parser, fed crafted bytes -----------------------------
+
+
+def event(wd: int, mask: int, name: bytes = b"", pad: int = 16) -> bytes:
+    raw = name + b"\0" * (pad - len(name)) if name else b""
+    return struct.pack("iIII", wd, mask, 0, len(raw)) + raw
+
+
+@pytest.fixture
+def inotify_watcher(tmp_path: Path) -> Iterator[tuple[FileWatcher, Path, Path]]:
+    w = FileWatcher()
+    if not w.using_inotify:
+        w.close()
+        pytest.skip("inotify is not available here")
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    w.watch(a)
+    w.watch(b)
+    yield w, a, b
+    w.close()
+
+
+def test_parser_filters_by_name(inotify_watcher: tuple[FileWatcher, Path, Path]) -> None:
+    w, a, _ = inotify_watcher
+    (wd,) = w._wds
+    w._parse_events(event(wd, IN_MODIFY, b"a.jsonl") + event(wd, IN_MODIFY, b"other"))
+    assert w._pending == {a}
+
+
+def test_parser_overflow_reports_everything(
+    inotify_watcher: tuple[FileWatcher, Path, Path],
+) -> None:
+    w, a, b = inotify_watcher
+    w._parse_events(event(-1, IN_Q_OVERFLOW))
+    assert w.wait_sync(timeout=0) == {a, b}
+
+
+def test_parser_survives_torn_and_unknown_records(
+    inotify_watcher: tuple[FileWatcher, Path, Path],
+) -> None:
+    w, a, _ = inotify_watcher
+    (wd,) = w._wds
+    good = event(wd, IN_MODIFY, b"a.jsonl")
+    w._parse_events(event(9999, IN_MODIFY, b"a.jsonl") + good + good[:20])
+    w._parse_events(struct.pack("iIII", wd, IN_MODIFY, 0, 1 << 30))
+    w._parse_events(b"\x01\x02")
+    assert w._pending == {a}
+
+
+def test_lost_directory_is_polled_then_rewatched(
+    inotify_watcher: tuple[FileWatcher, Path, Path],
+) -> None:
+    w, a, b = inotify_watcher
+    (wd,) = w._wds
+    w._parse_events(event(wd, IN_IGNORED))
+    assert w._pending == {a, b}
+    assert w._wds == {}
+    w.set_poll_interval(0.01)
+    w.wait_sync(timeout=0)
+    a.write_bytes(b"x\n")  # the next poll re-adds the directory watch
+    assert a in collect(w, {a})
+    assert len(w._wds) == 1
