@@ -1,0 +1,293 @@
+"""The v1 wire messages: 22 child events and 6 parent controls, as msgspec Structs.
+
+Every message is an envelope ``{v, seq, type, run}`` plus its payload. Keys on the wire
+are kebab-case, some end in ``?`` (``final?``, ``is-error?``); optional fields default to
+``UNSET`` and are omitted, never sent as null. Objects are open: decoding ignores unknown
+members, so a newer peer's extra fields pass validation (the raw line is what gets
+forwarded, so nothing is lost; see :func:`tether.wire.codec.extra_fields`).
+
+The constraints below (integer ranges, enums, required fields) are the whole schema:
+the fast decoder enforces them natively and the slow path in :mod:`tether.wire.schema`
+reads them back to explain a rejection field by field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal, TypeAlias
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType, field
+
+from tether.wire.limits import MAX_SAFE_INTEGER
+
+PositiveInt = Annotated[int, Meta(ge=1, le=MAX_SAFE_INTEGER)]
+SafeInt = Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
+# Finite numbers only: JSON has no inf/nan, so an overflowing literal (1e400) is refused.
+Finite = Annotated[float, Meta(ge=-1.7976931348623157e308, le=1.7976931348623157e308)]
+Object = dict[str, Any]
+
+AckStatus: TypeAlias = Literal["accepted", "rejected", "applied"]
+ExitStatus: TypeAlias = Literal["done", "cancelled", "failed", "timed-out"]
+
+
+class Message(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type", gc=False
+):
+    """The envelope shared by every message. ``type`` is the struct's tag."""
+
+    v: Literal[1]
+    seq: PositiveInt
+    run: str
+
+    direction: ClassVar[str]
+
+
+class Event(Message, frozen=True, kw_only=True):
+    """A child-to-parent message."""
+
+    direction: ClassVar[str] = "event"
+
+
+class Control(Message, frozen=True, kw_only=True):
+    """A parent-to-child message."""
+
+    direction: ClassVar[str] = "control"
+
+
+class DisplayEvent(Event, frozen=True, kw_only=True):
+    """A normalized display event forwarded from the agent; these fields may ride on any."""
+
+    timestamp: str | UnsetType = UNSET
+    summary: str | UnsetType = UNSET
+    transport_truncated: bool | UnsetType = field(default=UNSET, name="transport-truncated?")
+    run_id: str | UnsetType = field(default=UNSET, name="run-id")
+    agent: str | UnsetType = UNSET
+    requested_cwd: str | UnsetType = field(default=UNSET, name="requested-cwd")
+    cwd: str | UnsetType = UNSET
+    physical_cwd: str | UnsetType = field(default=UNSET, name="physical-cwd")
+
+
+# --- display events -------------------------------------------------------------------
+
+
+class ToolCall(DisplayEvent, tag="tool-call", frozen=True, kw_only=True):
+    name: str
+    id: str | UnsetType = UNSET
+    arguments: Any | UnsetType = UNSET
+
+
+class ToolResult(DisplayEvent, tag="tool-result", frozen=True, kw_only=True):
+    name: str
+    is_error: bool = field(name="is-error?")
+    id: str | UnsetType = UNSET
+    tool_call_id: str | UnsetType = field(default=UNSET, name="tool-call-id")
+    duration_seconds: Finite | UnsetType = field(default=UNSET, name="duration-seconds")
+    result: Any | UnsetType = UNSET
+
+
+class AssistantText(DisplayEvent, tag="assistant-text", frozen=True, kw_only=True):
+    final: bool = field(name="final?")
+    content_index: SafeInt | UnsetType = field(default=UNSET, name="content-index")
+    text: str | UnsetType = UNSET
+
+
+class AssistantThinking(DisplayEvent, tag="assistant-thinking", frozen=True, kw_only=True):
+    final: bool = field(name="final?")
+    content_index: SafeInt | UnsetType = field(default=UNSET, name="content-index")
+    text: str | UnsetType = UNSET
+
+
+class AssistantTextDelta(DisplayEvent, tag="assistant-text-delta", frozen=True, kw_only=True):
+    content_index: SafeInt | UnsetType = field(default=UNSET, name="content-index")
+    delta: str | UnsetType = UNSET
+
+
+class AssistantThinkingDelta(
+    DisplayEvent, tag="assistant-thinking-delta", frozen=True, kw_only=True
+):
+    content_index: SafeInt | UnsetType = field(default=UNSET, name="content-index")
+    delta: str | UnsetType = UNSET
+
+
+class AssistantStreamEnd(DisplayEvent, tag="assistant-stream-end", frozen=True, kw_only=True):
+    final: bool = field(name="final?")
+
+
+class User(DisplayEvent, tag="user", frozen=True, kw_only=True):
+    text: str | UnsetType = UNSET
+
+
+class SteeringInjected(DisplayEvent, tag="steering-injected", frozen=True, kw_only=True):
+    text: str | UnsetType = UNSET
+    ref: PositiveInt | UnsetType = UNSET
+
+
+class FollowUpInjected(DisplayEvent, tag="follow-up-injected", frozen=True, kw_only=True):
+    text: str | UnsetType = UNSET
+    ref: PositiveInt | UnsetType = UNSET
+
+
+class LlmStart(DisplayEvent, tag="llm-start", frozen=True, kw_only=True):
+    provider: str | UnsetType = UNSET
+    model: str | UnsetType = UNSET
+
+
+class LlmEnd(DisplayEvent, tag="llm-end", frozen=True, kw_only=True):
+    stop_reason: str | UnsetType = field(default=UNSET, name="stop-reason")
+    usage: Object | UnsetType = UNSET
+
+
+class AgentStarted(DisplayEvent, tag="agent-started", frozen=True, kw_only=True):
+    provider: str | UnsetType = UNSET
+    model: str | UnsetType = UNSET
+
+
+class AgentTurnComplete(DisplayEvent, tag="agent-turn-complete", frozen=True, kw_only=True):
+    status: str | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+
+class Error(DisplayEvent, tag="error", frozen=True, kw_only=True):
+    error: str | UnsetType = UNSET
+    source: str | UnsetType = UNSET
+
+
+class Info(DisplayEvent, tag="info", frozen=True, kw_only=True):
+    refs: list[PositiveInt] | UnsetType = UNSET
+
+
+# --- lifecycle events (emitted by the presenter itself, never forwarded) ---------------
+
+
+class Ready(Event, tag="ready", frozen=True, kw_only=True):
+    pass
+
+
+class TurnStarted(Event, tag="turn-started", frozen=True, kw_only=True):
+    turn: PositiveInt
+
+
+class TurnComplete(Event, tag="turn-complete", frozen=True, kw_only=True):
+    turn: PositiveInt
+    stop_reason: str = field(name="stop-reason")
+    usage: Object | UnsetType = UNSET
+
+
+class ControlAck(Event, tag="control-ack", frozen=True, kw_only=True):
+    status: AckStatus
+    ref: PositiveInt | UnsetType = UNSET
+    reason: str | UnsetType = UNSET
+
+    def __post_init__(self) -> None:
+        if self.ref is UNSET and self.status != "rejected":
+            raise ValueError("ref is required unless status is rejected")
+
+
+class Result(Event, tag="result", frozen=True, kw_only=True):
+    stop_reason: str = field(name="stop-reason")
+    final_text: str | UnsetType = field(default=UNSET, name="final-text")
+    usage: Object | UnsetType = UNSET
+    truncated: bool | UnsetType = field(default=UNSET, name="truncated?")
+    final_text_path: str | UnsetType = field(default=UNSET, name="final-text-path")
+
+
+class Exit(Event, tag="exit", frozen=True, kw_only=True):
+    status: ExitStatus
+    error: str | UnsetType = UNSET
+
+
+# --- controls ----------------------------------------------------------------------------
+
+
+class Prompt(Control, tag="prompt", frozen=True, kw_only=True):
+    text: str
+
+
+class Steer(Control, tag="steer", frozen=True, kw_only=True):
+    text: str
+
+
+class FollowUp(Control, tag="follow-up", frozen=True, kw_only=True):
+    text: str
+
+
+class Finalize(Control, tag="finalize", frozen=True, kw_only=True):
+    note: str | UnsetType = UNSET
+
+
+class Cancel(Control, tag="cancel", frozen=True, kw_only=True):
+    pass
+
+
+class Close(Control, tag="close", frozen=True, kw_only=True):
+    pass
+
+
+AnyEvent: TypeAlias = (
+    ToolCall
+    | ToolResult
+    | AssistantText
+    | AssistantThinking
+    | AssistantTextDelta
+    | AssistantThinkingDelta
+    | AssistantStreamEnd
+    | User
+    | SteeringInjected
+    | FollowUpInjected
+    | LlmStart
+    | LlmEnd
+    | AgentStarted
+    | AgentTurnComplete
+    | Error
+    | Info
+    | Ready
+    | TurnStarted
+    | TurnComplete
+    | ControlAck
+    | Result
+    | Exit
+)
+AnyControl: TypeAlias = Prompt | Steer | FollowUp | Finalize | Cancel | Close
+AnyMessage: TypeAlias = AnyEvent | AnyControl
+
+DISPLAY_EVENTS: tuple[type[DisplayEvent], ...] = (
+    ToolCall,
+    ToolResult,
+    AssistantText,
+    AssistantThinking,
+    AssistantTextDelta,
+    AssistantThinkingDelta,
+    AssistantStreamEnd,
+    User,
+    SteeringInjected,
+    FollowUpInjected,
+    LlmStart,
+    LlmEnd,
+    AgentStarted,
+    AgentTurnComplete,
+    Error,
+    Info,
+)
+LIFECYCLE_EVENTS: tuple[type[Event], ...] = (
+    Ready,
+    TurnStarted,
+    TurnComplete,
+    ControlAck,
+    Result,
+    Exit,
+)
+EVENTS: tuple[type[Event], ...] = DISPLAY_EVENTS + LIFECYCLE_EVENTS
+CONTROLS: tuple[type[Control], ...] = (Prompt, Steer, FollowUp, Finalize, Cancel, Close)
+
+
+def tag_of(cls: type[Message]) -> str:
+    """The wire ``type`` of a message class."""
+    tag = cls.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
+EVENT_TYPES: dict[str, type[Event]] = {tag_of(c): c for c in EVENTS}
+CONTROL_TYPES: dict[str, type[Control]] = {tag_of(c): c for c in CONTROLS}
+DISPLAY_EVENT_TYPES: frozenset[str] = frozenset(tag_of(c) for c in DISPLAY_EVENTS)
+LIFECYCLE_EVENT_TYPES: frozenset[str] = frozenset(tag_of(c) for c in LIFECYCLE_EVENTS)

@@ -1,0 +1,201 @@
+"""The run state table, as data.
+
+One table answers "what does control C do in state S": the ack the child sends, the
+state after, and the effect the child performs. A second table answers the same for the
+child's internal events (a turn ending, the deadline passing, a fatal error). The child
+presenter drives both; a parent mirrors them from the events alone, so the two can
+never drift. Every cell is written out, rejections and impossible events included, so
+a test can check that the keys are the whole product. Effects are values the runtime
+interprets, never callables.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from itertools import product
+from types import MappingProxyType
+from typing import Final
+
+
+class State(enum.StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    RUNNING = "running"
+    CLOSING = "closing"
+    FINALIZING = "finalizing"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    TIMED_OUT = "timed-out"
+
+
+class ControlKind(enum.StrEnum):
+    PROMPT = "prompt"
+    STEER = "steer"
+    FOLLOW_UP = "follow-up"
+    FINALIZE = "finalize"
+    CLOSE = "close"
+    CANCEL = "cancel"
+
+
+class Internal(enum.StrEnum):
+    """Events inside the child that move the run without a control."""
+
+    STARTED = "started"  # initialization finished; the child emits `ready`
+    TURN_DONE = "turn-done"  # a regular or interrupted turn ended
+    FINAL_TURN_DONE = "final-turn-done"  # the tool-free finalize turn ended
+    DEADLINE = "deadline"  # the run deadline passed
+    FATAL = "fatal"  # an unrecoverable error
+
+
+class AckStatus(enum.StrEnum):
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    APPLIED = "applied"
+
+
+class Effect(enum.StrEnum):
+    """What the child does after a decision."""
+
+    NONE = "none"  # nothing further
+    START_TURN = "start-turn"  # start a turn with the control's text
+    QUEUE_STEERING = "queue-steering"  # queue text for the next model call
+    QUEUE_FOLLOW_UP = "queue-follow-up"  # queue text for when the turn would end
+    START_FINALIZE_TURN = "start-finalize-turn"  # run one turn with tools disabled
+    INTERRUPT_TURN = "interrupt-turn"  # stop the turn at its next yield (then finalize)
+    ABORT = "abort"  # stop the turn or tool now, then exit with the state
+    FINISH = "finish"  # emit `result`, then `exit done`
+    EXIT = "exit"  # exit with the (terminal) state as status
+    IMPOSSIBLE = "impossible"  # the event cannot happen in this state
+
+
+TERMINAL: Final = frozenset({State.DONE, State.CANCELLED, State.FAILED, State.TIMED_OUT})
+ACTIVE: Final = (State.STARTING, State.READY, State.RUNNING, State.CLOSING, State.FINALIZING)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer to a control: its ack, the state after, the effect, and a reason."""
+
+    ack: AckStatus
+    next_state: State
+    effect: Effect
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Advance:
+    """The answer to an internal event: the state after and the effect."""
+
+    next_state: State
+    effect: Effect
+
+
+def _accept(effect: Effect, to: State) -> Decision:
+    return Decision(AckStatus.ACCEPTED, to, effect)
+
+
+def _apply(state: State) -> Decision:
+    return Decision(AckStatus.APPLIED, state, Effect.NONE)
+
+
+def _reject(state: State, reason: str) -> Decision:
+    return Decision(AckStatus.REJECTED, state, Effect.NONE, reason)
+
+
+def _decisions() -> dict[tuple[State, ControlKind], Decision]:
+    s, c = State, ControlKind
+    cancel = _accept(Effect.ABORT, s.CANCELLED)
+    table: dict[tuple[State, ControlKind], Decision] = {}
+    for control in c:
+        if control is not c.CANCEL:
+            table[s.STARTING, control] = _reject(s.STARTING, "child is not ready")
+    table[s.STARTING, c.CANCEL] = cancel
+    table |= {
+        (s.READY, c.PROMPT): _accept(Effect.START_TURN, s.RUNNING),
+        (s.READY, c.STEER): _accept(Effect.START_TURN, s.RUNNING),
+        (s.READY, c.FOLLOW_UP): _accept(Effect.START_TURN, s.RUNNING),
+        (s.READY, c.FINALIZE): _accept(Effect.START_FINALIZE_TURN, s.FINALIZING),
+        (s.READY, c.CLOSE): _accept(Effect.FINISH, s.DONE),
+        (s.READY, c.CANCEL): cancel,
+        (s.RUNNING, c.PROMPT): _reject(s.RUNNING, "a turn is running; send steer or follow-up"),
+        (s.RUNNING, c.STEER): _accept(Effect.QUEUE_STEERING, s.RUNNING),
+        (s.RUNNING, c.FOLLOW_UP): _accept(Effect.QUEUE_FOLLOW_UP, s.RUNNING),
+        (s.RUNNING, c.FINALIZE): _accept(Effect.INTERRUPT_TURN, s.FINALIZING),
+        (s.RUNNING, c.CLOSE): _accept(Effect.NONE, s.CLOSING),
+        (s.RUNNING, c.CANCEL): cancel,
+    }
+    for state in (s.CLOSING, s.FINALIZING):
+        for control in (c.PROMPT, c.STEER, c.FOLLOW_UP):
+            table[state, control] = _reject(state, f"run is {state}")
+        table[state, c.CANCEL] = cancel
+    table[s.CLOSING, c.FINALIZE] = _accept(Effect.INTERRUPT_TURN, s.FINALIZING)
+    table[s.CLOSING, c.CLOSE] = _apply(s.CLOSING)
+    table[s.FINALIZING, c.FINALIZE] = _apply(s.FINALIZING)
+    table[s.FINALIZING, c.CLOSE] = _apply(s.FINALIZING)
+    for state in TERMINAL:
+        for control in c:
+            table[state, control] = _reject(state, f"run is {state}")
+    return table
+
+
+def _advances() -> dict[tuple[State, Internal], Advance]:
+    s, i = State, Internal
+    table = {key: Advance(key[0], Effect.IMPOSSIBLE) for key in product(State, Internal)}
+    for state in ACTIVE:
+        table[state, i.DEADLINE] = Advance(s.TIMED_OUT, Effect.ABORT)
+        table[state, i.FATAL] = Advance(s.FAILED, Effect.ABORT)
+    table[s.STARTING, i.STARTED] = Advance(s.READY, Effect.NONE)
+    table[s.RUNNING, i.TURN_DONE] = Advance(s.READY, Effect.NONE)
+    table[s.CLOSING, i.TURN_DONE] = Advance(s.DONE, Effect.FINISH)
+    table[s.FINALIZING, i.TURN_DONE] = Advance(s.FINALIZING, Effect.START_FINALIZE_TURN)
+    table[s.FINALIZING, i.FINAL_TURN_DONE] = Advance(s.DONE, Effect.FINISH)
+    # An aborted turn unwinds after the state is already terminal: its end exits with
+    # that state, and a later deadline or fatal error changes nothing.
+    for state in TERMINAL:
+        table[state, i.TURN_DONE] = Advance(state, Effect.EXIT)
+        table[state, i.FINAL_TURN_DONE] = Advance(state, Effect.EXIT)
+        table[state, i.DEADLINE] = Advance(state, Effect.ABORT)
+        table[state, i.FATAL] = Advance(state, Effect.ABORT)
+    return table
+
+
+DECISIONS: Final = MappingProxyType(_decisions())
+ADVANCES: Final = MappingProxyType(_advances())
+
+
+def decide(state: State | str, control: ControlKind | str) -> Decision:
+    """The decision for ``control`` in ``state``; unknown names are rejected, never raised."""
+    try:
+        key = (State(state), ControlKind(control))
+    except ValueError:
+        return _reject(_safe_state(state), f"no transition for {control} in state {state}")
+    return DECISIONS[key]
+
+
+def decide_for_run(state: State | str, control: ControlKind | str, run: str, own: str) -> Decision:
+    """Like :func:`decide`, first rejecting a control addressed to another run."""
+    if run != own:
+        return _reject(_safe_state(state), f"run {run} is not {own}")
+    return decide(state, control)
+
+
+def advance(state: State | str, event: Internal | str) -> Advance:
+    """The move for an internal event; ``Effect.IMPOSSIBLE`` when it cannot happen there."""
+    try:
+        return ADVANCES[State(state), Internal(event)]
+    except ValueError:
+        return Advance(_safe_state(state), Effect.IMPOSSIBLE)
+
+
+def is_terminal(state: State | str) -> bool:
+    """True for done, cancelled, failed and timed-out (the exit statuses)."""
+    return state in TERMINAL
+
+
+def _safe_state(state: State | str) -> State:
+    try:
+        return State(state)
+    except ValueError:
+        return State.FAILED
