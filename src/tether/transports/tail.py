@@ -1,0 +1,103 @@
+"""Tail a JSONL file by byte offset, in bounded reads.
+
+Each :meth:`FileTail.read` reads at most one budget (64 KiB) from the file at the
+current offset and hands out at most 64 complete lines; a partial last line waits for
+its newline; a line too long for one read is reported once and skipped. The file may
+not exist yet (``missing``). A file that shrinks below what was read is ``truncated``:
+the stream cannot continue, and callers treat it as fatal.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tether.wire.limits import MAX_LINE_BYTES, READ_BUDGET_BYTES, READ_BUDGET_LINES
+from tether.wire.lines import Item, LineSplitter
+
+
+class TailStatus(enum.StrEnum):
+    OK = "ok"
+    MISSING = "missing"
+    TRUNCATED = "truncated"
+
+
+@dataclass(slots=True)
+class TailRead:
+    status: TailStatus
+    items: list[Item] = field(default_factory=list)
+
+
+class FileTail:
+    """Reads complete lines appended to ``path``; see the module docstring."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        offset: int = 0,
+        max_line_bytes: int = MAX_LINE_BYTES,
+        budget_bytes: int = READ_BUDGET_BYTES,
+        budget_lines: int = READ_BUDGET_LINES,
+    ) -> None:
+        self.path = Path(path)
+        self._budget = budget_bytes
+        self._splitter = LineSplitter(
+            offset=offset,
+            max_line_bytes=max_line_bytes,
+            budget_bytes=budget_bytes,
+            budget_lines=budget_lines,
+        )
+        self._fd: int | None = None
+
+    @property
+    def offset(self) -> int:
+        """Offset just past the last line handed out (resume a tail from here)."""
+        return self._splitter.offset
+
+    def has_pending(self) -> bool:
+        """True when complete lines are buffered and the next read needs no file access."""
+        return self._splitter.pending > 0
+
+    def read(self) -> TailRead:
+        """The next bounded run of complete lines (maybe none)."""
+        if self._splitter.pending:
+            return TailRead(TailStatus.OK, self._splitter.read())
+        fd = self._open()
+        if fd is None:
+            return TailRead(TailStatus.MISSING)
+        size = os.fstat(fd).st_size
+        position = self._splitter.fed
+        if size < position:
+            return TailRead(TailStatus.TRUNCATED)
+        if size > position:
+            self._splitter.feed(os.pread(fd, min(self._budget, size - position), position))
+        return TailRead(TailStatus.OK, self._splitter.read())
+
+    def size_changed(self) -> bool:
+        """Cheap check: is there anything new to read (or has the file shrunk)?"""
+        if self._splitter.pending:
+            return True
+        fd = self._open()
+        return fd is not None and os.fstat(fd).st_size != self._splitter.fed
+
+    def _open(self) -> int | None:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return None
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> FileTail:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
