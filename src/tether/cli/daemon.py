@@ -1,0 +1,178 @@
+"""``tether daemon``: run the daemon in the foreground, or start/stop/inspect a detached one.
+
+tether daemon --foreground [--max-connections N] ...
+tether daemon start [--json]      detach, wait until the socket answers
+tether daemon stop [--json] [--force]
+tether daemon status [--json]     exit 0 when running, 3 when not
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Run or control the tether daemon.")
+    parser.add_argument("--foreground", action="store_true", help="run here until SIGTERM/SIGINT")
+    parser.add_argument(
+        "--socket",
+        type=Path,
+        help="socket path (default: $TETHER_SOCKET or $XDG_RUNTIME_DIR/tether/daemon.sock)",
+    )
+    tuning = parser.add_argument_group("foreground tuning")
+    tuning.add_argument("--max-connections", type=int, default=512)
+    tuning.add_argument("--max-in-flight", type=int, default=4096)
+    tuning.add_argument("--max-in-flight-per-connection", type=int, default=256)
+    tuning.add_argument(
+        "--frame-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="close a connection whose frame is not complete in time",
+    )
+    tuning.add_argument("--no-uvloop", action="store_true", help="use the stock asyncio loop")
+    tuning.add_argument("--log-level", default="INFO")
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    for name, text in (
+        ("start", "start a detached daemon and wait until it answers"),
+        ("stop", "stop the running daemon (SIGTERM)"),
+        ("status", "report whether a daemon is running"),
+    ):
+        action = sub.add_parser(name, help=text, description=text)
+        action.add_argument("--json", action="store_true", help="print JSON for scripts")
+        action.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
+        if name == "stop":
+            action.add_argument("--force", action="store_true", help="SIGKILL after the timeout")
+    return parser
+
+
+def main(argv: list[str], prog: str) -> int:
+    parser = _parser(prog)
+    args = parser.parse_args(argv)
+    from tether import paths
+
+    socket_path: Path = args.socket or paths.socket_path()
+    if args.foreground:
+        if args.action:
+            parser.error("--foreground cannot be combined with an action")
+        return _foreground(args, socket_path)
+    if args.action == "start":
+        return _start(args, socket_path)
+    if args.action == "stop":
+        return _stop(args, socket_path)
+    if args.action == "status":
+        return _status(args, socket_path)
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
+    import logging
+
+    from tether.daemon.lifecycle import DaemonSetupError, run_daemon
+    from tether.daemon.server import ServerConfig
+
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    config = ServerConfig(
+        socket_path=socket_path,
+        max_connections=args.max_connections,
+        max_in_flight=args.max_in_flight,
+        max_in_flight_per_connection=args.max_in_flight_per_connection,
+        frame_timeout_s=args.frame_timeout,
+    )
+    try:
+        return run_daemon(config, use_uvloop=not args.no_uvloop)
+    except DaemonSetupError as exc:
+        print(f"tether daemon: {exc}", file=sys.stderr)
+        return 1
+
+
+def _emit(args: argparse.Namespace, data: dict[str, Any], human: str) -> None:
+    print(json.dumps(data) if args.json else human)
+
+
+def _start(args: argparse.Namespace, socket_path: Path) -> int:
+    from tether.daemon.lifecycle import DaemonSetupError, daemon_status, start_detached
+
+    state = daemon_status(socket_path)
+    if state.answering:
+        data = {**state.as_dict(), "started": False}
+        _emit(args, data, f"tether daemon already running (pid {state.pid}) on {socket_path}")
+        return 0
+    try:
+        pid = start_detached(socket_path, timeout=args.timeout)
+    except DaemonSetupError as exc:
+        print(f"tether daemon: could not start: {exc}", file=sys.stderr)
+        return 1
+    data = {
+        "running": True,
+        "answering": True,
+        "pid": pid,
+        "socket": str(socket_path),
+        "started": True,
+    }
+    _emit(args, data, f"tether daemon started (pid {pid}) on {socket_path}")
+    return 0
+
+
+def _stop(args: argparse.Namespace, socket_path: Path) -> int:
+    from tether.daemon.lifecycle import stop_daemon
+
+    try:
+        pid = stop_daemon(socket_path, timeout=args.timeout, force=args.force)
+    except TimeoutError as exc:
+        print(f"tether daemon: {exc}; retry with --force", file=sys.stderr)
+        return 1
+    except PermissionError as exc:
+        print(f"tether daemon: cannot signal the daemon: {exc}", file=sys.stderr)
+        return 1
+    if pid is None:
+        _emit(
+            args,
+            {"stopped": False, "pid": None, "socket": str(socket_path)},
+            f"tether daemon is not running ({socket_path})",
+        )
+        return 0
+    _emit(
+        args,
+        {"stopped": True, "pid": pid, "socket": str(socket_path)},
+        f"tether daemon stopped (pid {pid})",
+    )
+    return 0
+
+
+def _status(args: argparse.Namespace, socket_path: Path) -> int:
+    from tether.daemon.client import EXIT_NOT_RUNNING, DaemonClient, DaemonClientError
+    from tether.daemon.lifecycle import daemon_status
+
+    state = daemon_status(socket_path)
+    data: dict[str, Any] = state.as_dict()
+    if state.answering:
+        try:
+            with DaemonClient.connect(socket_path, timeout=args.timeout) as client:
+                data["daemon"] = client.call("daemon.status")
+        except DaemonClientError as exc:
+            data["error"] = str(exc)
+    if args.json:
+        print(json.dumps(data))
+    elif state.answering:
+        info = data.get("daemon", {})
+        print(f"tether daemon running (pid {state.pid}) on {socket_path}")
+        if info:
+            print(
+                f"  uptime {info['uptime_s']:.0f}s, {info['connections']} connection(s), "
+                f"{info['in_flight']} call(s) in flight, {info['channels']} channel(s)"
+            )
+    elif state.running:
+        print(f"tether daemon (pid {state.pid}) is running but not answering on {socket_path}")
+    else:
+        print(f"tether daemon is not running ({socket_path}); start it with 'tether daemon start'")
+    return 0 if state.answering else EXIT_NOT_RUNNING

@@ -1,0 +1,176 @@
+"""The blocking client for the daemon socket (the CLI); :mod:`tether.daemon.aclient` is the
+asyncio one. It imports no asyncio, so the CLI starts fast.
+
+Both speak the same protocol as the server, including the reverse direction: the daemon
+may send the client a request (``channel.deliver``) on the same connection, which the
+client answers through its ``on_request`` callback (unset: ``unknown_method``).
+
+Errors, as a tree::
+
+    DaemonClientError         base for everything below
+    +-- DaemonUnavailable     no daemon answers on the socket (message carries a hint)
+    +-- DaemonCallError       the daemon answered an error: .code (ErrorCode), .exit_code
+    +-- DaemonConnectionLost  the connection closed or sent an unreadable frame
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+from tether import paths
+from tether.daemon.protocol import (
+    NEED_DATA,
+    ErrorCode,
+    FrameDecoder,
+    ProtocolError,
+    Request,
+    Response,
+    RpcError,
+    decode_message,
+    encode_call,
+    encode_response,
+)
+
+EXIT_NOT_RUNNING: Final = 3
+"""CLI exit status when no daemon answers (not an ErrorCode: there was no answer)."""
+
+_RECV_BYTES: Final = 65536
+
+
+class DaemonClientError(Exception):
+    exit_code = 1
+
+
+class DaemonUnavailable(DaemonClientError):
+    exit_code = EXIT_NOT_RUNNING
+
+
+class DaemonConnectionLost(DaemonClientError):
+    exit_code = ErrorCode.SHUTTING_DOWN.exit_code
+
+
+class DaemonCallError(DaemonClientError):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(f"{code.value}: {message}")
+        self.code = code
+        self.message = message
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        return self.code.exit_code
+
+
+def unavailable_hint(path: Path, detail: str) -> DaemonUnavailable:
+    return DaemonUnavailable(
+        f"the tether daemon is not running at {path} ({detail}); "
+        "start it with 'tether daemon start' (or 'tether daemon --foreground')"
+    )
+
+
+def result_of(response: Response) -> Any:
+    """The response's result, or raise :class:`DaemonCallError` for its error."""
+    if isinstance(response.error, RpcError):
+        raise DaemonCallError(response.error.code, response.error.message)
+    return response.result
+
+
+def answer_frame(request: Request, outcome: Any) -> bytes:
+    if isinstance(outcome, DaemonCallError):
+        return encode_response(Response.fail(request.id, outcome.code, outcome.message))
+    return encode_response(Response.ok(request.id, outcome))
+
+
+class DaemonClient:
+    """A blocking connection to the daemon; ``call`` one request at a time."""
+
+    def __init__(self, sock: socket.socket, path: Path) -> None:
+        self._sock = sock
+        self.path = path
+        self._decoder = FrameDecoder()
+        self._next_id = 1
+        self.on_request: Callable[[Request], Any] | None = None
+
+    @classmethod
+    def connect(cls, path: Path | None = None, *, timeout: float | None = 5.0) -> DaemonClient:
+        path = paths.socket_path() if path is None else path
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(path))
+        except FileNotFoundError:
+            sock.close()
+            raise unavailable_hint(path, "no socket") from None
+        except (TimeoutError, ConnectionRefusedError) as exc:
+            sock.close()
+            raise unavailable_hint(path, type(exc).__name__) from None
+        except OSError as exc:
+            sock.close()
+            raise unavailable_hint(path, exc.strerror or str(exc)) from None
+        return cls(sock, path)
+
+    def __enter__(self) -> DaemonClient:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._sock.settimeout(timeout)
+
+    def call(self, method: str, params: Any = None) -> Any:
+        """Send one request and return its result, raising :class:`DaemonCallError`."""
+        request_id = self._next_id
+        self._next_id += 1
+        self._sock.sendall(encode_call(request_id, method, params))
+        while True:
+            message = self.receive()
+            if isinstance(message, Response):
+                if message.id == request_id:
+                    return result_of(message)
+                continue
+            self._serve_one(message)
+
+    def receive(self) -> Request | Response:
+        """The next message from the daemon (blocking)."""
+        while True:
+            frame = self._decoder.next_frame()
+            if isinstance(frame, bytes):
+                message = decode_message(frame)
+                if isinstance(message, ProtocolError):
+                    raise DaemonConnectionLost(f"unreadable frame from daemon: {message.message}")
+                return message
+            if isinstance(frame, ProtocolError):
+                raise DaemonConnectionLost(f"unreadable frame from daemon: {frame.message}")
+            assert frame is NEED_DATA
+            data = self._sock.recv(_RECV_BYTES)
+            if not data:
+                raise DaemonConnectionLost("the daemon closed the connection")
+            self._decoder.feed(data)
+
+    def serve_forever(self) -> None:
+        """Answer the daemon's requests with ``on_request`` until the connection closes."""
+        while True:
+            message = self.receive()
+            if isinstance(message, Request):
+                self._serve_one(message)
+
+    def _serve_one(self, request: Request) -> None:
+        handler = self.on_request
+        outcome: Any
+        if handler is None:
+            outcome = DaemonCallError(ErrorCode.UNKNOWN_METHOD, f"client has no {request.method}")
+        else:
+            try:
+                outcome = handler(request)
+            except DaemonCallError as exc:
+                outcome = exc
+        self._sock.sendall(answer_frame(request, outcome))

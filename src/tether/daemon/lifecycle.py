@@ -1,0 +1,338 @@
+"""Running the daemon: its private socket directory, lock file, socket and signals.
+
+Theory of operation: ``run_daemon`` (a) makes sure the socket's directory is a 0700
+directory owned by us, checked with ``fstat`` on an ``O_NOFOLLOW`` descriptor, (b) takes
+an exclusive ``flock`` on ``<socket>.lock`` (a second daemon fails here with
+:class:`AlreadyRunning`) and writes its pid there, (c) removes a stale socket file and
+binds a new one at 0600, then (d) serves until SIGTERM or SIGINT. The lock is never
+released while the socket exists, so whoever holds it owns the socket path.
+
+``start_detached`` / ``stop_daemon`` / ``daemon_status`` drive it from the CLI without any
+daemon-side method: the pid comes from the lock file, liveness from a connect probe.
+
+Errors, as a tree::
+
+    DaemonSetupError        the daemon cannot start (message says what to do)
+    +-- UnsafeSocketDir     wrong owner, mode or type for the socket directory
+    +-- AlreadyRunning      another daemon holds the lock
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from tether import paths
+
+if TYPE_CHECKING:
+    from tether.daemon.server import ServerConfig
+
+log = logging.getLogger("tether.daemon")
+
+
+class DaemonSetupError(Exception):
+    """The daemon cannot start; the message says why and what to do."""
+
+
+class UnsafeSocketDir(DaemonSetupError):
+    pass
+
+
+class AlreadyRunning(DaemonSetupError):
+    def __init__(self, message: str, pid: int | None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
+def lock_path_for(socket_path: Path) -> Path:
+    return socket_path.with_name(socket_path.name + ".lock")
+
+
+def log_path() -> Path:
+    return paths.state_dir() / "daemon.log"
+
+
+def ensure_socket_dir(directory: Path) -> None:
+    """Create ``directory`` 0700 if missing, then verify it with fstat; refuse it when it
+    is not a real directory owned by this user with mode 0700."""
+    if not directory.exists():
+        directory.mkdir(mode=paths.DIR_MODE, parents=True, exist_ok=True)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UnsafeSocketDir(
+            f"socket directory {directory} is not a usable directory ({exc.strerror}); "
+            "point TETHER_SOCKET or XDG_RUNTIME_DIR at a private directory"
+        ) from None
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if info.st_uid != os.geteuid():
+        raise UnsafeSocketDir(
+            f"socket directory {directory} is owned by uid {info.st_uid}, not by you "
+            f"(uid {os.geteuid()}); use a directory of your own"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode != paths.DIR_MODE:
+        raise UnsafeSocketDir(
+            f"socket directory {directory} has mode {mode:04o}; it must be 0700 "
+            f"(run: chmod 700 {directory})"
+        )
+
+
+@dataclass
+class DaemonLock:
+    """An exclusive flock on the lock file, held for the daemon's life."""
+
+    path: Path
+    handle: IO[str]
+
+    @classmethod
+    def acquire(cls, path: Path) -> DaemonLock:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, paths.FILE_MODE)
+        handle = os.fdopen(fd, "r+")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            handle.close()
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            pid = read_lock_pid(path)
+            where = f" (pid {pid})" if pid else ""
+            raise AlreadyRunning(
+                f"another tether daemon is already running{where} for {path.with_suffix('')}; "
+                "use 'tether daemon status' or 'tether daemon stop'",
+                pid,
+            ) from None
+        return cls(path, handle)
+
+    def write_info(self, socket_path: Path) -> None:
+        info = {"pid": os.getpid(), "socket": str(socket_path), "started_at": time.time()}
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.handle.write(json.dumps(info) + "\n")
+        self.handle.flush()
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            self.handle.seek(0)
+            self.handle.truncate()
+        self.handle.close()
+
+
+def read_lock_pid(lock_path: Path) -> int | None:
+    try:
+        info = json.loads(lock_path.read_text())
+    except (OSError, ValueError):
+        return None
+    pid = info.get("pid") if isinstance(info, dict) else None
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+def bind_socket(path: Path) -> socket.socket:
+    """Bind a listening Unix socket at ``path`` with mode 0600 (call with the lock held)."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, paths.FILE_MODE)
+    info = os.lstat(path)
+    if not stat.S_ISSOCK(info.st_mode) or stat.S_IMODE(info.st_mode) != paths.FILE_MODE:
+        sock.close()
+        raise DaemonSetupError(f"socket {path} could not be made private (0600)")
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def _new_loop_factory(use_uvloop: bool) -> object:
+    if use_uvloop and not os.environ.get("TETHER_NO_UVLOOP"):
+        try:
+            import uvloop
+        except ImportError:
+            return None
+        return uvloop.new_event_loop
+    return None
+
+
+def run_daemon(config: ServerConfig, *, use_uvloop: bool = True) -> int:
+    """Run a daemon in the foreground until SIGTERM/SIGINT. Returns the exit status."""
+    import asyncio
+
+    from tether.daemon.server import Daemon, install_handlers
+
+    socket_path = config.socket_path
+    ensure_socket_dir(socket_path.parent)
+    lock = DaemonLock.acquire(lock_path_for(socket_path))
+    try:
+        lock.write_info(socket_path)
+        sock = bind_socket(socket_path)
+        daemon = Daemon(config)
+        install_handlers(daemon)
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, daemon.request_stop)
+            log.info("tether daemon %d listening on %s", os.getpid(), socket_path)
+            await daemon.serve(sock)
+
+        factory = _new_loop_factory(use_uvloop)
+        with asyncio.Runner(loop_factory=factory) as runner:  # type: ignore[arg-type]
+            runner.run(main())
+        log.info("tether daemon %d stopped", os.getpid())
+        return 0
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            socket_path.unlink()
+        lock.release()
+
+
+# -- control from the CLI ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DaemonState:
+    running: bool
+    answering: bool
+    pid: int | None
+    socket: Path
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "running": self.running,
+            "answering": self.answering,
+            "pid": self.pid,
+            "socket": str(self.socket),
+        }
+
+
+def probe(socket_path: Path, timeout: float = 1.0) -> bool:
+    """True when something accepts connections and answers a request on ``socket_path``."""
+    from tether.daemon.client import DaemonCallError, DaemonClient, DaemonClientError
+
+    try:
+        with DaemonClient.connect(socket_path, timeout=timeout) as client:
+            client.call("daemon.status")
+    except DaemonCallError:
+        return True  # it answered, even if with an error
+    except (DaemonClientError, OSError):
+        return False
+    return True
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def daemon_status(socket_path: Path) -> DaemonState:
+    pid = read_lock_pid(lock_path_for(socket_path))
+    answering = probe(socket_path)
+    alive = pid is not None and pid_alive(pid)
+    return DaemonState(answering or alive, answering, pid if alive else None, socket_path)
+
+
+def start_detached(
+    socket_path: Path, *, timeout: float = 10.0, extra: list[str] | None = None
+) -> int:
+    """Start ``tether daemon --foreground`` in its own session and wait until it answers.
+
+    Returns the daemon's pid. Raises :class:`DaemonSetupError` with the log's tail when it
+    exits or stays silent.
+    """
+    paths.ensure_private_dir(paths.state_dir())
+    log_file = log_path()
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, paths.FILE_MODE)
+    env = dict(os.environ, TETHER_SOCKET=str(socket_path))
+    argv = [sys.executable, "-m", "tether", "daemon", "--foreground", *(extra or [])]
+    with os.fdopen(fd, "ab") as log_handle:
+        child = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log_handle,
+            stderr=log_handle,
+            start_new_session=True,
+            env=env,
+            close_fds=True,
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe(socket_path, timeout=0.5):
+            return child.pid
+        status = child.poll()
+        if status is not None:
+            raise DaemonSetupError(
+                f"the daemon exited with status {status}:\n{_tail(log_file)}"
+                f"\n(full log: {log_file})"
+            )
+        time.sleep(0.05)
+    raise DaemonSetupError(f"the daemon did not answer within {timeout:g}s (log: {log_file})")
+
+
+def stop_daemon(socket_path: Path, *, timeout: float = 10.0, force: bool = False) -> int | None:
+    """SIGTERM the daemon (SIGKILL after ``timeout`` with ``force``); returns its pid or
+    ``None`` when none was running. Raises ``TimeoutError`` if it does not exit."""
+    pid = read_lock_pid(lock_path_for(socket_path))
+    if pid is None or not pid_alive(pid):
+        return None
+    os.kill(pid, signal.SIGTERM)
+    if _wait_gone(pid, timeout):
+        return pid
+    if force:
+        os.kill(pid, signal.SIGKILL)
+        if _wait_gone(pid, 2.0):
+            return pid
+    raise TimeoutError(f"the daemon (pid {pid}) did not exit within {timeout:g}s")
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid) or _is_zombie(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat_line.rpartition(")")[2].split()[:1] == ["Z"]
+
+
+def _tail(path: Path, lines: int = 10) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,281 @@
+"""The daemon's agent registry: one row per named agent in SQLite (WAL).
+
+Theory of operation: the registry shares tether's database file (``tether.paths.db_path()``)
+with the run index and the inbox, so it touches only tables prefixed ``daemon_``. Every
+connection sets WAL and a busy timeout; the file is created 0600 in a 0700 directory
+before SQLite opens it (SQLite gives its ``-wal``/``-shm`` files the same mode).
+
+A row records how to find the agent's child again after a daemon restart: ``pid`` and
+``pid_start_time`` (field 22 of ``/proc/<pid>/stat``, in clock ticks since boot). A pid
+is only "the same process" when both match, so reconcile never adopts a reused pid
+(see :func:`process_matches`). ``last_seq`` / ``event_offset`` let a recovered agent's
+event log be tailed from where the previous daemon stopped.
+
+The ``agent.*`` handlers on top of this are built elsewhere; this module is storage only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from tether import paths
+
+SCHEMA_VERSION: Final = 1
+BUSY_TIMEOUT_MS: Final = 5000
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS daemon_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS daemon_agents (
+    name TEXT PRIMARY KEY,
+    run_dir TEXT NOT NULL,
+    pid INTEGER,
+    pid_start_time INTEGER,
+    state TEXT NOT NULL,
+    task TEXT,
+    provider TEXT,
+    model TEXT,
+    cwd TEXT,
+    argv TEXT,
+    channel_id TEXT,
+    deadline_at REAL,
+    exit_code INTEGER,
+    detail TEXT,
+    last_seq INTEGER NOT NULL DEFAULT 0,
+    event_offset INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS daemon_agents_state ON daemon_agents (state);
+"""
+
+
+class AgentRecord(msgspec.Struct, kw_only=True):
+    """One registry row. ``argv`` is stored as JSON text."""
+
+    name: str
+    run_dir: str
+    state: str
+    pid: int | None = None
+    pid_start_time: int | None = None
+    task: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    cwd: str | None = None
+    argv: list[str] | None = None
+    channel_id: str | None = None
+    deadline_at: float | None = None
+    exit_code: int | None = None
+    detail: str | None = None
+    last_seq: int = 0
+    event_offset: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+COLUMNS: Final = tuple(AgentRecord.__struct_fields__)
+_UPDATABLE: Final = frozenset(COLUMNS) - {"name", "created_at"}
+# Column names come from AgentRecord, never from callers.
+_INSERT: Final = (
+    f"INSERT INTO daemon_agents ({', '.join(COLUMNS)}) "  # noqa: S608
+    f"VALUES ({', '.join('?' for _ in COLUMNS)})"
+)
+
+
+class AgentExists(Exception):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"an agent named {name!r} already exists")
+        self.name = name
+
+
+class AgentNotFound(KeyError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"no agent named {self.name!r}"
+
+
+class AgentRegistry:
+    """CRUD over ``daemon_agents``. Not thread-safe: one per thread (or the event loop)."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._db = connection
+
+    @classmethod
+    def open(cls, path: Path | None = None) -> AgentRegistry:
+        path = paths.db_path() if path is None else path
+        paths.ensure_private_dir(path.parent)
+        if not path.exists():
+            paths.create_private_file(path, exclusive=False)
+        db = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        db.row_factory = sqlite3.Row
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")
+        with _transaction(db):
+            _create_schema(db)
+        return cls(db)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> AgentRegistry:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def insert(self, record: AgentRecord) -> AgentRecord:
+        """Add ``record``; raises :class:`AgentExists` on a name collision."""
+        now = time.time()
+        record = msgspec.structs.replace(
+            record, created_at=record.created_at or now, updated_at=now
+        )
+        row = _to_row(record)
+        try:
+            with _transaction(self._db):
+                self._db.execute(_INSERT, [row[c] for c in COLUMNS])
+        except sqlite3.IntegrityError:
+            raise AgentExists(record.name) from None
+        return record
+
+    def get(self, name: str) -> AgentRecord | None:
+        cursor = self._db.execute("SELECT * FROM daemon_agents WHERE name = ?", (name,))
+        row = cursor.fetchone()
+        return None if row is None else _from_row(row)
+
+    def require(self, name: str) -> AgentRecord:
+        record = self.get(name)
+        if record is None:
+            raise AgentNotFound(name)
+        return record
+
+    def list(self, states: Sequence[str] | None = None) -> list[AgentRecord]:
+        if states:
+            marks = ", ".join("?" for _ in states)
+            # Only placeholders are interpolated; the states are bound parameters.
+            sql = f"SELECT * FROM daemon_agents WHERE state IN ({marks}) ORDER BY created_at"  # noqa: S608
+            cursor = self._db.execute(sql, list(states))
+        else:
+            cursor = self._db.execute("SELECT * FROM daemon_agents ORDER BY created_at, name")
+        return [_from_row(row) for row in cursor]
+
+    def update(self, name: str, **fields: Any) -> AgentRecord:
+        """Set ``fields`` on the row; raises :class:`AgentNotFound` or ``ValueError``."""
+        unknown = set(fields) - _UPDATABLE
+        if unknown:
+            raise ValueError(f"cannot update {sorted(unknown)}")
+        fields["updated_at"] = time.time()
+        if "argv" in fields:
+            fields["argv"] = _argv_text(fields["argv"])
+        # Column names were checked against _UPDATABLE above; values are bound parameters.
+        assignments = ", ".join(f"{column} = ?" for column in fields)
+        with _transaction(self._db):
+            cursor = self._db.execute(
+                f"UPDATE daemon_agents SET {assignments} WHERE name = ?",  # noqa: S608
+                [*fields.values(), name],
+            )
+        if cursor.rowcount == 0:
+            raise AgentNotFound(name)
+        return self.require(name)
+
+    def set_state(self, name: str, state: str, *, detail: str | None = None) -> AgentRecord:
+        return self.update(name, state=state, detail=detail)
+
+    def delete(self, name: str) -> None:
+        with _transaction(self._db):
+            cursor = self._db.execute("DELETE FROM daemon_agents WHERE name = ?", (name,))
+        if cursor.rowcount == 0:
+            raise AgentNotFound(name)
+
+
+def _create_schema(db: sqlite3.Connection) -> None:
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    db.execute(
+        "INSERT OR IGNORE INTO daemon_meta (key, value) VALUES ('schema_version', ?)",
+        (str(SCHEMA_VERSION),),
+    )
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _argv_text(argv: list[str] | None) -> str | None:
+    return None if argv is None else json.dumps(argv)
+
+
+def _to_row(record: AgentRecord) -> dict[str, Any]:
+    row = msgspec.structs.asdict(record)
+    row["argv"] = _argv_text(record.argv)
+    return row
+
+
+def _from_row(row: sqlite3.Row) -> AgentRecord:
+    values = {key: row[key] for key in row.keys() if key in _COLUMN_SET}  # noqa: SIM118
+    if values.get("argv") is not None:
+        values["argv"] = json.loads(values["argv"])
+    return AgentRecord(**values)
+
+
+_COLUMN_SET: Final = frozenset(COLUMNS)
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (start time, clock ticks since boot), or ``None``
+    when the process does not exist. The comm field may hold spaces and parentheses, so
+    fields are counted after the last ``)``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    fields = data.rpartition(b")")[2].split()
+    # After the comm, fields start at number 3 (state); field 22 is index 22 - 3.
+    try:
+        return int(fields[22 - 3])
+    except (IndexError, ValueError):
+        return None
+
+
+def process_matches(pid: int | None, start_time: int | None) -> bool:
+    """True when ``pid`` is alive, not a zombie, and started at ``start_time``."""
+    if pid is None or pid <= 0 or start_time is None:
+        return False
+    if proc_start_time(pid) != start_time:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rpartition(b")")[2].split()[:1]
+    except OSError:
+        return False
+    return state != [b"Z"]
+
+
+def own_start_time() -> int | None:
+    return proc_start_time(os.getpid())

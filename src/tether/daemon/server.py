@@ -1,0 +1,496 @@
+"""The daemon's asyncio server: one Unix socket, many multiplexed connections.
+
+Theory of operation: each accepted connection is a :class:`Connection` (an asyncio
+``Protocol``) that feeds bytes to a sans-IO :class:`~tether.daemon.protocol.FrameDecoder`.
+Every whole frame is either a request from the client or a response to a request the
+daemon sent (``channel.deliver``). Requests are routed through :class:`MethodRegistry`
+by their full method name:
+
+- a plain function handler runs inline and is answered at once (it must not block);
+- an ``async def`` handler runs as its own task, so many requests are in flight on one
+  connection and are answered by id in completion order. Whole frames are written with
+  one ``transport.write`` each, so answers never interleave.
+
+Failures map to error codes in one place (:meth:`Connection._answer`): an unknown method
+or namespace is ``unknown_method``, :class:`RpcFailure` carries its own code, any other
+exception is ``internal`` and the daemon stays up. A malformed frame is answered
+``malformed_frame`` (with the frame's id when it can be read, else id 0) and the
+connection is closed. A frame that is not completed within ``frame_timeout_s`` of its
+first byte is answered the same way, so a stalled client only ever holds its own
+connection. Caps on connections and in-flight requests answer ``busy``.
+
+On shutdown, in-flight async handlers are cancelled and answered ``shutting_down``.
+
+Extension point: the ``agent.*`` handlers are installed by ``tether.daemon.agents``
+when that module exists (see :func:`install_handlers`): it must define
+``install(daemon: Daemon) -> None`` and may use :meth:`Daemon.on_shutdown`.
+
+One method outside the spec's namespaces is served: ``daemon.status`` (no params)
+returns the daemon's pid, uptime and counters. The CLI and the benchmark use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import logging
+import os
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import msgspec
+
+from tether.daemon.protocol import (
+    MAX_FRAME_BYTES,
+    NEED_DATA,
+    ErrorCode,
+    FrameDecoder,
+    FrameTooLarge,
+    Namespace,
+    ProtocolError,
+    Request,
+    Response,
+    decode_message,
+    encode_call,
+    encode_response,
+    recover_id,
+)
+
+if TYPE_CHECKING:
+    from tether.daemon.channels import ChannelHub
+
+log = logging.getLogger("tether.daemon")
+
+T = TypeVar("T")
+SyncHandler = Callable[["CallContext", Any], Any]
+AsyncHandler = Callable[["CallContext", Any], Awaitable[Any]]
+Handler = SyncHandler | AsyncHandler
+
+_SO_PEERCRED = getattr(socket, "SO_PEERCRED", 17)
+_UCRED = struct.Struct("3i")
+
+
+class RpcFailure(Exception):
+    """Raised by a handler to answer with a specific error code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ConnectionClosed(Exception):
+    """The peer went away before answering a request the daemon sent it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    socket_path: Path
+    max_connections: int = 512
+    max_in_flight_per_connection: int = 256
+    max_in_flight: int = 4096
+    frame_timeout_s: float = 30.0
+    shutdown_grace_s: float = 5.0
+    max_frame_bytes: int = MAX_FRAME_BYTES
+
+
+def decode_params(params: Any, kind: type[T]) -> T:
+    """Convert ``params`` to ``kind`` (a msgspec Struct) or raise ``invalid_params``."""
+    try:
+        return msgspec.convert({} if params is None else params, kind)
+    except msgspec.ValidationError as exc:
+        raise RpcFailure(ErrorCode.INVALID_PARAMS, f"invalid params: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    handler: Handler
+    is_async: bool
+
+
+class MethodRegistry:
+    """Handlers keyed by full method name (``agent.spawn``, ``channel.push_to_channel``)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+
+    def register(self, method: str, handler: Handler, *, extension: bool = False) -> None:
+        """Add ``handler`` for ``method``. Methods outside the spec's namespaces need
+        ``extension=True``; registering a method twice is a bug and raises."""
+        if method in self._entries:
+            raise ValueError(f"method {method!r} is already registered")
+        if not extension and Namespace.of(method) is Namespace.UNKNOWN:
+            raise ValueError(f"method {method!r} is not in a known namespace")
+        is_async = inspect.iscoroutinefunction(handler)
+        self._entries[method] = _Entry(handler, is_async)
+
+    def get(self, method: str) -> _Entry | None:
+        return self._entries.get(method)
+
+    def methods(self) -> list[str]:
+        return sorted(self._entries)
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """What a handler knows about its call."""
+
+    daemon: Daemon
+    connection: Connection
+    request: Request
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: decode frames, dispatch requests, match responses."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.peer_pid: int | None = None
+        self._decoder = FrameDecoder(daemon.config.max_frame_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: dict[int, asyncio.Future[Response]] = {}
+        self._next_id = 1
+        self._closing = False
+        self._frame_timer: asyncio.TimerHandle | None = None
+        self._close_callbacks: list[Callable[[Connection], None]] = []
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing it.
+        self._transport = transport = cast(asyncio.Transport, transport)
+        if not self._peer_allowed(transport):
+            self._closing = True
+            transport.abort()
+            return
+        if not self.daemon._admit(self):
+            self._fail_and_close(0, ErrorCode.BUSY, "too many connections; retry later")
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        decoder = self._decoder
+        decoder.feed(data)
+        completed = False
+        while not self._closing:
+            frame = decoder.next_frame()
+            if frame is NEED_DATA:
+                break
+            if isinstance(frame, ProtocolError):
+                self._fail_and_close(0, ErrorCode.MALFORMED_FRAME, frame.message)
+                return
+            completed = True
+            self._on_frame(frame)
+        self._arm_frame_timer(restart=completed)
+
+    def eof_received(self) -> bool | None:
+        error = self._decoder.eof()
+        if error is not None:
+            log.info("connection closed mid-frame: %s", error.message)
+        return None  # close our side; in-flight answers are dropped with the connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        if self._frame_timer is not None:
+            self._frame_timer.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionClosed("connection closed"))
+        self._pending.clear()
+        for callback in self._close_callbacks:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("connection close callback failed")
+        self._close_callbacks.clear()
+        self.daemon._forget(self)
+
+    def pause_writing(self) -> None:
+        if self._transport is not None and not self._closing:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and not self._closing:
+            self._transport.resume_reading()
+
+    # -- public API for handlers -------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def add_close_callback(self, callback: Callable[[Connection], None]) -> None:
+        """Run ``callback(connection)`` once when the connection goes away."""
+        if self._closing:
+            callback(self)
+        else:
+            self._close_callbacks.append(callback)
+
+    async def call(self, method: str, params: Any) -> Response:
+        """Send a request to the client and wait for its response (bound it with
+        ``asyncio.timeout``). Raises :class:`ConnectionClosed` if the connection goes away
+        first.
+        """
+        if self._closing or self._transport is None:
+            raise ConnectionClosed("connection closed")
+        request_id = self._next_id
+        self._next_id += 1
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            self._transport.write(encode_call(request_id, method, params))
+            return await future
+        finally:
+            self._pending.pop(request_id, None)
+
+    def close(self) -> None:
+        """Flush what is written and close."""
+        self._closing = True
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _peer_allowed(self, transport: asyncio.Transport) -> bool:
+        sock = transport.get_extra_info("socket")
+        try:
+            creds = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERCRED, _UCRED.size)
+        except (OSError, AttributeError) as exc:
+            log.warning("refusing a connection whose credentials cannot be read: %s", exc)
+            return False
+        pid, uid, _gid = _UCRED.unpack(creds)
+        if uid != os.geteuid():
+            log.warning("refusing a connection from uid %d (pid %d)", uid, pid)
+            return False
+        self.peer_pid = pid
+        return True
+
+    def _arm_frame_timer(self, *, restart: bool) -> None:
+        partial = self._decoder.buffered > 0 and not self._closing
+        timer = self._frame_timer
+        if timer is not None and (restart or not partial):
+            timer.cancel()
+            self._frame_timer = timer = None
+        if partial and timer is None:
+            loop = asyncio.get_running_loop()
+            timeout = self.daemon.config.frame_timeout_s
+            self._frame_timer = loop.call_later(timeout, self._frame_timed_out)
+
+    def _frame_timed_out(self) -> None:
+        self._frame_timer = None
+        timeout = self.daemon.config.frame_timeout_s
+        message = f"frame not completed within {timeout:g}s of its first byte"
+        log.info("closing a stalled connection: %s", message)
+        self._fail_and_close(0, ErrorCode.MALFORMED_FRAME, message)
+
+    def _on_frame(self, body: bytes) -> None:
+        message = decode_message(body)
+        if isinstance(message, ProtocolError):
+            self._fail_and_close(recover_id(body), ErrorCode.MALFORMED_FRAME, message.message)
+        elif isinstance(message, Request):
+            self._on_request(message)
+        else:
+            future = self._pending.get(message.id)
+            if future is not None and not future.done():
+                future.set_result(message)
+            else:
+                log.debug("dropping a response to unknown id %d", message.id)
+
+    def _on_request(self, request: Request) -> None:
+        entry = self.daemon.methods.get(request.method)
+        if entry is None:
+            self._write(Response.fail(request.id, ErrorCode.UNKNOWN_METHOD, _unknown(request)))
+            return
+        if self.daemon.stopping:
+            message = "the daemon is shutting down; retry shortly"
+            self._write(Response.fail(request.id, ErrorCode.SHUTTING_DOWN, message))
+            return
+        context = CallContext(self.daemon, self, request)
+        if not entry.is_async:
+            self._write(self._answer(request.id, lambda: entry.handler(context, request.params)))
+            return
+        busy = self.daemon._over_in_flight(self)
+        if busy is not None:
+            self._write(Response.fail(request.id, ErrorCode.BUSY, busy))
+            return
+        handler: AsyncHandler = entry.handler
+        task = asyncio.ensure_future(self._run(handler, context))
+        self._tasks.add(task)
+        self.daemon._in_flight += 1
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self.daemon._in_flight -= 1
+
+    async def _run(self, handler: AsyncHandler, context: CallContext) -> None:
+        request_id = context.request.id
+        try:
+            result = await handler(context, context.request.params)
+        except asyncio.CancelledError:
+            if not self.daemon.stopping or self._closing:
+                raise
+            message = "the daemon shut down before this call finished; retry"
+            self._write(Response.fail(request_id, ErrorCode.SHUTTING_DOWN, message))
+            return
+        except RpcFailure as exc:
+            self._write(Response.fail(request_id, exc.code, exc.message))
+            return
+        except Exception as exc:
+            log.exception("handler for %s failed", context.request.method)
+            self._write(Response.fail(request_id, ErrorCode.INTERNAL, _internal(exc)))
+            return
+        self._write(Response.ok(request_id, result))
+
+    @staticmethod
+    def _answer(request_id: int, call: Callable[[], Any]) -> Response:
+        try:
+            return Response.ok(request_id, call())
+        except RpcFailure as exc:
+            return Response.fail(request_id, exc.code, exc.message)
+        except Exception as exc:
+            log.exception("handler failed")
+            return Response.fail(request_id, ErrorCode.INTERNAL, _internal(exc))
+
+    def _write(self, response: Response) -> None:
+        if self._transport is None or self._transport.is_closing():
+            return
+        try:
+            frame = encode_response(response)
+        except (FrameTooLarge, msgspec.EncodeError, TypeError) as exc:
+            log.error("cannot encode the answer to request %d: %s", response.id, exc)
+            failure = Response.fail(response.id, ErrorCode.INTERNAL, f"unencodable result: {exc}")
+            frame = encode_response(failure)
+        self._transport.write(frame)
+
+    def _fail_and_close(self, request_id: int, code: ErrorCode, message: str) -> None:
+        self._write(Response.fail(request_id, code, message))
+        self.close()
+
+
+def _unknown(request: Request) -> str:
+    namespace = Namespace.of(request.method)
+    if namespace is Namespace.UNKNOWN:
+        prefix = request.method.partition(".")[0] if "." in request.method else request.method
+        return f"unknown namespace {prefix!r} in method {request.method!r}"
+    return f"no handler for method {request.method!r}"
+
+
+def _internal(exc: BaseException) -> str:
+    return f"internal error: {type(exc).__name__}: {exc}"
+
+
+class Daemon:
+    """The server's shared state: config, method registry, connections and counters."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.methods = MethodRegistry()
+        self.started_at = time.time()
+        self.stopping = False
+        self.channels: ChannelHub | None = None
+        self._connections: set[Connection] = set()
+        self._in_flight = 0
+        self._server: asyncio.AbstractServer | None = None
+        self._stopped: asyncio.Event | None = None
+        self._shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
+        self.methods.register("daemon.status", self._status, extension=True)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def on_shutdown(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Await ``hook()`` during shutdown, after in-flight calls are cut."""
+        self._shutdown_hooks.append(hook)
+
+    async def serve(self, sock: socket.socket) -> None:
+        """Serve on the bound, listening ``sock`` until :meth:`request_stop`."""
+        loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        self._server = await loop.create_unix_server(lambda: Connection(self), sock=sock)
+        try:
+            await self._stopped.wait()
+        finally:
+            await self._shutdown()
+
+    def request_stop(self) -> None:
+        if self._stopped is not None:
+            self._stopped.set()
+
+    async def _shutdown(self) -> None:
+        self.stopping = True
+        if self._server is not None:
+            self._server.close()
+        tasks = [task for conn in self._connections for task in conn._tasks]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.config.shutdown_grace_s)
+        for hook in self._shutdown_hooks:
+            try:
+                await asyncio.wait_for(hook(), self.config.shutdown_grace_s)
+            except Exception:
+                log.exception("shutdown hook failed")
+        for conn in list(self._connections):
+            conn.close()
+        await asyncio.sleep(0)
+
+    # -- accounting --------------------------------------------------------------------------
+
+    def _admit(self, conn: Connection) -> bool:
+        if len(self._connections) >= self.config.max_connections:
+            return False
+        self._connections.add(conn)
+        return True
+
+    def _forget(self, conn: Connection) -> None:
+        self._connections.discard(conn)
+
+    def _over_in_flight(self, conn: Connection) -> str | None:
+        if conn.in_flight >= self.config.max_in_flight_per_connection:
+            return f"too many calls in flight on this connection (cap {conn.in_flight}); retry"
+        if self._in_flight >= self.config.max_in_flight:
+            return f"too many calls in flight (cap {self.config.max_in_flight}); retry"
+        return None
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "socket": str(self.config.socket_path),
+            "started_at": self.started_at,
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "connections": len(self._connections),
+            "in_flight": self._in_flight,
+            "channels": 0 if self.channels is None else len(self.channels),
+            "methods": self.methods.methods(),
+        }
+
+    def _status(self, context: CallContext, params: Any) -> dict[str, Any]:
+        return self.statistics()
+
+
+def install_handlers(daemon: Daemon) -> None:
+    """Install ``channel.*`` and, when present, ``tether.daemon.agents``' handlers."""
+    from tether.daemon.channels import ChannelHub
+
+    ChannelHub().install(daemon)
+    try:
+        agents = importlib.import_module("tether.daemon.agents")
+    except ModuleNotFoundError as exc:
+        if exc.name != "tether.daemon.agents":
+            raise
+        log.info("tether.daemon.agents is not available; agent.* answers unknown_method")
+        return
+    agents.install(daemon)
