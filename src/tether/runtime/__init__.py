@@ -1,0 +1,8 @@
+"""Where the state table meets real processes: the live child presenter and its helpers.
+
+Kept import-light: ``tether child`` must reach ``ready`` quickly, so nothing here is
+imported until a submodule is asked for (:mod:`tether.runtime.child`,
+:mod:`tether.runtime.procs`).
+"""
+
+from __future__ import annotations

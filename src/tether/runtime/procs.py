@@ -1,0 +1,152 @@
+"""Process groups: start a child in its own group, end the whole group.
+
+Theory of operation: anything tether starts that may itself start processes (a
+``bash -c`` tool, a child agent, a RESP program) runs in a new session
+(``start_new_session=True``, see :data:`NEW_GROUP`), so its process group id equals
+its pid and every descendant that does not leave the group can be signalled at once.
+Ending a group is two steps: SIGTERM to the group, a short grace for it to go, then
+SIGKILL to whatever is left. A leader that exits early does not end the wait: the
+group is watched until it is empty (or the grace runs out), so a grandchild that
+ignores SIGTERM is still killed.
+
+``target`` is a pid/pgid (``int``), a :class:`subprocess.Popen`, or an
+:class:`asyncio.subprocess.Process`. For the process objects the leader is reaped
+(Popen) or its return code read (asyncio), so no zombie is left behind.
+
+Errors: signalling a group that is already gone is not an error (``False``);
+PermissionError is treated the same (the pid was reused by someone else's process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from typing import Any, Final, Protocol
+
+__all__ = [
+    "GRACE_S",
+    "NEW_GROUP",
+    "group_alive",
+    "group_id",
+    "kill_group",
+    "signal_group",
+    "terminate_group",
+    "terminate_group_sync",
+]
+
+# Pass as keyword arguments to subprocess.Popen / asyncio.create_subprocess_exec.
+NEW_GROUP: Final[dict[str, Any]] = {"start_new_session": True}
+
+# Default time between SIGTERM and SIGKILL.
+GRACE_S: Final = 2.0
+
+_TICK_S: Final = 0.01
+
+
+class _HasPid(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+
+Target = int | _HasPid
+
+
+def group_id(target: Target) -> int:
+    """The process group of ``target``: its pid, for processes started with NEW_GROUP."""
+    return target if isinstance(target, int) else target.pid
+
+
+def signal_group(target: Target, sig: int) -> bool:
+    """Send ``sig`` to the whole group; False when the group is gone."""
+    pgid = group_id(target)
+    if pgid <= 1:
+        raise ValueError(f"refusing to signal process group {pgid}")
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def group_alive(target: Target) -> bool:
+    """True while any process (zombies included) is in the group."""
+    return signal_group(target, 0)
+
+
+def kill_group(target: Target) -> bool:
+    """SIGKILL the whole group at once; False when it was already gone."""
+    return signal_group(target, signal.SIGKILL)
+
+
+def _leader_done(target: Target) -> bool:
+    """Reap the leader if we own it; True when it has exited (or is not ours)."""
+    if isinstance(target, int):
+        return True
+    if isinstance(target, subprocess.Popen):
+        return target.poll() is not None
+    return target.returncode is not None
+
+
+def _gone(target: Target) -> bool:
+    return _leader_done(target) and not _group_has_live_members(target)
+
+
+def _group_has_live_members(target: Target) -> bool:
+    # After the leader is reaped, anything left in the group is a real process (or a
+    # zombie about to be reaped by init, which goes within a tick or two).
+    return group_alive(target)
+
+
+async def terminate_group(target: Target, grace_s: float = GRACE_S) -> int | None:
+    """SIGTERM the group, wait up to ``grace_s`` for it to empty, then SIGKILL the rest.
+
+    Returns the leader's return code when ``target`` is a process object that has
+    exited, else None. Never raises for a group that is already gone.
+    """
+    if signal_group(target, signal.SIGTERM):
+        deadline = time.monotonic() + max(0.0, grace_s)
+        while time.monotonic() < deadline:
+            if _gone(target):
+                break
+            await asyncio.sleep(_TICK_S)
+        kill_group(target)
+    return await _reap(target)
+
+
+async def _reap(target: Target) -> int | None:
+    if isinstance(target, int):
+        return None
+    if isinstance(target, subprocess.Popen):
+        return _reap_popen(target)
+    wait = getattr(target, "wait", None)
+    if wait is not None:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            code: int | None = await asyncio.wait_for(wait(), timeout=max(GRACE_S, 1.0))
+            return code
+    return target.returncode
+
+
+def terminate_group_sync(target: Target, grace_s: float = GRACE_S) -> int | None:
+    """The blocking variant of :func:`terminate_group` (for signal handlers and atexit)."""
+    if signal_group(target, signal.SIGTERM):
+        deadline = time.monotonic() + max(0.0, grace_s)
+        while not _gone(target) and time.monotonic() < deadline:
+            time.sleep(_TICK_S)
+        kill_group(target)
+    if isinstance(target, subprocess.Popen):
+        return _reap_popen(target)
+    return None if isinstance(target, int) else target.returncode
+
+
+def _reap_popen(proc: subprocess.Popen[Any]) -> int | None:
+    try:
+        return proc.wait(timeout=max(GRACE_S, 1.0))
+    except subprocess.TimeoutExpired:
+        return None
