@@ -34,6 +34,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="close a connection whose frame is not complete in time",
     )
+    tuning.add_argument(
+        "--deliver-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long a channel may take to answer a delivery",
+    )
     tuning.add_argument("--no-uvloop", action="store_true", help="use the stock asyncio loop")
     tuning.add_argument("--log-level", default="INFO")
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
@@ -87,6 +94,7 @@ def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
         max_in_flight=args.max_in_flight,
         max_in_flight_per_connection=args.max_in_flight_per_connection,
         frame_timeout_s=args.frame_timeout,
+        deliver_timeout_s=args.deliver_timeout,
     )
     try:
         return run_daemon(config, use_uvloop=not args.no_uvloop)

@@ -96,6 +96,8 @@ class ServerConfig:
     max_in_flight_per_connection: int = 256
     max_in_flight: int = 4096
     frame_timeout_s: float = 30.0
+    deliver_timeout_s: float = 10.0
+    max_channels: int = 4096
     shutdown_grace_s: float = 5.0
     max_frame_bytes: int = MAX_FRAME_BYTES
 
@@ -485,7 +487,10 @@ def install_handlers(daemon: Daemon) -> None:
     """Install ``channel.*`` and, when present, ``tether.daemon.agents``' handlers."""
     from tether.daemon.channels import ChannelHub
 
-    ChannelHub().install(daemon)
+    config = daemon.config
+    ChannelHub(
+        deliver_timeout_s=config.deliver_timeout_s, max_channels=config.max_channels
+    ).install(daemon)
     try:
         agents = importlib.import_module("tether.daemon.agents")
     except ModuleNotFoundError as exc:
