@@ -81,7 +81,9 @@ def main(argv: list[str], prog: str = "tether wire") -> int:
         return 0
     out = sys.stdout.buffer
     if args.file == "-":
-        return validate_stream(sys.stdin.buffer, out, direction=args.direction, sequence=args.sequence)
+        return validate_stream(
+            sys.stdin.buffer, out, direction=args.direction, sequence=args.sequence
+        )
     try:
         with open(args.file, "rb") as stream:
             return validate_stream(stream, out, direction=args.direction, sequence=args.sequence)

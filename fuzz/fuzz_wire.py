@@ -1,0 +1,81 @@
+"""Fuzz the wire decoders: nothing may escape but a message or a Rejection.
+
+Run under atheris when it is installed (``python fuzz/fuzz_wire.py -atheris_runs=100000``),
+else a bounded random loop: ``python fuzz/fuzz_wire.py [iterations]``.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+
+from tether.wire import Receiver, Rejection, decode, normalize
+from tether.wire.lines import LineSplitter
+
+SEEDS = [
+    b'{"v":1,"seq":1,"type":"prompt","run":"r","text":"x"}',
+    b'{"v":1,"seq":2,"type":"control-ack","run":"r","ref":1,"status":"accepted"}',
+    b'{"v":1,"seq":3,"type":"tool-result","run":"r","name":"n","is-error?":false,"result":[1,{"a":2}]}',
+    b'{"v":1,"seq":1e400,"type":"cancel","run":"r"}',
+    b'{"v":1,"seq":4,"type":"info","run":"r","refs":[1,2]}',
+]
+
+
+def one_input(data: bytes) -> None:
+    for direction in ("event", "control"):
+        result = decode(data, direction)
+        assert result is not None
+        if not isinstance(result, Rejection):
+            assert result.v == 1
+    receiver = Receiver("control")
+    splitter = LineSplitter(max_line_bytes=64)
+    splitter.feed(data)
+    while items := splitter.read():
+        for item in items:
+            if hasattr(item, "data"):
+                receiver.receive(item.data)
+    try:
+        text = data.decode("utf-8", "surrogateescape")
+    except UnicodeDecodeError:  # pragma: no cover - surrogateescape always decodes
+        return
+    normalize({"type": "tool-call", "name": text, "arguments": text})
+
+
+def mutate(rng: random.Random, data: bytes) -> bytes:
+    buf = bytearray(data)
+    for _ in range(rng.randint(1, 8)):
+        op = rng.randrange(4)
+        pos = rng.randrange(len(buf) + 1)
+        if op == 0 and buf:
+            del buf[min(pos, len(buf) - 1)]
+        elif op == 1:
+            buf.insert(pos, rng.randrange(256))
+        elif op == 2:
+            buf[pos:pos] = rng.choice(
+                [b"{", b"}", b'"', b"\\u", b"1e999", b"\n", b"[", b"null", b"\xff"]
+            )
+        elif buf:
+            buf[min(pos, len(buf) - 1)] = rng.randrange(256)
+    return bytes(buf)
+
+
+def random_loop(iterations: int, seed: int = 0) -> int:
+    rng = random.Random(seed)
+    for _ in range(iterations):
+        one_input(mutate(rng, rng.choice(SEEDS)))
+    return iterations
+
+
+def main() -> None:
+    try:
+        import atheris  # type: ignore[import-not-found]
+    except ImportError:
+        count = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
+        print(f"atheris not installed; random loop over {random_loop(count)} inputs: ok")
+        return
+    atheris.Setup(sys.argv, one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
