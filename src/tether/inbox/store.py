@@ -1,0 +1,411 @@
+"""The inbox tables in tether's shared SQLite database (WAL).
+
+Schema (only ``inbox_*`` names; the file also holds the run index and the
+daemon registry)::
+
+    inbox_messages   one row per inbox line, in file order by (run_id, offset)
+      id               INTEGER PRIMARY KEY (rowid)
+      run_id           TEXT NOT NULL
+      offset           INTEGER NOT NULL      byte offset of the line's first byte
+      type             TEXT NULL             the object's "type" (NULL: none, or rejected)
+      body             TEXT NULL             the JSON object as written (NULL: rejected)
+      raw              TEXT NULL             a rejected line's text (over-long: its head)
+      rejected_reason  TEXT NULL             "<code>: <what happened>" (NULL: accepted)
+      received_at      REAL NOT NULL         unix time the drain stored it
+      msg_key          TEXT GENERATED "<run_id>:<offset>", unique through
+                       UNIQUE (run_id, offset), which INSERT OR IGNORE relies on
+
+    inbox_offsets    one row per run: how far its inbox file is stored
+      run_id PRIMARY KEY, path, inode, dev, offset, skipping, status, updated_at
+      status: ok | truncated | replaced (sticky: such a file is never re-imported)
+
+    inbox_incidents  what the drain found wrong with a file (truncation, replacement)
+      id, run_id, path, kind, detail, at
+
+``msg_key`` is a generated column rather than a stored primary key: the
+(run_id, offset) index is needed anyway to list a run in order, so uniqueness
+rides on it and each row costs one table and one index insert.
+
+Rows and the offset that covers them are written in ONE transaction
+(``BEGIN IMMEDIATE``), so a drain killed at any instant and restarted loses
+nothing and duplicates nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, NamedTuple
+
+import msgspec
+
+from tether.inbox.messages import (
+    InboxMessage,
+    InboxRejection,
+    RejectCode,
+    decode_body,
+)
+from tether.paths import DIR_MODE, FILE_MODE
+
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "AcceptedRow",
+    "InboxStore",
+    "OffsetState",
+    "RejectedRow",
+    "StoredMessage",
+    "open_store",
+]
+
+BUSY_TIMEOUT_S: Final = 30.0
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS inbox_messages (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    offset INTEGER NOT NULL,
+    type TEXT,
+    body TEXT,
+    raw TEXT,
+    rejected_reason TEXT,
+    received_at REAL NOT NULL,
+    msg_key TEXT GENERATED ALWAYS AS (run_id || ':' || offset) VIRTUAL,
+    UNIQUE (run_id, offset)
+);
+CREATE TABLE IF NOT EXISTS inbox_offsets (
+    run_id TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    inode INTEGER NOT NULL,
+    dev INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    skipping INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL DEFAULT 'ok',
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS inbox_incidents (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    path TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    at REAL NOT NULL
+);
+"""
+
+# Accepted and rejected rows go through two statements with five parameters
+# each: binding is most of the per-row cost, and NULLs need no binding.
+_INSERT_ACCEPTED: Final = (
+    "INSERT OR IGNORE INTO inbox_messages (run_id, offset, type, body, received_at)"
+    " VALUES (?, ?, ?, ?, ?)"
+)
+_INSERT_REJECTED: Final = (
+    "INSERT OR IGNORE INTO inbox_messages (run_id, offset, raw, rejected_reason, received_at)"
+    " VALUES (?, ?, ?, ?, ?)"
+)
+_SELECT: Final = (
+    "SELECT run_id, offset, type, body, raw, rejected_reason, received_at FROM inbox_messages"
+)
+
+
+AcceptedRow = tuple[str, int, str | None, str, float]
+"""An accepted line: run_id, offset, type, body, received_at (plain tuples: the
+drain builds millions)."""
+
+RejectedRow = tuple[str, int, str, str, float]
+"""A rejected line: run_id, offset, raw, rejected_reason, received_at."""
+
+
+class OffsetState(NamedTuple):
+    """A run's row in ``inbox_offsets``."""
+
+    run_id: str
+    path: str
+    inode: int
+    dev: int
+    offset: int
+    skipping: bool
+    status: str
+
+
+class _JsonView(msgspec.Struct, kw_only=True):
+    msg_key: str
+    run_id: str
+    offset: int
+    type: str | None
+    body: msgspec.Raw | None
+    raw: str | None
+    rejected_reason: str | None
+    received_at: float
+
+
+_json_encoder: Final = msgspec.json.Encoder()
+
+
+class StoredMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored inbox line, as a reader of the table sees it."""
+
+    run_id: str
+    offset: int
+    type: str | None
+    body: str | None
+    raw: str | None
+    rejected_reason: str | None
+    received_at: float
+
+    @classmethod
+    def accepted(cls, row: AcceptedRow) -> StoredMessage:
+        run_id, offset, kind, body, now = row
+        return cls(
+            run_id=run_id,
+            offset=offset,
+            type=kind,
+            body=body,
+            raw=None,
+            rejected_reason=None,
+            received_at=now,
+        )
+
+    @classmethod
+    def rejected_row(cls, row: RejectedRow) -> StoredMessage:
+        run_id, offset, raw, reason, now = row
+        return cls(
+            run_id=run_id,
+            offset=offset,
+            type=None,
+            body=None,
+            raw=raw,
+            rejected_reason=reason,
+            received_at=now,
+        )
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> StoredMessage:
+        """From a ``SELECT`` in the column order of ``_SELECT``."""
+        return cls(
+            run_id=row[0],
+            offset=row[1],
+            type=row[2],
+            body=row[3],
+            raw=row[4],
+            rejected_reason=row[5],
+            received_at=row[6],
+        )
+
+    @property
+    def msg_key(self) -> str:
+        return f"{self.run_id}:{self.offset}"
+
+    @property
+    def rejected(self) -> bool:
+        return self.rejected_reason is not None
+
+    def message(self) -> InboxMessage | InboxRejection:
+        """The typed message (or the rejection) this row records. Never raises."""
+        if self.rejected_reason is not None or self.body is None:
+            reason = self.rejected_reason or "no body"
+            code_text, _, detail = reason.partition(": ")
+            try:
+                code = RejectCode(code_text)
+            except ValueError:
+                code, detail = RejectCode.NOT_JSON, reason
+            return InboxRejection(code=code, reason=detail or reason, raw=self.raw or "")
+        return decode_body(self.body, self.type)
+
+    def to_json(self) -> bytes:
+        """One JSON object (no newline); ``body`` is embedded as the object itself."""
+        view = _JsonView(
+            msg_key=self.msg_key,
+            run_id=self.run_id,
+            offset=self.offset,
+            type=self.type,
+            body=None if self.body is None else msgspec.Raw(self.body.encode()),
+            raw=self.raw,
+            rejected_reason=self.rejected_reason,
+            received_at=self.received_at,
+        )
+        return _json_encoder.encode(view)
+
+
+def _prepare_file(path: Path) -> None:
+    """Create the database's directory (0700) and file (0600) if missing."""
+    parent = path.parent
+    if not parent.exists():
+        parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        os.close(fd)
+
+
+class InboxStore:
+    """A connection to the database with the inbox tables; close it when done.
+
+    One store is used by one thread at a time (the drain keeps it on one worker).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        _prepare_file(self.path)
+        self._db = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        try:
+            self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
+
+    # -- reading -------------------------------------------------------------
+
+    def offset_state(self, run_id: str) -> OffsetState | None:
+        row = self._db.execute(
+            "SELECT run_id, path, inode, dev, offset, skipping, status"
+            " FROM inbox_offsets WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        return OffsetState(row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6])
+
+    def existing_offsets(self, run_id: str, low: int, high: int) -> set[int]:
+        """Offsets already stored for ``run_id`` in ``[low, high)``."""
+        rows = self._db.execute(
+            "SELECT offset FROM inbox_messages WHERE run_id = ? AND offset >= ? AND offset < ?",
+            (run_id, low, high),
+        )
+        return {row[0] for row in rows}
+
+    def messages(
+        self, run_id: str, *, after: int = -1, limit: int | None = None
+    ) -> list[StoredMessage]:
+        """A run's stored messages with offset > ``after``, in file order."""
+        rows = self._db.execute(
+            _SELECT + " WHERE run_id = ? AND offset > ? ORDER BY offset LIMIT ?",
+            (run_id, after, -1 if limit is None else limit),
+        )
+        return [StoredMessage.from_row(row) for row in rows]
+
+    def iter_messages(self, run_id: str, *, batch: int = 1000) -> Iterator[StoredMessage]:
+        """All of a run's messages in order, fetched in batches (memory stays flat)."""
+        after = -1
+        while True:
+            page = self.messages(run_id, after=after, limit=batch)
+            yield from page
+            if len(page) < batch:
+                return
+            after = page[-1].offset
+
+    def count(self, run_id: str | None = None) -> int:
+        if run_id is None:
+            row = self._db.execute("SELECT count(*) FROM inbox_messages").fetchone()
+        else:
+            row = self._db.execute(
+                "SELECT count(*) FROM inbox_messages WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        return int(row[0])
+
+    def incidents(self, run_id: str | None = None) -> list[tuple[str, str, str, str, float]]:
+        """``(run_id, path, kind, detail, at)`` rows, oldest first."""
+        query = "SELECT run_id, path, kind, detail, at FROM inbox_incidents"
+        params: tuple[str, ...] = ()
+        if run_id is not None:
+            query, params = query + " WHERE run_id = ?", (run_id,)
+        return [tuple(row) for row in self._db.execute(query + " ORDER BY id", params)]
+
+    # -- writing (inside transaction()) ---------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (rolled back on any exception)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def insert_rows(
+        self, accepted: Sequence[AcceptedRow], rejected: Sequence[RejectedRow] = ()
+    ) -> int:
+        """INSERT OR IGNORE the rows; return how many were new."""
+        before = self._db.total_changes
+        if accepted:
+            self._db.executemany(_INSERT_ACCEPTED, accepted)
+        if rejected:
+            self._db.executemany(_INSERT_REJECTED, rejected)
+        return self._db.total_changes - before
+
+    def save_offset(
+        self,
+        *,
+        run_id: str,
+        path: str,
+        inode: int,
+        dev: int,
+        offset: int,
+        skipping: bool,
+        status: str,
+        now: float,
+    ) -> None:
+        self._db.execute(
+            "INSERT INTO inbox_offsets"
+            " (run_id, path, inode, dev, offset, skipping, status, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (run_id) DO UPDATE SET path = excluded.path,"
+            " inode = excluded.inode, dev = excluded.dev, offset = excluded.offset,"
+            " skipping = excluded.skipping, status = excluded.status,"
+            " updated_at = excluded.updated_at",
+            (run_id, path, inode, dev, offset, int(skipping), status, now),
+        )
+
+    def record_incident(
+        self, *, run_id: str, path: str, kind: str, detail: str, now: float
+    ) -> None:
+        self._db.execute(
+            "INSERT INTO inbox_incidents (run_id, path, kind, detail, at) VALUES (?, ?, ?, ?, ?)",
+            (run_id, path, kind, detail, now),
+        )
+
+    def forget_offsets(self, run_id: str | None = None) -> None:
+        """Drop stored offsets (all, or one run's): the next drain re-reads from 0."""
+        if run_id is None:
+            self._db.execute("DELETE FROM inbox_offsets")
+        else:
+            self._db.execute("DELETE FROM inbox_offsets WHERE run_id = ?", (run_id,))
+
+    # -- closing -------------------------------------------------------------
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> InboxStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_store(path: str | os.PathLike[str] | None = None) -> InboxStore:
+    """Open the inbox tables in ``path`` or, by default, tether's database.
+
+    The default state directory is created (or tightened) to 0700.
+    """
+    if path is None:
+        from tether.paths import db_path, ensure_private_dir
+
+        default = db_path()
+        ensure_private_dir(default.parent)
+        return InboxStore(default)
+    return InboxStore(path)
