@@ -173,7 +173,7 @@ class AgentRegistry:
             cursor = self._db.execute("SELECT * FROM daemon_agents ORDER BY created_at, name")
         return [_from_row(row) for row in cursor]
 
-    def update(self, name: str, **fields: Any) -> AgentRecord:
+    def update(self, name: str, /, **fields: Any) -> AgentRecord:
         """Set ``fields`` on the row; raises :class:`AgentNotFound` or ``ValueError``."""
         unknown = set(fields) - _UPDATABLE
         if unknown:

@@ -1,0 +1,149 @@
+"""The method registry and handler failure mapping, with a Daemon served in this process
+on a real Unix socket (the plug-in path another package uses to add ``agent.*``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from tether.daemon.aclient import AsyncDaemonClient
+from tether.daemon.client import DaemonCallError
+from tether.daemon.lifecycle import bind_socket, ensure_socket_dir
+from tether.daemon.protocol import MAX_FRAME_BYTES, ErrorCode
+from tether.daemon.server import (
+    CallContext,
+    Daemon,
+    MethodRegistry,
+    RpcFailure,
+    ServerConfig,
+    decode_params,
+    install_handlers,
+)
+
+
+class NameParams(msgspec.Struct):
+    name: str
+
+
+def status(context: CallContext, params: Any) -> dict[str, Any]:
+    args = decode_params(params, NameParams)
+    if args.name == "ghost":
+        raise RpcFailure(ErrorCode.AGENT_NOT_FOUND, "no such agent")
+    return {"name": args.name, "peer": context.connection.peer_pid is not None}
+
+
+def boom(context: CallContext, params: Any) -> None:
+    raise RuntimeError("kaboom")
+
+
+async def slow_boom(context: CallContext, params: Any) -> None:
+    await asyncio.sleep(0)
+    raise KeyError("missing")
+
+
+def huge(context: CallContext, params: Any) -> str:
+    return "x" * MAX_FRAME_BYTES
+
+
+def unencodable(context: CallContext, params: Any) -> object:
+    return object()
+
+
+STARTED: dict[str, asyncio.Event] = {}
+
+
+async def forever(context: CallContext, params: Any) -> None:
+    if "forever" in STARTED:
+        STARTED["forever"].set()
+    await asyncio.Event().wait()
+
+
+def serve_with(tmp: Path, body: Callable[[Daemon, AsyncDaemonClient], Awaitable[None]]) -> None:
+    async def main() -> None:
+        ensure_socket_dir(tmp / "rt")
+        path = tmp / "rt" / "d.sock"
+        daemon = Daemon(ServerConfig(socket_path=path, shutdown_grace_s=2.0))
+        install_handlers(daemon)
+        for method, handler in [
+            ("agent.status", status),
+            ("agent.boom", boom),
+            ("agent.slow_boom", slow_boom),
+            ("agent.huge", huge),
+            ("agent.unencodable", unencodable),
+            ("agent.forever", forever),
+        ]:
+            daemon.methods.register(method, handler)
+        server = asyncio.ensure_future(daemon.serve(bind_socket(path)))
+        client = await AsyncDaemonClient.open(path)
+        try:
+            await body(daemon, client)
+        finally:
+            daemon.request_stop()
+            await server
+            await client.close()
+
+    asyncio.run(main())
+
+
+async def expect(
+    client: AsyncDaemonClient, code: ErrorCode, method: str, params: Any = None
+) -> str:
+    with pytest.raises(DaemonCallError) as info:
+        await client.call(method, params)
+    assert info.value.code is code
+    return info.value.message
+
+
+def test_registered_handlers_answer_and_fail_with_codes(short_tmp: Path) -> None:
+    async def body(daemon: Daemon, client: AsyncDaemonClient) -> None:
+        assert await client.call("agent.status", {"name": "a"}) == {"name": "a", "peer": True}
+        await expect(client, ErrorCode.AGENT_NOT_FOUND, "agent.status", {"name": "ghost"})
+        await expect(client, ErrorCode.INVALID_PARAMS, "agent.status", {"name": 3})
+        await expect(client, ErrorCode.INVALID_PARAMS, "agent.status")
+        message = await expect(client, ErrorCode.INTERNAL, "agent.boom")
+        assert "RuntimeError: kaboom" in message
+        await expect(client, ErrorCode.INTERNAL, "agent.slow_boom")
+        assert "unencodable" in await expect(client, ErrorCode.INTERNAL, "agent.unencodable")
+        assert "exceeds max size" in await expect(client, ErrorCode.INTERNAL, "agent.huge")
+        # The daemon and the connection are still up.
+        assert await client.call("agent.status", {"name": "b"}) == {"name": "b", "peer": True}
+        assert "agent.status" in (await client.call("daemon.status"))["methods"]
+
+    serve_with(short_tmp, body)
+
+
+def test_shutdown_cuts_blocking_calls_with_shutting_down(short_tmp: Path) -> None:
+    async def body(daemon: Daemon, client: AsyncDaemonClient) -> None:
+        STARTED["forever"] = started = asyncio.Event()
+        pending = asyncio.ensure_future(client.call_response("agent.forever"))
+        await started.wait()
+        assert daemon.statistics()["in_flight"] == 1
+        daemon.request_stop()
+        response = await pending
+        assert response.error is not msgspec.UNSET
+        assert response.error.code is ErrorCode.SHUTTING_DOWN  # type: ignore[union-attr]
+
+    serve_with(short_tmp, body)
+
+
+def test_registry_rules() -> None:
+    registry = MethodRegistry()
+    registry.register("agent.spawn", status)
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("agent.spawn", status)
+    with pytest.raises(ValueError, match="not in a known namespace"):
+        registry.register("daemon.other", status)
+    registry.register("daemon.other", status, extension=True)
+    entry = registry.get("agent.spawn")
+    assert entry is not None
+    assert not entry.is_async
+    registry.register("agent.forever", forever)
+    forever_entry = registry.get("agent.forever")
+    assert forever_entry is not None
+    assert forever_entry.is_async
+    assert registry.methods() == ["agent.forever", "agent.spawn", "daemon.other"]
