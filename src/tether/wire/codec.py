@@ -203,7 +203,7 @@ def _validate_object(obj: dict[str, Any], direction: str) -> AnyMessage | Reject
     version = obj.get("v")
     if version is None:
         return _rejection(Code.INVALID, "v is required", obj)
-    if not (schema.is_integer(version) and version == VERSION):
+    if not (version == VERSION and (type(version) is int or schema.is_integer(version))):
         shown = _json_text(version)
         reason = f"wire version {shown} is not supported; expected {VERSION}"
         return _rejection(Code.VERSION_MISMATCH, reason, obj)
