@@ -67,3 +67,21 @@ def test_usage_errors(daemon_env: DaemonProcess) -> None:
     assert tether(daemon_env.env, "daemon").returncode == 2
     both = tether(daemon_env.env, "daemon", "--foreground", "status")
     assert both.returncode == 2
+
+
+def test_ensure_running_starts_once(daemon_env: DaemonProcess) -> None:
+    code = (
+        "from tether.daemon.lifecycle import ensure_running, stop_daemon\n"
+        "print(ensure_running(), ensure_running())\n"
+        "from tether import paths\n"
+        "print(stop_daemon(paths.socket_path()) is not None)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=daemon_env.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.stdout.split() == ["True", "False", "True"], result.stderr

@@ -336,3 +336,21 @@ def _tail(path: Path, lines: int = 10) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:])
+
+
+def ensure_running(socket_path: Path | None = None, *, timeout: float = 10.0) -> bool:
+    """Start a detached daemon unless one answers; True when this call started it.
+
+    For commands that should start the daemon on demand (``tether agent spawn``).
+    Raises :class:`DaemonSetupError` when it cannot be started.
+    """
+    socket_path = paths.socket_path() if socket_path is None else socket_path
+    if probe(socket_path):
+        return False
+    try:
+        start_detached(socket_path, timeout=timeout)
+    except DaemonSetupError:
+        if probe(socket_path):  # lost a race with another starter: fine
+            return False
+        raise
+    return True

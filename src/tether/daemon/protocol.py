@@ -322,9 +322,6 @@ class _Frame(msgspec.Struct, frozen=True):
     result: Any = UNSET
     error: RpcError | UnsetType = UNSET
 
-    def __post_init__(self) -> None:
-        _check_id(self.id)
-
 
 def _check_id(id: int) -> None:
     if id > MAX_ID:
@@ -366,6 +363,8 @@ def decode_message(body: bytes) -> Request | Response | ProtocolError:
         frame = _FRAME_DECODER.decode(body)
     except msgspec.DecodeError as exc:
         return ProtocolError.json(str(exc))
+    if frame.id > MAX_ID:
+        return ProtocolError.json(f"id {frame.id} does not fit in a u64")
     if frame.method is not UNSET:
         params = None if frame.params is UNSET else frame.params
         return Request(frame.id, frame.method, params)
@@ -397,6 +396,26 @@ def encode_request(request: Request) -> bytes:
 def encode_response(response: Response) -> bytes:
     """One whole frame for ``response``; raises :class:`FrameTooLarge` for an oversized body."""
     return encode_frame(_ENCODER.encode(response))
+
+
+class _Ok(msgspec.Struct, frozen=True):
+    id: int
+    result: Any
+
+
+class _Failed(msgspec.Struct, frozen=True):
+    id: int
+    error: RpcError
+
+
+def encode_ok(id: int, result: Any) -> bytes:
+    """One whole frame ``{id, result}`` (the hot path: no intermediate :class:`Response`)."""
+    return encode_frame(_ENCODER.encode(_Ok(id, result)))
+
+
+def encode_failure(id: int, code: ErrorCode, message: str) -> bytes:
+    """One whole frame ``{id, error: {code, message}}``."""
+    return encode_frame(_ENCODER.encode(_Failed(id, RpcError(code, message))))
 
 
 def encode_call(id: int, method: str, params: Any = None) -> bytes:

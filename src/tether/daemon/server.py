@@ -58,7 +58,8 @@ from tether.daemon.protocol import (
     Response,
     decode_message,
     encode_call,
-    encode_response,
+    encode_failure,
+    encode_ok,
     recover_id,
 )
 
@@ -121,6 +122,7 @@ class MethodRegistry:
 
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
+        self._sorted: list[str] = []
 
     def register(self, method: str, handler: Handler, *, extension: bool = False) -> None:
         """Add ``handler`` for ``method``. Methods outside the spec's namespaces need
@@ -131,21 +133,24 @@ class MethodRegistry:
             raise ValueError(f"method {method!r} is not in a known namespace")
         is_async = inspect.iscoroutinefunction(handler)
         self._entries[method] = _Entry(handler, is_async)
+        self._sorted = sorted(self._entries)
 
     def get(self, method: str) -> _Entry | None:
         return self._entries.get(method)
 
     def methods(self) -> list[str]:
-        return sorted(self._entries)
+        return list(self._sorted)
 
 
-@dataclass(frozen=True, slots=True)
 class CallContext:
-    """What a handler knows about its call."""
+    """What a handler knows about its call: the daemon, the connection, the request."""
 
-    daemon: Daemon
-    connection: Connection
-    request: Request
+    __slots__ = ("connection", "daemon", "request")
+
+    def __init__(self, daemon: Daemon, connection: Connection, request: Request) -> None:
+        self.daemon = daemon
+        self.connection = connection
+        self.request = request
 
 
 class Connection(asyncio.Protocol):
@@ -314,19 +319,19 @@ class Connection(asyncio.Protocol):
     def _on_request(self, request: Request) -> None:
         entry = self.daemon.methods.get(request.method)
         if entry is None:
-            self._write(Response.fail(request.id, ErrorCode.UNKNOWN_METHOD, _unknown(request)))
+            self._write_error(request.id, ErrorCode.UNKNOWN_METHOD, _unknown(request))
             return
         if self.daemon.stopping:
             message = "the daemon is shutting down; retry shortly"
-            self._write(Response.fail(request.id, ErrorCode.SHUTTING_DOWN, message))
+            self._write_error(request.id, ErrorCode.SHUTTING_DOWN, message)
             return
         context = CallContext(self.daemon, self, request)
         if not entry.is_async:
-            self._write(self._answer(request.id, lambda: entry.handler(context, request.params)))
+            self._call_inline(entry.handler, context)
             return
         busy = self.daemon._over_in_flight(self)
         if busy is not None:
-            self._write(Response.fail(request.id, ErrorCode.BUSY, busy))
+            self._write_error(request.id, ErrorCode.BUSY, busy)
             return
         handler: AsyncHandler = entry.handler
         task = asyncio.ensure_future(self._run(handler, context))
@@ -338,49 +343,63 @@ class Connection(asyncio.Protocol):
         self._tasks.discard(task)
         self.daemon._in_flight -= 1
 
-    async def _run(self, handler: AsyncHandler, context: CallContext) -> None:
-        request_id = context.request.id
+    def _call_inline(self, handler: SyncHandler, context: CallContext) -> None:
+        request = context.request
         try:
-            result = await handler(context, context.request.params)
+            result = handler(context, request.params)
+        except RpcFailure as exc:
+            self._write_error(request.id, exc.code, exc.message)
+            return
+        except Exception as exc:
+            log.exception("handler for %s failed", request.method)
+            self._write_error(request.id, ErrorCode.INTERNAL, _internal(exc))
+            return
+        self._write_ok(request.id, result)
+
+    async def _run(self, handler: AsyncHandler, context: CallContext) -> None:
+        request = context.request
+        try:
+            result = await handler(context, request.params)
         except asyncio.CancelledError:
             if not self.daemon.stopping or self._closing:
                 raise
             message = "the daemon shut down before this call finished; retry"
-            self._write(Response.fail(request_id, ErrorCode.SHUTTING_DOWN, message))
+            self._write_error(request.id, ErrorCode.SHUTTING_DOWN, message)
             return
         except RpcFailure as exc:
-            self._write(Response.fail(request_id, exc.code, exc.message))
+            self._write_error(request.id, exc.code, exc.message)
             return
         except Exception as exc:
-            log.exception("handler for %s failed", context.request.method)
-            self._write(Response.fail(request_id, ErrorCode.INTERNAL, _internal(exc)))
+            log.exception("handler for %s failed", request.method)
+            self._write_error(request.id, ErrorCode.INTERNAL, _internal(exc))
             return
-        self._write(Response.ok(request_id, result))
+        self._write_ok(request.id, result)
 
-    @staticmethod
-    def _answer(request_id: int, call: Callable[[], Any]) -> Response:
-        try:
-            return Response.ok(request_id, call())
-        except RpcFailure as exc:
-            return Response.fail(request_id, exc.code, exc.message)
-        except Exception as exc:
-            log.exception("handler failed")
-            return Response.fail(request_id, ErrorCode.INTERNAL, _internal(exc))
-
-    def _write(self, response: Response) -> None:
-        if self._transport is None or self._transport.is_closing():
+    def _write_ok(self, request_id: int, result: Any) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
             return
         try:
-            frame = encode_response(response)
+            frame = encode_ok(request_id, result)
         except (FrameTooLarge, msgspec.EncodeError, TypeError) as exc:
-            log.error("cannot encode the answer to request %d: %s", response.id, exc)
-            failure = Response.fail(response.id, ErrorCode.INTERNAL, f"unencodable result: {exc}")
-            frame = encode_response(failure)
-        self._transport.write(frame)
+            log.error("cannot encode the answer to request %d: %s", request_id, exc)
+            message = f"unencodable result: {exc}"
+            frame = encode_failure(request_id, ErrorCode.INTERNAL, message)
+        transport.write(frame)
+
+    def _write_error(self, request_id: int, code: ErrorCode, message: str) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(encode_failure(request_id, code, _clip(message)))
 
     def _fail_and_close(self, request_id: int, code: ErrorCode, message: str) -> None:
-        self._write(Response.fail(request_id, code, message))
+        self._write_error(request_id, code, message)
         self.close()
+
+
+def _clip(message: str, limit: int = 4096) -> str:
+    """Error messages quote user input; keep them far below the frame limit."""
+    return message if len(message) <= limit else message[: limit - 3] + "..."
 
 
 def _unknown(request: Request) -> str:
@@ -402,6 +421,8 @@ class Daemon:
         self.config = config
         self.methods = MethodRegistry()
         self.started_at = time.time()
+        self._pid = os.getpid()
+        self._socket = str(config.socket_path)
         self.stopping = False
         self.channels: ChannelHub | None = None
         self._connections: set[Connection] = set()
@@ -469,14 +490,14 @@ class Daemon:
 
     def statistics(self) -> dict[str, Any]:
         return {
-            "pid": os.getpid(),
-            "socket": str(self.config.socket_path),
+            "pid": self._pid,
+            "socket": self._socket,
             "started_at": self.started_at,
             "uptime_s": round(time.time() - self.started_at, 3),
             "connections": len(self._connections),
             "in_flight": self._in_flight,
             "channels": 0 if self.channels is None else len(self.channels),
-            "methods": self.methods.methods(),
+            "methods": self.methods._sorted,
         }
 
     def _status(self, context: CallContext, params: Any) -> dict[str, Any]:

@@ -1,0 +1,282 @@
+"""Benchmark the daemon socket against a bare length-prefixed echo server, same run.
+
+    .venv/bin/python bench/daemon.py [--seconds 1.5] [--repeats 3] [--idle-seconds 5]
+
+Both servers run as separate processes on the same event loop (uvloop when installed);
+the same client code drives both: send one pre-encoded request frame, wait for one frame,
+decode it with ``decode_message``. The echo server only frames (no JSON), so the ratio is
+what JSON decoding, dispatch and encoding cost on top of the socket round trip.
+
+The request is ``agent.status`` when the daemon has an ``agent.*`` handler installed,
+else ``daemon.status`` (a cheap built-in method: no I/O, a small dict). The script says
+which one it used. Idle CPU is measured on the daemon process with no clients, and with
+200 connected clients each holding a registered channel (the ``agent.*`` runtime is not
+in this build, so "200 idle agents" is approximated by 200 idle channel connections).
+
+Targets (issue 7): >= 0.5x the echo rate with one client; p99 <= 10 ms with 100 clients;
+idle CPU < 2% of a core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tether.daemon.protocol import (
+    NEED_DATA,
+    FrameDecoder,
+    ProtocolError,
+    Request,
+    Response,
+    decode_message,
+    encode_call,
+    encode_frame,
+)
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# -- the echo server (run as a child process) -----------------------------------------------------
+
+
+class _Echo(asyncio.Protocol):
+    def __init__(self) -> None:
+        self._decoder = FrameDecoder()
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._decoder.feed(data)
+        while True:
+            frame = self._decoder.next_frame()
+            if frame is NEED_DATA or isinstance(frame, ProtocolError):
+                return
+            assert self._transport is not None
+            self._transport.write(encode_frame(frame))
+
+
+async def _echo_main(path: str) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_unix_server(_Echo, path)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    async with server:
+        await stop.wait()
+
+
+def _run(coro: Any) -> Any:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+# -- clients ---------------------------------------------------------------------------------------
+
+
+class _Client(asyncio.Protocol):
+    def __init__(self) -> None:
+        self._decoder = FrameDecoder()
+        self.transport: asyncio.Transport | None = None
+        self.waiter: asyncio.Future[Request | Response | ProtocolError] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._decoder.feed(data)
+        while True:
+            frame = self._decoder.next_frame()
+            if frame is NEED_DATA:
+                return
+            message = frame if isinstance(frame, ProtocolError) else decode_message(frame)
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(message)
+
+    async def round_trip(self, payload: bytes) -> None:
+        self.waiter = asyncio.get_running_loop().create_future()
+        assert self.transport is not None
+        self.transport.write(payload)
+        message = await self.waiter
+        if isinstance(message, ProtocolError):
+            raise RuntimeError(message.message)
+
+
+async def _load(path: Path, payload: bytes, clients: int, seconds: float) -> dict[str, float]:
+    loop = asyncio.get_running_loop()
+    conns = [(await loop.create_unix_connection(_Client, str(path)))[1] for _ in range(clients)]
+    for conn in conns:  # warm up
+        await conn.round_trip(payload)
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+
+    async def drive(conn: _Client) -> None:
+        clock = time.perf_counter
+        while True:
+            start = clock()
+            if start >= deadline:
+                return
+            await conn.round_trip(payload)
+            latencies.append(clock() - start)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(drive(conn) for conn in conns))
+    elapsed = time.perf_counter() - began
+    for conn in conns:
+        assert conn.transport is not None
+        conn.transport.close()
+    latencies.sort()
+    return {
+        "rate": len(latencies) / elapsed,
+        "p50_ms": latencies[len(latencies) // 2] * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
+    }
+
+
+async def _idle_connections(path: Path, count: int) -> list[asyncio.Transport]:
+    from tether.daemon.aclient import AsyncDaemonClient
+
+    clients = []
+    for index in range(count):
+        client = await AsyncDaemonClient.open(path)
+        await client.call("channel.register_channel", {"session_id": f"idle{index}"})
+        clients.append(client)
+    return clients  # type: ignore[return-value]
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def _idle_cpu_percent(pid: int, seconds: float) -> float:
+    before = _cpu_seconds(pid)
+    time.sleep(seconds)
+    return (_cpu_seconds(pid) - before) / seconds * 100
+
+
+# -- orchestration ---------------------------------------------------------------------------------
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 15
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"server did not start ({proc.args})")
+        time.sleep(0.02)
+
+
+def _pick_method(path: Path) -> tuple[str, Any]:
+    from tether.daemon.client import DaemonCallError, DaemonClient
+    from tether.daemon.protocol import ErrorCode
+
+    with DaemonClient.connect(path) as client:
+        try:
+            client.call("agent.status", {"name": "bench"})
+        except DaemonCallError as exc:
+            if exc.code is ErrorCode.UNKNOWN_METHOD:
+                return "daemon.status", None
+        return "agent.status", {"name": "bench"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=1.5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--idle-seconds", type=float, default=5.0)
+    parser.add_argument("--echo-server", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.echo_server:
+        _run(_echo_main(args.echo_server))
+        return
+
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="tb"))
+    env = dict(os.environ, TETHER_HOME=str(root / "home"), XDG_RUNTIME_DIR=str(root / "rt"))
+    env["TETHER_SOCKET"] = str(root / "rt" / "d.sock")
+    daemon_path, echo_path = root / "rt" / "d.sock", root / "echo.sock"
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "tether", "daemon", "--foreground", "--log-level", "WARNING"],
+        env=env,
+    )
+    echo = subprocess.Popen([sys.executable, __file__, "--echo-server", str(echo_path)])
+    try:
+        _wait_for(daemon_path, daemon)
+        _wait_for(echo_path, echo)
+        method, params = _pick_method(daemon_path)
+        payload = encode_call(1, method, params)
+        results: dict[tuple[str, int], list[dict[str, float]]] = {}
+        for _ in range(args.repeats):
+            for clients in (1, 100):
+                for name, path in (("echo", echo_path), ("daemon", daemon_path)):
+                    run = _run(_load(path, payload, clients, args.seconds))
+                    results.setdefault((name, clients), []).append(run)
+        _report(method, results)
+        idle = _idle_cpu_percent(daemon.pid, args.idle_seconds)
+
+        async def with_idle_clients() -> float:
+            clients = await _idle_connections(daemon_path, 200)
+            await asyncio.sleep(0.5)
+            loop = asyncio.get_running_loop()
+            percent = await loop.run_in_executor(
+                None, _idle_cpu_percent, daemon.pid, args.idle_seconds
+            )
+            for client in clients:
+                await client.close()  # type: ignore[attr-defined]
+            return percent
+
+        idle_200 = _run(with_idle_clients())
+        print(f"idle CPU, no clients:               {idle:.2f}% of a core ({args.idle_seconds:g}s)")
+        print(f"idle CPU, 200 idle channel clients: {idle_200:.2f}% of a core (target < 2%)")
+    finally:
+        for proc in (daemon, echo):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(10)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _median(runs: list[dict[str, float]], key: str) -> float:
+    return statistics.median(run[key] for run in runs)
+
+
+def _report(method: str, results: dict[tuple[str, int], list[dict[str, float]]]) -> None:
+    loop = "uvloop" if _has_uvloop() else "asyncio"
+    print(f"request: {method} ({loop}; medians of {len(results['echo', 1])} runs)")
+    print(f"{'server':<8}{'clients':>8}{'rt/s':>12}{'p50 ms':>10}{'p99 ms':>10}")
+    for (name, clients), runs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        print(
+            f"{name:<8}{clients:>8}{_median(runs, 'rate'):>12.0f}"
+            f"{_median(runs, 'p50_ms'):>10.3f}{_median(runs, 'p99_ms'):>10.3f}"
+        )
+    for clients in (1, 100):
+        ratio = _median(results["daemon", clients], "rate") / _median(
+            results["echo", clients], "rate"
+        )
+        print(f"daemon/echo rate, {clients} client(s): {ratio:.2f}x")
+    p99 = _median(results["daemon", 100], "p99_ms")
+    print(f"daemon p99 with 100 clients: {p99:.2f} ms (target <= 10 ms)")
+
+
+def _has_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    main()
