@@ -504,10 +504,14 @@ class InboxDrain:
     def _drain_sync(self, jobs: list[tuple[str, Path]], collect: bool) -> list[DrainResult]:
         store = self._store
         assert store is not None
-        return [
-            drain_file(store, path, run_id, collect=collect, max_bytes=self._max_bytes)
-            for run_id, path in jobs
-        ]
+        results = []
+        for run_id, path in jobs:
+            tailed = self._runs.get(run_id)  # removed while queued: leave it
+            if tailed is not None and tailed.path == path:
+                results.append(
+                    drain_file(store, path, run_id, collect=collect, max_bytes=self._max_bytes)
+                )
+        return results
 
     async def _account(self, result: DrainResult) -> None:
         self._passes += 1

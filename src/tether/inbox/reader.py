@@ -104,14 +104,16 @@ class LineSplitter:
         held_offset = self._held_offset
         if newline < 0:
             if len(self._held) + len(data) > self._max:
-                out.append(Overlong(held_offset, bytes(self._held[:HEAD_BYTES])))
+                head = bytes(self._held[:HEAD_BYTES]) + data[: max(0, HEAD_BYTES - len(self._held))]
+                out.append(Overlong(held_offset, head))
                 self._held.clear()
                 self._skipping = True
             else:
                 self._held += data
             return -1
         if len(self._held) + newline > self._max:
-            out.append(Overlong(held_offset, bytes(self._held[:HEAD_BYTES])))
+            head = bytes(self._held[:HEAD_BYTES]) + data[: max(0, HEAD_BYTES - len(self._held))]
+            out.append(Overlong(held_offset, head[: len(self._held) + newline]))
         else:
             out.append((held_offset, bytes(self._held) + data[:newline]))
         self._held.clear()

@@ -231,10 +231,14 @@ class StoredMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _prepare_file(path: Path) -> None:
-    """Create the database's directory (0700) and file (0600) if missing."""
-    parent = path.parent
-    if not parent.exists():
-        parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    """Create the database's directories (0700) and file (0600) if missing.
+
+    Directories that already exist keep their mode: ``--db /tmp/x.db`` must not
+    chmod ``/tmp``.
+    """
+    missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    for directory in reversed(missing):  # each new directory 0700, existing ones untouched
+        directory.mkdir(mode=DIR_MODE, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         os.close(fd)
