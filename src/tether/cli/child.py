@@ -1,0 +1,153 @@
+"""``tether child``: run as a live wire child over a control file and an event file.
+
+The files come from the environment (``FEN_WIRE_*``, or the same names with
+``TETHER_WIRE_*``): ``CONTROL_PATH`` and ``EVENT_PATH`` (required), ``RUN_ID``
+(default ``run``) and ``DEADLINE`` (Unix seconds). The task arrives as the first
+``prompt`` control. Exit status 0 only after ``exit done``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tether.runtime.runner import EmitFn, TurnRunner
+
+MISSING_ENV = "FEN_WIRE_CONTROL_PATH and FEN_WIRE_EVENT_PATH are required"
+_PREFIXES = ("FEN_WIRE_", "TETHER_WIRE_")
+
+
+def _build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Run a live child agent driven by wire controls. Reads FEN_WIRE_CONTROL_PATH, "
+            "FEN_WIRE_EVENT_PATH, FEN_WIRE_RUN_ID and FEN_WIRE_DEADLINE (or TETHER_WIRE_*)."
+        ),
+    )
+    parser.add_argument("--provider", default="scripted", help="model provider (default: scripted)")
+    parser.add_argument("--model", help="model name (the provider's default if omitted)")
+    parser.add_argument("--script", help="the scripted provider's replies (a JSON list)")
+    parser.add_argument(
+        "--provider-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a provider option (repeatable)",
+    )
+    parser.add_argument("--cwd", help="working directory for tools (default: the current one)")
+    tools = parser.add_mutually_exclusive_group()
+    tools.add_argument("--tools", help="comma-separated allow-list, e.g. bash,read")
+    tools.add_argument("--no-tools", action="store_true", help="offer no tools")
+    parser.add_argument("--system", help="system prompt ({cwd} is replaced)")
+    parser.add_argument("--max-tokens", type=int, default=8192, help="per model call")
+    return parser
+
+
+def wire_env(env: Mapping[str, str], name: str) -> str | None:
+    """``FEN_WIRE_<name>``, else ``TETHER_WIRE_<name>`` (empty counts as unset)."""
+    for prefix in _PREFIXES:
+        value = env.get(prefix + name)
+        if value:
+            return value
+    return None
+
+
+def _options(pairs: list[str]) -> dict[str, str] | str:
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            return f"--provider-option expects KEY=VALUE, got {pair!r}"
+        options[key] = value
+    return options
+
+
+def _fail_early(event_path: str | None, run: str, error: str) -> int:
+    """Report a start-up error on stderr and, when possible, as the run's exit line."""
+    print(f"tether child: {error}", file=sys.stderr)
+    if event_path:
+        from tether.runtime.child_io import EventLog, first_line
+        from tether.wire import Exit
+
+        try:
+            log = EventLog(event_path, run)
+            log.emit(Exit, status="failed", error=first_line(error))
+            log.close()
+        except (OSError, ValueError) as exc:
+            print(f"tether child: cannot write the exit line: {exc}", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str], prog: str) -> int:
+    args = _build_parser(prog).parse_args(argv)
+    env = dict(os.environ)
+    control = wire_env(env, "CONTROL_PATH")
+    events = wire_env(env, "EVENT_PATH")
+    run = wire_env(env, "RUN_ID") or "run"
+    if not control or not events:
+        return _fail_early(events, run, MISSING_ENV)
+    deadline: float | None = None
+    raw_deadline = wire_env(env, "DEADLINE")
+    if raw_deadline is not None:
+        try:
+            deadline = float(raw_deadline)
+        except ValueError:
+            deadline = math.nan
+        if not math.isfinite(deadline):
+            return _fail_early(events, run, f"invalid FEN_WIRE_DEADLINE {raw_deadline!r}")
+    options = _options(args.provider_option)
+    if isinstance(options, str):
+        return _fail_early(events, run, options)
+    cwd = Path(args.cwd or os.getcwd()).resolve()
+    if not cwd.is_dir():
+        return _fail_early(events, run, f"--cwd {cwd} is not a directory")
+
+    from tether.runtime.child import ChildOptions, run_child
+    from tether.transports.watch import polling_forced
+
+    async def factory(emit: EmitFn) -> TurnRunner:
+        return _build_agent(args, emit, cwd=cwd, env=env, options=options)
+
+    child = ChildOptions(
+        control_path=Path(control),
+        event_path=Path(events),
+        runner_factory=factory,
+        run=run,
+        deadline=deadline,
+        force_polling=polling_forced(env),
+    )
+    return run_child(child)
+
+
+def _build_agent(
+    args: argparse.Namespace,
+    emit: EmitFn,
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    options: dict[str, str],
+) -> TurnRunner:
+    """The built-in agent for the parsed flags; raises a clear error on bad ones."""
+    from tether.agent.loop import Agent
+    from tether.agent.registry import get_provider
+    from tether.agent.tools import ToolContext, select_tools
+
+    allow = [] if args.no_tools else (args.tools.split(",") if args.tools is not None else None)
+    tools = select_tools(allow)
+    provider = get_provider(args.provider, args.model, script=args.script, env=env, options=options)
+    return Agent(
+        provider,
+        emit=emit,
+        tools=tools,
+        context=ToolContext(cwd=cwd, env=env),
+        model=args.model,
+        system=args.system,
+        max_tokens=args.max_tokens,
+    )

@@ -1,0 +1,467 @@
+"""The live child presenter: the state table driven over two files.
+
+Theory of operation: the presenter builds its turn runner, writes ``ready``, and then
+reacts to three things, all on one asyncio loop (so no two reactions interleave):
+
+- a control line (the reader task tails the control file; one inotify watch wakes it
+  when the file grows, else it polls at 30 ms in a turn / 300 ms idle). Each line gets
+  exactly one ``control-ack``, written before anything the control causes: decode
+  (rejections are acked with ``rejection_ack``; a version mismatch is fatal and gets no
+  ack), ``decide_for_run``, ack, then the effect (start a turn, queue, interrupt,
+  abort, finish);
+- the end of a turn (``turn-complete``, then ``advance``: back to ready, the finalize
+  turn, or the finish);
+- the deadline timer, a signal, or a fatal error (``advance`` to timed-out / failed).
+
+Leaving is one path (:meth:`Presenter._exit`): stop reading, cancel a running turn
+(which ends tool process groups at once) and let it unwind briefly, ack any control
+lines already in the file (they are rejected: the run is terminal), report queued
+controls that were never injected in one ``info``, then ``result`` (only for done) and
+``exit``. ``result`` is therefore always immediately before ``exit done``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from tether.agent.provider import Usage
+from tether.runtime.child_io import (
+    ControlFeed,
+    ControlLine,
+    EventLog,
+    first_line,
+    result_fields,
+    utc_now,
+)
+from tether.runtime.runner import (
+    Injection,
+    InjectionKind,
+    RunnerFactory,
+    TurnOutcome,
+    TurnRequest,
+    TurnRunner,
+)
+from tether.transports.watch import FileWatcher
+from tether.wire import (
+    AnyControl,
+    ControlAck,
+    Exit,
+    Finalize,
+    Info,
+    Ready,
+    Result,
+    TurnComplete,
+    TurnStarted,
+    rejection_ack,
+    tag_of,
+)
+from tether.wire.limits import POLL_BUSY_S, POLL_IDLE_S
+from tether.wire.session import (
+    AckStatus,
+    Effect,
+    Internal,
+    State,
+    advance,
+    decide_for_run,
+    is_terminal,
+)
+
+__all__ = ["DEFAULT_FINALIZE_NOTE", "ChildOptions", "Presenter", "run_child"]
+
+DEFAULT_FINALIZE_NOTE: Final = (
+    "Stop working now. Without calling tools, give your final answer from what you have so far."
+)
+DEADLINE_ERROR: Final = "run deadline exceeded"
+# How long a cancelled turn may take to unwind before `exit` is written anyway.
+UNWIND_GRACE_S: Final = 1.0
+# Reads of control lines already in the file when the run exits (each <= 64 lines).
+FINAL_DRAIN_READS: Final = 16
+
+_INJECTION_KINDS: Final[dict[str, InjectionKind]] = {
+    "prompt": "user",
+    "steer": "steering",
+    "follow-up": "follow-up",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ChildOptions:
+    control_path: Path
+    event_path: Path
+    runner_factory: RunnerFactory
+    run: str = "run"
+    deadline: float | None = None  # Unix time in seconds
+    force_polling: bool = False
+
+
+class _TurnControl:
+    """The presenter's side of one running turn (a :class:`TurnControl`)."""
+
+    def __init__(self, presenter: Presenter) -> None:
+        self._presenter = presenter
+        self._interrupt = asyncio.Event()
+
+    @property
+    def interrupted(self) -> bool:
+        return self._interrupt.is_set()
+
+    def interrupt(self) -> None:
+        self._interrupt.set()
+
+    async def wait_interrupted(self) -> None:
+        await self._interrupt.wait()
+
+    def take_steering(self) -> list[Injection]:
+        return self._presenter.take(self._presenter.steering)
+
+    def take_follow_ups(self) -> list[Injection]:
+        return self._presenter.take(self._presenter.follow_ups)
+
+
+class Presenter:
+    """Drives one run; see the module docstring. Use :func:`run_child`."""
+
+    def __init__(self, options: ChildOptions, log: EventLog) -> None:
+        self.options = options
+        self.log = log
+        self.state = State.STARTING
+        self.feed = ControlFeed(options.control_path)
+        self.watcher: FileWatcher | None = None
+        self.runner: TurnRunner | None = None
+        self.turn = 0
+        self.turn_final = False
+        self.turn_task: asyncio.Task[None] | None = None
+        self.control: _TurnControl | None = None
+        self.steering: deque[Injection] = deque()
+        self.follow_ups: deque[Injection] = deque()
+        self.finalize_note = DEFAULT_FINALIZE_NOTE
+        self.usage = Usage()
+        self.last_stop = "stop"
+        self.error: str | None = None
+        self._channel_dead = False
+        self._reader: asyncio.Task[None] | None = None
+        self._exit_task: asyncio.Task[None] | None = None
+        self._exited = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- running ----------------------------------------------------------------------
+
+    async def run(self) -> State:
+        """Run until ``exit`` is written; returns the exit state."""
+        try:
+            self.runner = await self.options.runner_factory(self._emit_display)
+        except Exception as exc:  # noqa: BLE001 - any set-up failure ends the run `failed`
+            self.state = advance(self.state, Internal.FATAL).next_state
+            self.log.emit(Exit, status=self.state.value, error=first_line(str(exc) or repr(exc)))
+            self.log.close()
+            return self.state
+        loop = asyncio.get_running_loop()
+        self.watcher = FileWatcher(
+            poll_interval=POLL_IDLE_S, force_polling=self.options.force_polling
+        )
+        self.watcher.watch(self.options.control_path)
+        self.log.emit(Ready)
+        self.state = advance(self.state, Internal.STARTED).next_state
+        self._arm(loop)
+        self._reader = asyncio.create_task(self._guard(self._read_controls()))
+        try:
+            await self._exited.wait()
+        finally:
+            await self._close()
+        return self.state
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        deadline = self.options.deadline
+        if deadline is not None:
+            delay = max(0.0, deadline - time.time())
+            self._timer = loop.call_at(loop.time() + delay, self._on_deadline)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+                loop.add_signal_handler(sig, self.fail, f"terminated by {sig.name}")
+
+    async def _close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.runner is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.runner.aclose(), UNWIND_GRACE_S)
+        if self.watcher is not None:
+            self.watcher.close()
+        self.feed.close()
+        self.log.close()
+
+    async def _guard(self, work: Any) -> None:
+        """Run a presenter coroutine; a bug in it ends the run `failed`, never a hang."""
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            print(f"tether child: internal error: {exc!r}", file=sys.stderr)
+            self.fail(f"internal error: {type(exc).__name__}: {exc}")
+
+    # -- controls ---------------------------------------------------------------------
+
+    @property
+    def exiting(self) -> bool:
+        return self._exit_task is not None or is_terminal(self.state)
+
+    async def _read_controls(self) -> None:
+        watcher = self.watcher
+        assert watcher is not None
+        while not self.exiting:
+            self._check_deadline()
+            if self.exiting or not self._read_once():
+                return
+            if self.exiting:
+                return
+            if self.feed.more():
+                await asyncio.sleep(0)  # let a running turn breathe between bounded reads
+            else:
+                await watcher.wait()
+
+    def _read_once(self) -> bool:
+        """One bounded read, every line handled; False when the channel is dead."""
+        got = self.feed.read()
+        if got.truncated:
+            self._channel_dead = True
+            self.fail(f"control file truncated below offset {self.feed.offset}")
+            return False
+        for line in got.controls:
+            self._on_line(line)
+            if self._channel_dead:
+                return False
+        return True
+
+    def _on_line(self, line: ControlLine) -> None:
+        rejection = line.rejection
+        if rejection is not None:
+            if rejection.fatal:  # version mismatch: no ack, the channel stops
+                self._channel_dead = True
+                self.fail(rejection.reason)
+            else:
+                self.log.emit(ControlAck, **rejection_ack(rejection))
+            return
+        message = line.message
+        assert message is not None
+        kind = tag_of(type(message))
+        decision = decide_for_run(self.state, kind, message.run, self.log.run)
+        ack: dict[str, Any] = {"status": decision.ack.value, "ref": message.seq}
+        if decision.reason:
+            ack["reason"] = decision.reason
+        self.log.emit(ControlAck, **ack)
+        if decision.ack is AckStatus.ACCEPTED:
+            self.state = decision.next_state
+            self._apply(decision.effect, message)
+
+    def _apply(self, effect: Effect, message: AnyControl) -> None:
+        text = getattr(message, "text", "")
+        kind = tag_of(type(message))
+        if effect is Effect.START_TURN:
+            self._start_turn(TurnRequest(Injection(text, _INJECTION_KINDS[kind], message.seq)))
+        elif effect is Effect.QUEUE_STEERING:
+            self.steering.append(Injection(text, "steering", message.seq))
+        elif effect is Effect.QUEUE_FOLLOW_UP:
+            self.follow_ups.append(Injection(text, "follow-up", message.seq))
+        elif effect in (Effect.START_FINALIZE_TURN, Effect.INTERRUPT_TURN):
+            if isinstance(message, Finalize) and isinstance(message.note, str) and message.note:
+                self.finalize_note = message.note
+            self._drop_queued()
+            if effect is Effect.START_FINALIZE_TURN:
+                self._start_finalize_turn()
+            elif self.control is not None:
+                self.control.interrupt()
+        elif effect in (Effect.ABORT, Effect.FINISH):
+            self._begin_exit()
+
+    def take(self, queue: deque[Injection]) -> list[Injection]:
+        """Hand the queued items to the running turn (they count as injected from now on)."""
+        items = list(queue)
+        queue.clear()
+        return items
+
+    def _drop_queued(self) -> None:
+        """Drop queued steers and follow-ups, reported in one ``info`` listing their seqs."""
+        dropped = sorted((*self.steering, *self.follow_ups), key=lambda i: i.ref or 0)
+        self.steering.clear()
+        self.follow_ups.clear()
+        refs = [i.ref for i in dropped if i.ref is not None]
+        if not refs:
+            return
+        names = ", ".join(f"{i.kind} {i.ref}" for i in dropped)
+        summary = f"dropped {len(refs)} queued control(s) never injected: {names}"
+        self.log.emit(Info, timestamp=utc_now(), summary=summary[:160], refs=refs)
+
+    # -- turns ------------------------------------------------------------------------
+
+    def _start_turn(self, request: TurnRequest) -> None:
+        assert self.runner is not None
+        self.turn += 1
+        self.turn_final = request.final
+        self.control = _TurnControl(self)
+        self.log.emit(TurnStarted, turn=self.turn)
+        if self.watcher is not None:
+            self.watcher.set_poll_interval(POLL_BUSY_S)
+        self.turn_task = asyncio.create_task(self._turn(self.runner, request, self.control))
+
+    def _start_finalize_turn(self) -> None:
+        self._start_turn(TurnRequest(Injection(self.finalize_note), final=True))
+
+    async def _turn(self, runner: TurnRunner, request: TurnRequest, control: _TurnControl) -> None:
+        try:
+            outcome = await runner.run_turn(request, control)
+        except asyncio.CancelledError:
+            outcome = TurnOutcome("aborted")
+        except Exception as exc:  # noqa: BLE001 - a runner bug ends the turn, not the run
+            error = f"{type(exc).__name__}: {exc}"
+            self._emit_display({"type": "error", "error": error, "source": "agent"})
+            outcome = TurnOutcome("error", error=error)
+        try:
+            self._turn_finished(outcome)
+        except Exception as exc:  # noqa: BLE001
+            self.fail(f"internal error: {type(exc).__name__}: {exc}")
+
+    def _turn_finished(self, outcome: TurnOutcome) -> None:
+        self.usage += outcome.usage
+        self.last_stop = outcome.stop_reason
+        self.log.emit(
+            TurnComplete,
+            turn=self.turn,
+            stop_reason=outcome.stop_reason,
+            usage=outcome.usage.to_wire(),
+        )
+        self.turn_task, self.control = None, None
+        if self.watcher is not None:
+            self.watcher.set_poll_interval(POLL_IDLE_S)
+        event = Internal.FINAL_TURN_DONE if self.turn_final else Internal.TURN_DONE
+        move = advance(self.state, event)
+        self.state = move.next_state
+        if move.effect is Effect.START_FINALIZE_TURN:
+            self._start_finalize_turn()
+        elif move.effect is Effect.FINISH:
+            self._begin_exit()
+        elif move.effect is Effect.NONE and self.state is State.READY:
+            self._start_leftover_turn()
+        elif move.effect is Effect.IMPOSSIBLE:
+            self.fail(f"internal error: {event} cannot happen in state {self.state}")
+
+    def _start_leftover_turn(self) -> None:
+        """A steer or follow-up still queued when the turn ended starts the next turn."""
+        queued = sorted((*self.steering, *self.follow_ups), key=lambda i: i.ref or 0)
+        if not queued:
+            return
+        first = queued[0]
+        (self.steering if first.kind == "steering" else self.follow_ups).remove(first)
+        self.state = State.RUNNING
+        self._start_turn(TurnRequest(first))
+
+    # -- internal events --------------------------------------------------------------
+
+    def fail(self, error: str) -> None:
+        """A fatal error: the run exits ``failed`` with ``error``."""
+        self._internal(Internal.FATAL, error)
+
+    def _on_deadline(self) -> None:
+        self._internal(Internal.DEADLINE, DEADLINE_ERROR)
+
+    def _check_deadline(self) -> None:
+        deadline = self.options.deadline
+        if deadline is not None and time.time() >= deadline:
+            self._on_deadline()
+
+    def _internal(self, event: Internal, error: str) -> None:
+        if self.exiting:
+            return
+        move = advance(self.state, event)
+        if move.effect is Effect.IMPOSSIBLE:
+            return
+        self.state = move.next_state
+        self.error = error
+        self._begin_exit()
+
+    # -- leaving ----------------------------------------------------------------------
+
+    def _begin_exit(self) -> None:
+        if self._exit_task is None:
+            self._exit_task = asyncio.create_task(self._exit())
+
+    async def _exit(self) -> None:
+        try:
+            await self._unwind()
+            self._final_drain()
+            self._drop_queued()
+            if self.state is State.DONE:
+                self._emit_result()
+        except Exception as exc:  # noqa: BLE001 - never leave without an exit line
+            self.state, self.error = State.FAILED, f"internal error: {type(exc).__name__}: {exc}"
+        finally:
+            error = None if self.state is State.DONE else self.error
+            fields = {"status": self.state.value}
+            if error:
+                fields["error"] = first_line(error)
+            with contextlib.suppress(OSError, ValueError):
+                self.log.emit(Exit, **fields)
+            self.log.close()
+            self._exited.set()
+
+    async def _unwind(self) -> None:
+        current = asyncio.current_task()
+        if self._reader is not None and self._reader is not current:
+            self._reader.cancel()
+            await asyncio.wait({self._reader})
+        task = self.turn_task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=UNWIND_GRACE_S)
+
+    def _final_drain(self) -> None:
+        """Ack the control lines already in the file (the run is terminal: all rejected)."""
+        for _ in range(FINAL_DRAIN_READS):
+            if self._channel_dead or not self.feed.more():
+                return
+            if not self._read_once():
+                return
+
+    def _emit_result(self) -> None:
+        assert self.runner is not None
+        spill = [self.options.event_path.parent, Path(tempfile.gettempdir())]
+        fields = result_fields(
+            self.runner.final_text(),
+            self.last_stop,
+            self.usage.to_wire(),
+            run=self.log.run,
+            spill_dirs=spill,
+        )
+        self.log.emit(Result, **fields)
+
+    # -- display events ---------------------------------------------------------------
+
+    def _emit_display(self, raw: Mapping[str, Any]) -> None:
+        meta = {"run-id": self.log.run} if raw.get("type") == "agent-started" else None
+        self.log.emit_display(raw, meta)
+
+
+def run_child(options: ChildOptions) -> int:
+    """Run a live child until its ``exit`` line; 0 only after ``exit done``."""
+    try:
+        log = EventLog(options.event_path, options.run)
+    except OSError as exc:
+        print(f"tether child: cannot open event file {options.event_path}: {exc}", file=sys.stderr)
+        return 1
+    presenter = Presenter(options, log)
+    try:
+        state = asyncio.run(presenter.run())
+    except (OSError, ValueError) as exc:
+        print(f"tether child: {exc}", file=sys.stderr)
+        return 1
+    return 0 if state is State.DONE and log.closed else 1

@@ -1,0 +1,228 @@
+"""The child's two files: the event log it appends to and the control file it tails.
+
+:class:`EventLog` stamps every event with the run's increasing seq and appends it to
+the event file with ONE ``write`` of the whole line and its newline (the file is open
+``O_APPEND``, so a reader never sees a torn or interleaved line). Display events pass
+through :func:`tether.wire.normalize` first. After the ``exit`` line nothing more is
+written. :func:`result_fields` fits a long final text into one ``result`` line, writing
+the whole text to a private temp file named by ``final-text-path``.
+
+:class:`ControlFeed` turns the control file into decoded controls in bounded reads:
+each read hands out at most 64 KiB / 64 lines (:class:`tether.transports.tail.FileTail`),
+and every item becomes a :class:`ControlLine` (``message`` or ``rejection``; a line too long
+for one read is one rejection, and the rest of it is skipped to its newline).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from tether.transports.tail import FileTail, TailStatus
+from tether.wire import (
+    DISPLAY_EVENT_TYPES,
+    MAX_LINE_BYTES,
+    AnyControl,
+    Code,
+    Info,
+    Message,
+    Receiver,
+    Rejection,
+    Result,
+    Sender,
+    TooLarge,
+    normalize,
+)
+from tether.wire import Control as WireControl
+from tether.wire.limits import MAX_SAFE_INTEGER, RESULT_TEXT_BYTES
+from tether.wire.text import cut_text, first_line_summary
+
+__all__ = ["ControlFeed", "ControlLine", "EventLog", "FeedRead", "result_fields", "utc_now"]
+
+FILE_MODE: Final = 0o600
+ERROR_LINE_BYTES: Final = 4096
+
+
+def utc_now() -> str:
+    """The wire's timestamp: UTC, second precision (``2026-09-25T00:00:00Z``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def first_line(error: str) -> str:
+    """``exit.error`` is the first line of the error, bounded."""
+    return first_line_summary(error, ERROR_LINE_BYTES) or error[:1]
+
+
+class EventLog:
+    """Appends this run's events to the event file; see the module docstring."""
+
+    def __init__(self, path: str | os.PathLike[str], run: str) -> None:
+        self.path = Path(path)
+        self.sender = Sender(run)
+        self.closed = False
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        self._fd = os.open(self.path, flags, FILE_MODE)
+
+    @property
+    def run(self) -> str:
+        return self.sender.run
+
+    def emit(self, cls: type[Message], /, **fields: Any) -> None:
+        """Write a lifecycle event; a refusal here is a bug, so it raises."""
+        line = self.sender.next(cls, **fields)
+        if isinstance(line, Rejection):
+            raise ValueError(f"cannot encode {cls.__name__}: {line.reason}")
+        self._write(line)
+
+    def emit_display(self, raw: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> None:
+        """Normalize and write one display event from the agent (others become ``info``)."""
+        if self.closed:
+            return
+        kind = raw.get("type")
+        if kind not in DISPLAY_EVENT_TYPES:
+            raw = {"type": "info", "summary": f"{kind} is not a display event; not forwarded"}
+        line = self.sender.next_payload(normalize(raw, now=utc_now(), meta=meta))
+        if isinstance(line, Rejection):
+            summary = f"{kind} event dropped: {line.reason}"
+            line = self.sender.next(Info, timestamp=utc_now(), summary=summary[:160])
+            if isinstance(line, Rejection):
+                return
+        self._write(line)
+
+    def _write(self, line: bytes) -> None:
+        if self.closed:
+            return
+        data = line + b"\n"
+        written = os.write(self._fd, data)
+        while written < len(data):  # only on a full disk or similar; keep the line whole
+            written += os.write(self._fd, data[written:])
+
+    def close(self) -> None:
+        """No further lines (called after ``exit``)."""
+        self.closed = True
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+# --- the result ---------------------------------------------------------------------------
+
+
+def result_fields(
+    text: str, stop_reason: str, usage: Mapping[str, Any], *, run: str, spill_dirs: list[Path]
+) -> dict[str, Any]:
+    """The ``result`` fields for ``text``: whole when it fits one line, else cut and spilled.
+
+    A text too long for one line is written whole to a new private temp file in the first
+    of ``spill_dirs`` that works, named by ``final_text_path``; the line carries a UTF-8
+    prefix of at most RESULT_TEXT_BYTES, halved until the line fits, with ``truncated``.
+    """
+    fields: dict[str, Any] = {"final_text": text, "stop_reason": stop_reason, "usage": dict(usage)}
+    if _fits(fields, run):
+        return fields
+    path = spill_text(text, spill_dirs)
+    if path is not None:
+        fields["final_text_path"] = str(path)
+    fields["truncated"] = True
+    limit = RESULT_TEXT_BYTES
+    while limit > 0:
+        fields["final_text"] = cut_text(text, limit)[0]
+        if _fits(fields, run):
+            return fields
+        limit //= 2
+    fields["final_text"] = ""
+    return fields
+
+
+def _fits(fields: Mapping[str, Any], run: str) -> bool:
+    # Encoded with the largest seq the run could reach, so the real line fits too.
+    line = Sender(run, last_seq=MAX_SAFE_INTEGER - 1).next(Result, **fields)
+    return not isinstance(line, Rejection)
+
+
+def spill_text(text: str, dirs: list[Path]) -> Path | None:
+    """Write ``text`` to a new 0600 temp file in the first usable dir; None if none works."""
+    data = text.encode("utf-8", "replace")
+    for directory in dirs:
+        try:
+            fd, name = tempfile.mkstemp(prefix="final-text-", suffix=".txt", dir=directory)
+        except OSError:
+            continue
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+            continue
+        return Path(name)
+    return None
+
+
+# --- controls -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ControlLine:
+    """One control line: its message, or why it was rejected."""
+
+    message: AnyControl | None = None
+    rejection: Rejection | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FeedRead:
+    """One bounded read: the controls, and whether the file was truncated (fatal)."""
+
+    controls: list[ControlLine]
+    truncated: bool = False
+    missing: bool = False
+
+
+class ControlFeed:
+    """Decoded controls from the control file, with increasing seqs enforced."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.tail = FileTail(path)
+        self.receiver = Receiver("control")
+
+    @property
+    def offset(self) -> int:
+        return self.tail.offset
+
+    def read(self) -> FeedRead:
+        """The next bounded read (possibly empty)."""
+        got = self.tail.read()
+        if got.status is TailStatus.TRUNCATED:
+            return FeedRead([], truncated=True)
+        if got.status is TailStatus.MISSING:
+            return FeedRead([], missing=True)
+        return FeedRead([self._decode(item) for item in got.items])
+
+    def more(self) -> bool:
+        """True when another read may find something (buffered lines, or unread bytes)."""
+        try:
+            return self.tail.size_changed()
+        except OSError:
+            return False
+
+    def _decode(self, item: object) -> ControlLine:
+        if isinstance(item, TooLarge):
+            reason = f"line exceeds {MAX_LINE_BYTES} bytes"
+            return ControlLine(rejection=Rejection(code=Code.TOO_LARGE, reason=reason))
+        data = getattr(item, "data", b"")
+        result = self.receiver.receive(data)
+        if isinstance(result, Rejection):
+            return ControlLine(rejection=result)
+        if not isinstance(result, WireControl):  # the control decoder yields only controls
+            reason = f"{result.seq}: not a control"
+            return ControlLine(rejection=Rejection(code=Code.UNKNOWN_TYPE, reason=reason))
+        return ControlLine(message=result)
+
+    def close(self) -> None:
+        self.tail.close()

@@ -1,0 +1,114 @@
+"""The turn runner interface: what the child presenter asks of the thing that runs turns.
+
+The presenter owns the wire: the control file, the state table, acks, queues, turn
+numbers, the result and the exit. A runner owns the agent: it runs one turn at a time
+from an opening message until the agent stops, and reports display events (raw dicts
+with the wire's kebab-case keys) through the ``emit`` callback it was built with; the
+presenter normalizes and writes them. The built-in agent
+(:class:`tether.agent.loop.Agent`) is one runner; a program speaking RESP on stdio can
+be another.
+
+During a turn the runner pulls from the presenter through :class:`TurnControl`:
+
+- ``take_steering()`` before each model call: queued steer texts, to add as user
+  messages (emitting ``steering-injected`` with the item's ``ref``);
+- ``take_follow_ups()`` when the agent would otherwise end the turn: queued follow-ups
+  (emitting ``follow-up-injected``), after which the turn goes on;
+- ``interrupted`` / ``wait_interrupted()``: finalize asks the turn to stop at its next
+  cooperative yield. The runner pairs unexecuted tool calls with cancelled results and
+  returns with stop reason ``aborted``.
+
+Abort (cancel, deadline, a fatal error) is asyncio cancellation of the task running
+:meth:`TurnRunner.run_turn`: the runner must stop at once, ending any tool's process
+group (see :mod:`tether.runtime.procs`), and let the CancelledError propagate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from tether.agent.provider import Usage
+
+__all__ = [
+    "EmitFn",
+    "Injection",
+    "RunnerFactory",
+    "TurnControl",
+    "TurnOutcome",
+    "TurnRequest",
+    "TurnRunner",
+]
+
+EmitFn = Callable[[Mapping[str, Any]], None]
+InjectionKind = Literal["user", "steering", "follow-up"]
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """A user message for the agent: a prompt, or a steer/follow-up with its control seq."""
+
+    text: str
+    kind: InjectionKind = "user"
+    ref: int | None = None
+
+    def event(self) -> dict[str, Any]:
+        """The display event announcing it (``user`` or ``*-injected`` with ``ref``)."""
+        if self.kind == "user":
+            return {"type": "user", "text": self.text}
+        kind = "steering-injected" if self.kind == "steering" else "follow-up-injected"
+        out: dict[str, Any] = {"type": kind, "text": self.text}
+        if self.ref is not None:
+            out["ref"] = self.ref
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """One turn: its opening message; ``final`` for finalize's tool-free turn."""
+
+    opening: Injection
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    """How a turn ended: the wire stop reason (``aborted``, ``error``, ...), its usage."""
+
+    stop_reason: str
+    usage: Usage = field(default_factory=Usage)
+    error: str | None = None
+
+
+class TurnControl(Protocol):
+    """The presenter's side of a running turn (see the module docstring)."""
+
+    @property
+    def interrupted(self) -> bool: ...
+
+    async def wait_interrupted(self) -> None: ...
+
+    def take_steering(self) -> list[Injection]: ...
+
+    def take_follow_ups(self) -> list[Injection]: ...
+
+
+class TurnRunner(Protocol):
+    """Runs turns for the presenter, one at a time."""
+
+    async def run_turn(self, request: TurnRequest, control: TurnControl) -> TurnOutcome:
+        """Run the agent from ``request.opening`` until it stops (see the module docstring)."""
+        ...
+
+    def final_text(self) -> str:
+        """The text of the run's last assistant message ("" when there is none)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop anything still running (tool process groups, connections)."""
+        ...
+
+
+# Builds the runner before `ready`; an exception here ends the run `failed`.
+RunnerFactory = Callable[[EmitFn], Awaitable[TurnRunner]]
