@@ -1,6 +1,6 @@
 """Benchmark the daemon socket against a bare length-prefixed echo server, same run.
 
-    .venv/bin/python bench/daemon.py [--seconds 1.5] [--repeats 3] [--idle-seconds 5]
+    .venv/bin/python bench/daemon.py [--seconds 1] [--repeats 5] [--idle-seconds 5]
 
 Both servers run as separate processes on the same event loop (uvloop when installed);
 the same client code drives both: send one pre-encoded request frame, wait for one frame,
@@ -141,6 +141,7 @@ async def _load(path: Path, payload: bytes, clients: int, seconds: float) -> dic
         conn.transport.close()
     latencies.sort()
     return {
+        "count": len(latencies),
         "rate": len(latencies) / elapsed,
         "p50_ms": latencies[len(latencies) // 2] * 1000,
         "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
@@ -195,8 +196,8 @@ def _pick_method(path: Path) -> tuple[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=1.5)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--echo-server", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -219,10 +220,16 @@ def main() -> None:
         method, params = _pick_method(daemon_path)
         payload = encode_call(1, method, params)
         results: dict[tuple[str, int], list[dict[str, float]]] = {}
-        for _ in range(args.repeats):
+        servers = {"echo": (echo_path, echo.pid), "daemon": (daemon_path, daemon.pid)}
+        for repeat in range(args.repeats):
             for clients in (1, 100):
-                for name, path in (("echo", echo_path), ("daemon", daemon_path)):
+                # Alternate the order so drifting background load hits both alike.
+                order = ("echo", "daemon") if repeat % 2 == 0 else ("daemon", "echo")
+                for name in order:
+                    path, pid = servers[name]
+                    cpu_before = _cpu_seconds(pid)
                     run = _run(_load(path, payload, clients, args.seconds))
+                    run["cpu_us"] = (_cpu_seconds(pid) - cpu_before) / run["count"] * 1e6
                     results.setdefault((name, clients), []).append(run)
         _report(method, results)
         idle = _idle_cpu_percent(daemon.pid, args.idle_seconds)
@@ -255,17 +262,18 @@ def _median(runs: list[dict[str, float]], key: str) -> float:
 def _report(method: str, results: dict[tuple[str, int], list[dict[str, float]]]) -> None:
     loop = "uvloop" if _has_uvloop() else "asyncio"
     print(f"request: {method} ({loop}; medians of {len(results['echo', 1])} runs)")
-    print(f"{'server':<8}{'clients':>8}{'rt/s':>12}{'p50 ms':>10}{'p99 ms':>10}")
+    header = f"{'server':<8}{'clients':>8}{'rt/s':>12}{'p50 ms':>10}{'p99 ms':>10}"
+    print(header + f"{'server CPU us/req':>19}")
     for (name, clients), runs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         print(
             f"{name:<8}{clients:>8}{_median(runs, 'rate'):>12.0f}"
             f"{_median(runs, 'p50_ms'):>10.3f}{_median(runs, 'p99_ms'):>10.3f}"
+            f"{_median(runs, 'cpu_us'):>19.1f}"
         )
     for clients in (1, 100):
-        ratio = _median(results["daemon", clients], "rate") / _median(
-            results["echo", clients], "rate"
-        )
-        print(f"daemon/echo rate, {clients} client(s): {ratio:.2f}x")
+        pairs = zip(results["daemon", clients], results["echo", clients], strict=True)
+        ratio = statistics.median(d["rate"] / e["rate"] for d, e in pairs)
+        print(f"daemon/echo rate, {clients} client(s): {ratio:.2f}x (median of per-run ratios)")
     p99 = _median(results["daemon", 100], "p99_ms")
     print(f"daemon p99 with 100 clients: {p99:.2f} ms (target <= 10 ms)")
 

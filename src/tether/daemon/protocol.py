@@ -357,8 +357,13 @@ def decode_response(body: bytes) -> Response | ProtocolError:
 def decode_message(body: bytes) -> Request | Response | ProtocolError:
     """Decode a frame from a peer that may send requests and responses on one connection.
 
-    A frame with ``method`` is a request; otherwise it must be a valid response.
+    A frame with ``method`` is a request; otherwise it must be a valid response. Requests
+    are the common case, so they are tried first.
     """
+    try:
+        return _REQUEST_DECODER.decode(body)
+    except msgspec.DecodeError:
+        pass
     try:
         frame = _FRAME_DECODER.decode(body)
     except msgspec.DecodeError as exc:

@@ -195,7 +195,8 @@ class Connection(asyncio.Protocol):
                 return
             completed = True
             self._on_frame(frame)
-        self._arm_frame_timer(restart=completed)
+        if decoder.buffered or self._frame_timer is not None:
+            self._arm_frame_timer(restart=completed)
 
     def eof_received(self) -> bool | None:
         error = self._decoder.eof()
