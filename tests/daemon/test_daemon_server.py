@@ -330,3 +330,28 @@ def test_peer_of_another_user_is_refused(daemon: DaemonProcess) -> None:
         daemon.socket.chmod(0o600)
     assert out.stdout.strip() == "eof", out
     assert "refusing a connection from uid 65534" in daemon.stderr()
+
+
+def test_a_half_closed_client_still_gets_its_answers(daemon: DaemonProcess) -> None:
+    with daemon.connect() as receiver, daemon.connect() as pusher:
+        channel = call(receiver, 1, "channel.register_channel", {"session_id": "s"})["result"]
+        assert isinstance(channel, dict)
+        envelope = {
+            "jsonrpc": "2.0",
+            "method": "notifications/claude/channel",
+            "params": {"content": "x"},
+        }
+        params = {"channel_id": channel["channel_id"], "envelope": envelope}
+        pusher.sendall(
+            frame({"id": 1, "method": "daemon.status"})
+            + frame({"id": 2, "method": "channel.push_to_channel", "params": params})
+        )
+        pusher.shutdown(socket.SHUT_WR)
+        delivery = read_frame(receiver)
+        assert delivery is not None
+        receiver.sendall(frame({"id": delivery["id"], "result": None}))
+        first, second = read_frame(pusher), read_frame(pusher)
+        assert first is not None
+        assert first["id"] == 1
+        assert second == {"id": 2, "result": {"routed": True, "delivered": True}}
+        assert read_frame(pusher) is None

@@ -165,6 +165,7 @@ class Connection(asyncio.Protocol):
         self._pending: dict[int, asyncio.Future[Response]] = {}
         self._next_id = 1
         self._closing = False
+        self._half_closed = False
         self._frame_timer: asyncio.TimerHandle | None = None
         self._close_callbacks: list[Callable[[Connection], None]] = []
 
@@ -199,10 +200,16 @@ class Connection(asyncio.Protocol):
             self._arm_frame_timer(restart=completed)
 
     def eof_received(self) -> bool | None:
+        """The client half-closed: answer what is in flight, then close."""
         error = self._decoder.eof()
         if error is not None:
             log.info("connection closed mid-frame: %s", error.message)
-        return None  # close our side; in-flight answers are dropped with the connection
+            return None
+        self._half_closed = True
+        for future in self._pending.values():  # it can no longer answer our requests
+            if not future.done():
+                future.set_exception(ConnectionClosed("the client closed its side"))
+        return True if self._tasks else None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -343,6 +350,8 @@ class Connection(asyncio.Protocol):
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self.daemon._in_flight -= 1
+        if self._half_closed and not self._tasks:
+            self.close()
 
     def _call_inline(self, handler: SyncHandler, context: CallContext) -> None:
         request = context.request
