@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import inspect
 import logging
 import os
 import socket
@@ -42,10 +41,18 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
+from tether.daemon.methods import (
+    AsyncHandler,
+    Handler,
+    MethodRegistry,
+    RpcFailure,
+    SyncHandler,
+    decode_params,
+)
 from tether.daemon.protocol import (
     MAX_FRAME_BYTES,
     NEED_DATA,
@@ -66,24 +73,23 @@ from tether.daemon.protocol import (
 if TYPE_CHECKING:
     from tether.daemon.channels import ChannelHub
 
-log = logging.getLogger("tether.daemon")
+__all__ = [
+    "CallContext",
+    "Connection",
+    "ConnectionClosed",
+    "Daemon",
+    "Handler",
+    "MethodRegistry",
+    "RpcFailure",
+    "ServerConfig",
+    "decode_params",
+    "install_handlers",
+]
 
-T = TypeVar("T")
-SyncHandler = Callable[["CallContext", Any], Any]
-AsyncHandler = Callable[["CallContext", Any], Awaitable[Any]]
-Handler = SyncHandler | AsyncHandler
+log = logging.getLogger("tether.daemon")
 
 _SO_PEERCRED = getattr(socket, "SO_PEERCRED", 17)
 _UCRED = struct.Struct("3i")
-
-
-class RpcFailure(Exception):
-    """Raised by a handler to answer with a specific error code."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class ConnectionClosed(Exception):
@@ -101,45 +107,6 @@ class ServerConfig:
     max_channels: int = 4096
     shutdown_grace_s: float = 5.0
     max_frame_bytes: int = MAX_FRAME_BYTES
-
-
-def decode_params(params: Any, kind: type[T]) -> T:
-    """Convert ``params`` to ``kind`` (a msgspec Struct) or raise ``invalid_params``."""
-    try:
-        return msgspec.convert({} if params is None else params, kind)
-    except msgspec.ValidationError as exc:
-        raise RpcFailure(ErrorCode.INVALID_PARAMS, f"invalid params: {exc}") from None
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    handler: Handler
-    is_async: bool
-
-
-class MethodRegistry:
-    """Handlers keyed by full method name (``agent.spawn``, ``channel.push_to_channel``)."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, _Entry] = {}
-        self._sorted: list[str] = []
-
-    def register(self, method: str, handler: Handler, *, extension: bool = False) -> None:
-        """Add ``handler`` for ``method``. Methods outside the spec's namespaces need
-        ``extension=True``; registering a method twice is a bug and raises."""
-        if method in self._entries:
-            raise ValueError(f"method {method!r} is already registered")
-        if not extension and Namespace.of(method) is Namespace.UNKNOWN:
-            raise ValueError(f"method {method!r} is not in a known namespace")
-        is_async = inspect.iscoroutinefunction(handler)
-        self._entries[method] = _Entry(handler, is_async)
-        self._sorted = sorted(self._entries)
-
-    def get(self, method: str) -> _Entry | None:
-        return self._entries.get(method)
-
-    def methods(self) -> list[str]:
-        return list(self._sorted)
 
 
 class CallContext:
@@ -493,7 +460,8 @@ class Daemon:
 
     def _over_in_flight(self, conn: Connection) -> str | None:
         if conn.in_flight >= self.config.max_in_flight_per_connection:
-            return f"too many calls in flight on this connection (cap {conn.in_flight}); retry"
+            cap = self.config.max_in_flight_per_connection
+            return f"too many calls in flight on this connection (cap {cap}); retry"
         if self._in_flight >= self.config.max_in_flight:
             return f"too many calls in flight (cap {self.config.max_in_flight}); retry"
         return None
