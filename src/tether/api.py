@@ -1,0 +1,54 @@
+"""tether's public Python API: start child agents, talk to them, get their results.
+
+Asyncio::
+
+    handle = await tether.spawn("summarise README.md", provider="scripted", ...)
+    async for update in handle.updates(): ...
+    result = await handle.wait()
+
+Blocking::
+
+    result = tether.run("summarise README.md", provider="scripted", ...)
+    with tether.open_run("...") as run:
+        run.steer("be brief")
+        print(run.wait().final_text)
+"""
+
+from __future__ import annotations
+
+from tether.runtime.mirror import ChannelError, RunMirror
+from tether.runtime.parent import (
+    ControlRefused,
+    InboxItem,
+    ParentError,
+    Result,
+    RunEnded,
+    RunEvent,
+    RunHandle,
+    SpawnError,
+    TetherError,
+    Timeouts,
+    Update,
+    spawn,
+)
+from tether.runtime.sync import SyncRunHandle, open_run, run
+
+__all__ = [
+    "ChannelError",
+    "ControlRefused",
+    "InboxItem",
+    "ParentError",
+    "Result",
+    "RunEnded",
+    "RunEvent",
+    "RunHandle",
+    "RunMirror",
+    "SpawnError",
+    "SyncRunHandle",
+    "TetherError",
+    "Timeouts",
+    "Update",
+    "open_run",
+    "run",
+    "spawn",
+]

@@ -1,0 +1,140 @@
+"""One file watcher for every run a process supervises, and one loop that waits on it.
+
+Theory of operation: a :class:`~tether.transports.watch.FileWatcher` hands each change
+to one waiter, so a process must have a single waiter that dispatches. The hub owns the
+process's shared watcher and a daemon thread that blocks in ``wait_sync`` and, for each
+changed path, calls the callbacks subscribed to it. The watcher is not thread-safe, so
+only the hub thread touches it: (un)subscribing queues a request and wakes the thread.
+Callbacks run on the hub thread;
+asyncio users subscribe with :meth:`WatchHub.subscribe_event`, which sets an
+``asyncio.Event`` on its own loop thread-safely. A thread (not an asyncio task) keeps the
+hub independent of event loops: ``tether.run`` (one ``asyncio.run`` per call), the sync
+handle (a loop in its own thread) and an application's loop all share it.
+
+Readers must cope with spurious wake-ups and should still re-check on a slow timer: the
+watcher reports "maybe changed" and a polled directory is seen at the poll interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from tether.transports.watch import FileWatcher
+from tether.wire.limits import POLL_BUSY_S
+
+Callback = Callable[[Path], None]
+
+# How long the hub thread blocks when nothing happens (it also wakes on subscribe).
+_IDLE_WAIT_S: Final = 1.0
+
+
+class WatchHub:
+    """Dispatch file changes from one shared watcher to many subscribers."""
+
+    def __init__(self, watcher: FileWatcher | None = None) -> None:
+        self.watcher = watcher if watcher is not None else FileWatcher(poll_interval=POLL_BUSY_S)
+        self._lock = threading.Lock()
+        self._subs: dict[Path, dict[int, Callback]] = {}
+        self._ids = itertools.count(1)
+        self._ops: list[tuple[bool, Path]] = []  # (watch?, path), applied by the hub thread
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def subscribe(self, path: str | os.PathLike[str], callback: Callback) -> int:
+        """Call ``callback(path)`` (on the hub thread) whenever ``path`` may have changed."""
+        key = Path(os.path.abspath(path))
+        token = next(self._ids)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("WatchHub is closed")
+            if key not in self._subs:
+                self._ops.append((True, key))
+            self._subs.setdefault(key, {})[token] = callback
+            self._start_locked()
+        self.watcher.wake()
+        return token
+
+    def subscribe_event(self, path: str | os.PathLike[str], event: asyncio.Event) -> int:
+        """Set ``event`` on the running loop whenever ``path`` may have changed."""
+        loop = asyncio.get_running_loop()
+
+        def wake(_: Path) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(event.set)
+
+        return self.subscribe(path, wake)
+
+    def unsubscribe(self, path: str | os.PathLike[str], token: int) -> None:
+        key = Path(os.path.abspath(path))
+        with self._lock:
+            subs = self._subs.get(key)
+            if subs is None:
+                return
+            subs.pop(token, None)
+            if not subs:
+                del self._subs[key]
+                self._ops.append((False, key))
+        self.watcher.wake()
+
+    def subscriptions(self) -> int:
+        with self._lock:
+            return sum(len(s) for s in self._subs.values())
+
+    def _start_locked(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="tether-watch", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    self.watcher.close()
+                    return
+                ops, self._ops = self._ops, []
+            added = set()
+            for watch, path in ops:
+                with contextlib.suppress(KeyError, OSError):
+                    if watch:
+                        self.watcher.watch(path)
+                        added.add(path)  # report once: it may have changed before the watch
+                    else:
+                        self.watcher.unwatch(path)
+            try:
+                changed = added | self.watcher.wait_sync(0 if added else _IDLE_WAIT_S)
+            except (RuntimeError, OSError):
+                return  # the watcher was closed under us
+            for path in changed:
+                with self._lock:
+                    callbacks = list(self._subs.get(Path(os.path.abspath(path)), {}).values())
+                for callback in callbacks:
+                    callback(path)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self.watcher.wake()
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            self.watcher.close()
+        elif thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+
+
+_shared: list[WatchHub] = []
+_shared_lock = threading.Lock()
+
+
+def shared_hub() -> WatchHub:
+    """The process's hub (and so its one FileWatcher), created on first use."""
+    with _shared_lock:
+        if not _shared or _shared[0]._closed:
+            _shared[:] = [WatchHub()]
+        return _shared[0]

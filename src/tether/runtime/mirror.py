@@ -1,0 +1,193 @@
+"""The parent's view of a run, sans-IO: stamp controls, receive events, mirror the state.
+
+Theory of operation: the child decides every control with ``decide`` and moves on its
+own events with ``advance``; it reports both through its event stream, in order
+(every ack is written before any event the control causes). So a parent that applies
+the same table to the same stream, in the same order, is always in the child's state:
+
+- ``ready`` is ``advance(starting, started)``;
+- a ``control-ack`` names the seq of a control this mirror stamped; when the child
+  accepted or applied it, ``decide(state, kind)`` gives the state after;
+- ``turn-complete`` is ``advance(state, turn-done)``, or ``final-turn-done`` when the
+  tool-free finalize turn was the one running (known from the effects seen so far);
+- ``turn-started`` in ``ready`` is a turn the child began on its own (an idle follow-up);
+- ``exit`` sets the terminal state it names.
+
+Anything that disagrees with the table is reported as a :class:`ChannelError` rather
+than silently ignored; the mirror then follows the child's word where it has one.
+No files, no clock: :mod:`tether.runtime.parent` does the I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tether.wire import (
+    AnyEvent,
+    ControlAck,
+    Exit,
+    Ready,
+    Receiver,
+    Rejection,
+    Result,
+    Sender,
+    TurnComplete,
+    TurnStarted,
+)
+from tether.wire.messages import CONTROL_TYPES
+from tether.wire.session import (
+    AckStatus,
+    ControlKind,
+    Effect,
+    Internal,
+    State,
+    advance,
+    decide,
+    is_terminal,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelError:
+    """Something wrong on the channel: a bad event line, a foreign run, a truncated file.
+
+    ``fatal`` errors end the channel (the parent then stops the child and fails the run).
+    """
+
+    reason: str
+    fatal: bool = False
+    run: str = ""
+    offset: int | None = None
+
+
+@dataclass(slots=True)
+class Pending:
+    """A control that was sent and not yet acknowledged."""
+
+    seq: int
+    kind: ControlKind
+
+
+class RunMirror:
+    """One run's channel state as the parent sees it; see the module docstring."""
+
+    def __init__(self, run: str) -> None:
+        self.run = run
+        self.sender = Sender(run)
+        self.receiver = Receiver("event")
+        self.state = State.STARTING
+        self.pending: dict[int, Pending] = {}
+        self.turn = 0
+        self.result: Result | None = None
+        self.exit: Exit | None = None
+        self._final_turn_next = False
+
+    # -- controls ----------------------------------------------------------------------
+
+    def control(self, kind: ControlKind | str, **fields: Any) -> tuple[int, bytes] | Rejection:
+        """Stamp the next control line (no newline); it is pending until acknowledged."""
+        kind = ControlKind(kind)
+        line = self.sender.next(CONTROL_TYPES[kind.value], **fields)
+        if isinstance(line, Rejection):
+            return line
+        seq = self.sender.seq
+        self.pending[seq] = Pending(seq, kind)
+        return seq, line
+
+    @property
+    def idle(self) -> bool:
+        """Ready with no unacknowledged control: the child waits for the parent."""
+        return self.state is State.READY and not self.pending
+
+    @property
+    def finished(self) -> bool:
+        """The child said ``exit``."""
+        return self.exit is not None
+
+    # -- events ------------------------------------------------------------------------
+
+    def receive(self, line: bytes) -> tuple[AnyEvent | None, ChannelError | None]:
+        """Validate one event line and apply it to the mirrored state.
+
+        Returns the event (None when the line was refused) and a channel error (None
+        when all is well). A valid event that disagrees with the table comes with both.
+        """
+        before = self.receiver.seq
+        message = self.receiver.receive(line)
+        run = message.run
+        if run is not None and run != self.run:
+            self.receiver.seq = before  # another run's seqs say nothing about ours
+            return None, ChannelError(f"event for foreign run {run}", run=self.run)
+        if isinstance(message, Rejection):
+            reason = f"invalid event line ({message.code}): {message.reason}"
+            return None, ChannelError(reason, fatal=message.fatal, run=self.run)
+        event: AnyEvent = message  # type: ignore[assignment]
+        problem = self.apply(event)
+        return event, None if problem is None else ChannelError(problem, run=self.run)
+
+    def apply(self, event: AnyEvent) -> str | None:
+        """Move the mirror for a valid event of this run; a reason when it disagrees."""
+        if self.exit is not None:
+            return f"{_tag(event)} after exit"
+        if isinstance(event, Ready):
+            return self._advance(Internal.STARTED, "ready")
+        if isinstance(event, ControlAck):
+            return self._ack(event)
+        if isinstance(event, TurnStarted):
+            self.turn = event.turn
+            if self.state is State.READY:
+                self.state = State.RUNNING  # a turn the child started on its own
+            return None
+        if isinstance(event, TurnComplete):
+            internal = Internal.FINAL_TURN_DONE if self._final_turn_next else Internal.TURN_DONE
+            return self._advance(internal, "turn-complete")
+        if isinstance(event, Result):
+            if self.result is not None:
+                return "a second result"
+            self.result = event
+            return None
+        if isinstance(event, Exit):
+            self.exit = event
+            self.state = State(event.status)
+            self.pending.clear()
+        return None
+
+    def _advance(self, internal: Internal, what: str) -> str | None:
+        move = advance(self.state, internal)
+        if move.effect is Effect.IMPOSSIBLE:
+            return f"unexpected {what} in state {self.state}"
+        self.state = move.next_state
+        if move.effect is Effect.START_FINALIZE_TURN:
+            self._final_turn_next = True
+        elif internal is Internal.FINAL_TURN_DONE:
+            self._final_turn_next = False
+        return None
+
+    def _ack(self, ack: ControlAck) -> str | None:
+        if not isinstance(ack.ref, int):
+            return None  # a rejection of a line without a usable seq
+        pending = self.pending.pop(ack.ref, None)
+        if pending is None:
+            return f"control-ack for seq {ack.ref}, which is not awaiting an ack"
+        decision = decide(self.state, pending.kind)
+        if decision.ack.value != ack.status:
+            return (
+                f"child {ack.status} {pending.kind} (seq {ack.ref}) in state {self.state}; "
+                f"the table says {decision.ack}"
+            )
+        if decision.ack is AckStatus.ACCEPTED:
+            self.state = decision.next_state
+            if decision.effect is Effect.START_FINALIZE_TURN:
+                self._final_turn_next = True
+            elif decision.effect is Effect.INTERRUPT_TURN:
+                self._final_turn_next = False
+        return None
+
+    def terminal(self) -> bool:
+        return is_terminal(self.state)
+
+
+def _tag(event: AnyEvent) -> str:
+    tag = type(event).__struct_config__.tag
+    return tag if isinstance(tag, str) else type(event).__name__

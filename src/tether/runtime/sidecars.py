@@ -1,0 +1,97 @@
+"""Best-effort companions of a run: its row in the run index and its inbox drain.
+
+Neither may ever break a run: index trouble becomes a note on the handle, and an inbox
+that cannot be drained is given up on (the file stays in the run directory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from tether.store.index import RunIndex, RunRecord
+
+
+class Recorder:
+    """Writes the run's row in the index; failures become notes, never errors."""
+
+    def __init__(self, index: RunIndex, run_id: str) -> None:
+        self._index = index
+        self._run_id = run_id
+
+    async def start(self, record: RunRecord) -> str | None:
+        return await self._call(self._index.insert, record)
+
+    async def started(self, pid: int) -> str | None:
+        return await self._call(self._index.update, self._run_id, pid=pid, status="running")
+
+    async def finish(self, result: Any) -> str | None:
+        return await self._call(
+            self._index.update,
+            self._run_id,
+            status=result.status,
+            ended_at=time.time(),
+            usage=result.usage,
+            stop_reason=result.stop_reason,
+            error=result.error,
+        )
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> str | None:
+        try:
+            await asyncio.to_thread(fn, *args, **kwargs)
+        except (sqlite3.Error, OSError) as exc:
+            return f"run index not updated: {exc}"
+        return None
+
+
+class InboxTail:
+    """The run's inbox, drained into SQLite by the inbox package."""
+
+    def __init__(self, path: Path, run_id: str, db: Path | None) -> None:
+        self.path, self.run_id, self.db = path, run_id, db
+        self._store: Any = None
+        self._broken = False
+
+    async def drain(self) -> list[dict[str, Any]]:
+        if self._broken:
+            return []
+        try:
+            return await asyncio.to_thread(self._drain_sync)
+        except Exception:  # noqa: BLE001 (the inbox must never break a run)
+            self._broken = True
+            return []
+
+    def _drain_sync(self) -> list[dict[str, Any]]:
+        from tether.inbox import drain_file, open_store
+
+        if self._store is None:
+            self._store = open_store(self.db)
+        out: list[dict[str, Any]] = []
+        while True:
+            result = drain_file(self._store, self.path, self.run_id, collect=True)
+            out.extend(_inbox_dict(m) for m in result.messages)
+            if not result.more:
+                return out
+
+    async def close(self) -> None:
+        await self.drain()
+        if self._store is not None:
+            store, self._store = self._store, None
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(store.close)
+
+
+def _inbox_dict(stored: Any) -> dict[str, Any]:
+    """A stored inbox row as the message object (a rejected line says why)."""
+    if stored.body is not None:
+        with contextlib.suppress(ValueError):
+            obj = json.loads(stored.body)
+            if isinstance(obj, dict):
+                return obj
+    reason = stored.rejected_reason or "unreadable message"
+    return {"type": "rejected", "reason": reason, "raw": stored.raw or ""}

@@ -1,0 +1,140 @@
+"""The blocking face of the parent: ``tether.run(task) -> Result`` and a context-manager handle.
+
+:func:`run` is ``asyncio.run`` around :func:`~tether.runtime.parent.spawn` and
+``wait``. :func:`open_run` gives a :class:`SyncRunHandle` whose methods block: it runs
+one private event loop in a daemon thread for the handle's life and forwards each call
+to it, so the asyncio parent does all the work (the same code, the same guarantees).
+Leaving the ``with`` block cancels a run that is still going and waits for its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator
+from types import TracebackType
+from typing import Any, TypeVar
+
+from tether.runtime.parent import Result, RunHandle, Update, spawn
+from tether.wire import ControlAck
+from tether.wire.session import State
+
+T = TypeVar("T")
+
+
+def run(task: str, **options: Any) -> Result:
+    """Start a child on ``task``, wait for it, return its :class:`Result` (blocking).
+
+    Takes the keyword options of :func:`tether.runtime.parent.spawn`. Must not be called
+    from a running event loop (``await spawn(...)`` there instead).
+    """
+
+    async def go() -> Result:
+        handle = await spawn(task, **options)
+        try:
+            return await handle.wait()
+        finally:
+            if not handle.done:
+                await handle.aclose()
+
+    return asyncio.run(go())
+
+
+class _LoopThread:
+    """An event loop running in a daemon thread; ``call`` runs a coroutine there and blocks."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name="tether-run", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5.0)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class SyncRunHandle:
+    """A live run with blocking methods; see :class:`~tether.runtime.parent.RunHandle`."""
+
+    def __init__(self, task: str, **options: Any) -> None:
+        self._loop = _LoopThread()
+        try:
+            self._handle: RunHandle = self._loop.call(spawn(task, **options))
+        except BaseException:
+            self._loop.close()
+            raise
+
+    @property
+    def run_id(self) -> str:
+        return self._handle.run_id
+
+    @property
+    def state(self) -> State:
+        return self._handle.state
+
+    @property
+    def handle(self) -> RunHandle:
+        """The asyncio handle (use it only on the handle's own loop)."""
+        return self._handle
+
+    def steer(self, text: str) -> ControlAck:
+        return self._loop.call(self._handle.steer(text))
+
+    def follow_up(self, text: str) -> ControlAck:
+        return self._loop.call(self._handle.follow_up(text))
+
+    def finalize(self, note: str | None = None) -> ControlAck:
+        return self._loop.call(self._handle.finalize(note))
+
+    def close(self) -> ControlAck:
+        return self._loop.call(self._handle.close())
+
+    def cancel(self) -> ControlAck | None:
+        return self._loop.call(self._handle.cancel())
+
+    def wait(self, timeout: float | None = None) -> Result:
+        """The result; raises ``TimeoutError`` if ``timeout`` passes first (the run goes on)."""
+        return self._loop.call(self._handle.wait(), timeout)
+
+    def updates(self) -> Iterator[Update]:
+        """Every update of the run in order, blocking between them (see ``RunHandle``)."""
+        iterator = self._handle.updates()
+
+        async def next_item() -> Update | None:
+            try:
+                return await anext(iterator)
+            except StopAsyncIteration:
+                return None
+
+        while (item := self._loop.call(next_item())) is not None:
+            yield item
+
+    def __enter__(self) -> SyncRunHandle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self._loop.call(self._handle.aclose())
+        finally:
+            self._loop.close()
+
+
+def open_run(task: str, **options: Any) -> SyncRunHandle:
+    """Start a child and return a blocking handle; use it as a context manager."""
+    return SyncRunHandle(task, **options)

@@ -1,0 +1,110 @@
+"""Parent and child over real processes: every row of the state table.
+
+Each (state, control) cell: drive a child (the TEST DOUBLE) into the state, send the
+control, and check the ack against ``decide`` and the mirrored state against the
+child's own (it rides on every event as ``child-state``) after every event.
+The terminal row needs a child that has exited; it is covered in memory
+(test_mirror_memory.py) and by ``RunEnded`` below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tether.runtime.parent import RunEnded, RunHandle, spawn
+from tether.wire.session import ControlKind, State, decide
+
+from .helpers import FAST, Collector, child_state, double
+
+TEXT = {ControlKind.PROMPT, ControlKind.STEER, ControlKind.FOLLOW_UP}
+
+
+async def _into(state: State) -> tuple[RunHandle, Collector]:
+    mode = "slow-start" if state is State.STARTING else "normal"
+    turn_ms = 100 if state is State.READY else 5000
+    handle = await spawn("task", argv=double(mode, turn_ms), timeouts=FAST, close_when_idle=False)
+    seen = Collector(handle)
+    if state is State.STARTING:
+        return handle, seen
+    await seen.until_type("turn-started")
+    if state is State.READY:
+        await seen.until_type("turn-complete")
+    elif state is State.CLOSING:
+        assert (await handle.close()).status == "accepted"
+    elif state is State.FINALIZING:
+        assert (await handle.finalize()).status == "accepted"
+    assert handle.state is state
+    return handle, seen
+
+
+async def _cell(state: State, control: ControlKind) -> None:
+    handle, seen = await _into(state)
+    fields = {"text": "more"} if control in TEXT else {}
+    ack = await handle.send(control, **fields)
+    expected = decide(state, control)
+    assert ack.status == expected.ack, (state, control, ack)
+    if expected.reason:
+        assert ack.reason == expected.reason
+    result = await handle.aclose()
+    await seen.done()
+    for item in seen.events():
+        assert child_state(item) == item.state, (state, control, item)
+    if state is State.READY and control is ControlKind.CLOSE:
+        assert result.status == "done"
+    if control is ControlKind.CANCEL:
+        assert result.status == "cancelled"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "state", [State.STARTING, State.READY, State.RUNNING, State.CLOSING, State.FINALIZING]
+)
+def test_state_table_row(state: State) -> None:
+    async def row() -> None:
+        await asyncio.gather(*(_cell(state, control) for control in ControlKind))
+
+    asyncio.run(row())
+
+
+def test_a_whole_run_agrees_with_the_child_after_every_event() -> None:
+    async def go() -> None:
+        handle = await spawn("hello", argv=double("normal", 300), timeouts=FAST)
+        seen = Collector(handle)
+        await seen.until_type("turn-started")
+        assert (await handle.steer("steered")).status == "accepted"
+        assert (await handle.follow_up("followed")).status == "accepted"
+        result = await handle.wait()
+        await seen.done()
+        assert result.status == "done"
+        assert result.final_text == "answer: hello + steered + followed"
+        assert result.usage == {"input": 10, "output": 5}
+        types = seen.types()
+        assert types[0] == "ready"
+        assert types[-2:] == ["result", "exit"]
+        assert "steering-injected" in types
+        assert "follow-up-injected" in types
+        for item in seen.events():
+            assert child_state(item) == item.state
+        with pytest.raises(RunEnded):
+            await handle.steer("too late")
+
+    asyncio.run(go())
+
+
+def test_finalize_while_running_answers_from_a_tool_free_turn() -> None:
+    async def go() -> None:
+        handle = await spawn("long job", argv=double("normal", 3000), timeouts=FAST)
+        seen = Collector(handle)
+        await seen.until_type("turn-started")
+        ack = await handle.finalize("wrap up")
+        assert ack.status == "accepted"
+        assert handle.state is State.FINALIZING
+        assert (await handle.finalize()).status == "applied"
+        await handle.aclose()
+        await seen.done()
+        stops = [i.event.stop_reason for i in seen.events() if hasattr(i.event, "stop_reason")]
+        assert stops[0] == "aborted"
+
+    asyncio.run(go())
