@@ -355,3 +355,13 @@ def test_a_half_closed_client_still_gets_its_answers(daemon: DaemonProcess) -> N
         assert first["id"] == 1
         assert second == {"id": 2, "result": {"routed": True, "delivered": True}}
         assert read_frame(pusher) is None
+
+
+def test_a_socket_path_that_is_too_long_is_explained(daemon_env: DaemonProcess) -> None:
+    deep = daemon_env.root / ("d" * 60) / ("e" * 60)
+    env = dict(daemon_env.env, TETHER_SOCKET=str(deep / "d.sock"))
+    argv = [sys.executable, "-m", "tether", "daemon", "--foreground"]
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 1
+    assert "Unix sockets allow at most 107" in result.stderr
+    assert "Traceback" not in result.stderr

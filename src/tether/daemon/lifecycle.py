@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tether.daemon")
 
+MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating NUL
+
 
 class DaemonSetupError(Exception):
     """The daemon cannot start; the message says why and what to do."""
@@ -145,6 +147,12 @@ def read_lock_pid(lock_path: Path) -> int | None:
 
 def bind_socket(path: Path) -> socket.socket:
     """Bind a listening Unix socket at ``path`` with mode 0600 (call with the lock held)."""
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH_BYTES:
+        raise DaemonSetupError(
+            f"socket path {path} is {size} bytes; Unix sockets allow at most "
+            f"{MAX_SOCKET_PATH_BYTES}: set TETHER_SOCKET to a shorter path"
+        )
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISSOCK(os.lstat(path).st_mode):
             path.unlink()
@@ -152,9 +160,9 @@ def bind_socket(path: Path) -> socket.socket:
     old_umask = os.umask(0o177)
     try:
         sock.bind(str(path))
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        raise DaemonSetupError(f"cannot bind the socket {path}: {exc.strerror or exc}") from None
     finally:
         os.umask(old_umask)
     os.chmod(path, paths.FILE_MODE)
