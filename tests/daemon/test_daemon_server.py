@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
 import socket
 import stat
@@ -365,3 +366,26 @@ def test_a_socket_path_that_is_too_long_is_explained(daemon_env: DaemonProcess) 
     assert result.returncode == 1
     assert "Unix sockets allow at most 107" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_client_that_never_reads_is_throttled(daemon: DaemonProcess) -> None:
+    """Answers pile up unread; reading from that client stops (the kernel's socket buffers
+    and the daemon's pause_reading on pause_writing), memory stays bounded, and everyone
+    else is still served."""
+    before = rss_kib(daemon.pid)
+    request = frame({"id": 1, "method": "daemon.status"})
+    batch = request * 1000
+    sent = 0
+    with daemon.connect() as hog:
+        hog.setblocking(False)
+        while sent < 20 * 1024 * 1024:
+            try:
+                sent += hog.send(batch)
+            except BlockingIOError:
+                _, writable, _ = select.select([], [hog], [], 3.0)
+                if not writable:
+                    break  # the daemon stopped reading us
+        else:
+            pytest.fail("the daemon kept reading from a client that never reads")
+        assert rss_kib(daemon.pid) - before < 64 * 1024
+        assert_serving(daemon)
