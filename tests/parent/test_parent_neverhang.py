@@ -11,6 +11,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from tether.runtime import procs
 from tether.runtime.mirror import ChannelError
 from tether.runtime.parent import Result, RunHandle, Timeouts, spawn
@@ -182,11 +184,7 @@ def test_spawn_failure_is_an_error_and_recorded(tether_home: Path) -> None:
     async def go() -> None:
         await spawn("task", argv=["/nonexistent/child"], timeouts=FAST)
 
-    try:
+    with pytest.raises(SpawnError, match="/nonexistent/child"):
         asyncio.run(go())
-    except SpawnError as exc:
-        assert "/nonexistent/child" in str(exc)
-    else:
-        raise AssertionError("spawn should fail")
     (record,) = RunIndex().recent()
     assert record.status == "failed"

@@ -61,6 +61,11 @@ class ChannelError:
     offset: int | None = None
 
 
+def too_large(run: str, offset: int) -> ChannelError:
+    """The error for an event line over the line limit (it is skipped)."""
+    return ChannelError(f"event line at offset {offset} is too large; skipped", False, run, offset)
+
+
 @dataclass(slots=True)
 class Pending:
     """A control that was sent and not yet acknowledged."""

@@ -49,7 +49,7 @@ from typing import Any, Final, Literal
 from tether.runtime import procs
 from tether.runtime.finaltext import full_text
 from tether.runtime.hub import WatchHub, shared_hub
-from tether.runtime.mirror import ChannelError, RunMirror
+from tether.runtime.mirror import ChannelError, RunMirror, too_large
 from tether.runtime.rundir import (
     RunDir,
     append_line,
@@ -174,6 +174,7 @@ Update = RunEvent | InboxItem | ChannelError
 @dataclass(slots=True)
 class _Clock:
     started: float = field(default_factory=time.monotonic)
+    wall: float = field(default_factory=time.time)  # the index's created_at
     ready: float | None = None
     cancel_sent: float | None = None
     deadline: float | None = None  # monotonic
@@ -282,6 +283,13 @@ class RunHandle:
             return await self.wait_ack(seq)
         except RunEnded:
             return None
+
+    def kill(self, reason: str = "killed by the user") -> None:
+        """End the child's process group now (SIGKILL); the run fails with ``reason``."""
+        if not self._ended:
+            self._fail("failed", reason)
+            procs.kill_group(self._proc)
+            self._wake.set()
 
     async def send(self, kind: ControlKind | str, **fields: Any) -> ControlAck:
         """Send any control and wait for its ack."""
@@ -454,8 +462,7 @@ class RunHandle:
                 return
             for item in read.items:
                 if isinstance(item, TooLarge):
-                    reason = f"event line at offset {item.offset} is too large; skipped"
-                    self._channel_error(ChannelError(reason, False, self.run_id, item.offset))
+                    self._channel_error(too_large(self.run_id, item.offset))
                     continue
                 event, problem = self.mirror.receive(item.data)
                 if event is not None:
@@ -521,7 +528,7 @@ class RunHandle:
         self._ack_waiters.clear()
         if self._inbox is not None:
             await self._inbox.close()
-        if result.status == "done":
+        if result.final_text:
             with contextlib.suppress(OSError):
                 write_private_text(self.run_dir.final, result.final_text)
         if self._recorder is not None:
@@ -533,7 +540,8 @@ class RunHandle:
             self._result.set_result(result)
 
     def _build_result(self) -> Result:
-        elapsed = time.monotonic() - self._clock.started
+        # wall time, so that the index (created_at, ended_at) gives the same elapsed_s
+        elapsed = max(0.0, time.time() - self._clock.wall)
         exit_event = self.mirror.exit
         if exit_event is not None:
             status: Status = exit_event.status
@@ -635,7 +643,7 @@ async def spawn(
         raise ControlRefused(f"cannot send the task as a prompt: {first.reason}")
     append_line(run.control, first[1])
     clock = _Clock()
-    wall = time.time()
+    wall = clock.wall
     deadline = None if deadline_s is None else wall + math.ceil(deadline_s)
     if deadline is not None:
         clock.deadline = clock.started + (deadline - wall)

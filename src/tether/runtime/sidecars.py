@@ -23,8 +23,10 @@ class Recorder:
     def __init__(self, index: RunIndex, run_id: str) -> None:
         self._index = index
         self._run_id = run_id
+        self._created_at = time.time()
 
     async def start(self, record: RunRecord) -> str | None:
+        self._created_at = record.created_at
         return await self._call(self._index.insert, record)
 
     async def started(self, pid: int) -> str | None:
@@ -35,10 +37,11 @@ class Recorder:
             self._index.update,
             self._run_id,
             status=result.status,
-            ended_at=time.time(),
+            ended_at=self._created_at + result.elapsed_s,
             usage=result.usage,
             stop_reason=result.stop_reason,
             error=result.error,
+            truncated=result.truncated,
         )
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> str | None:

@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS runs_index (
     pid         INTEGER,
     deadline    REAL,
     stop_reason TEXT,
-    error       TEXT
+    error       TEXT,
+    truncated   INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_index_parent ON runs_index (parent_run);
 CREATE INDEX IF NOT EXISTS runs_index_created ON runs_index (created_at);
@@ -73,6 +74,7 @@ class RunRecord:
     deadline: float | None = None
     stop_reason: str | None = None
     error: str | None = None
+    truncated: bool = False
 
     @property
     def elapsed_s(self) -> float | None:
@@ -104,8 +106,22 @@ def _from_row(row: sqlite3.Row) -> RunRecord:
                 value = json.loads(value)
             except ValueError:
                 value = None
+        if name == "truncated":
+            value = bool(value)
         values[name] = value
     return RunRecord(**values)
+
+
+_COLUMN_TYPES: Final = {"truncated": "INTEGER NOT NULL DEFAULT 0"}
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Columns added after a database was made (nullable or defaulted, so old rows fit)."""
+    present = {row[1] for row in conn.execute("PRAGMA table_info(runs_index)")}
+    for name in _COLUMNS:
+        if name not in present:
+            kind = _COLUMN_TYPES.get(name, "TEXT")
+            conn.execute(f"ALTER TABLE runs_index ADD COLUMN {name} {kind}")
 
 
 class RunIndex:
@@ -136,6 +152,7 @@ class RunIndex:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.executescript(_SCHEMA)
+            _add_missing_columns(conn)
             if conn.execute("SELECT count(*) FROM runs_schema").fetchone()[0] == 0:
                 conn.execute("INSERT INTO runs_schema (version) VALUES (?)", (SCHEMA_VERSION,))
         finally:
