@@ -169,3 +169,28 @@ def test_incidents_show_in_statistics(db_path: Path, tmp_path: Path) -> None:
     assert len(incidents) == 1
     assert "truncated" in incidents[0]
     assert statuses == {"r": "truncated"}
+
+
+def test_a_failing_drain_is_retried_and_reported(db_path: Path, tmp_path: Path) -> None:
+    inbox = tmp_path / "inbox.jsonl"
+    inbox.mkdir()  # opens, but reading it fails with IsADirectoryError
+
+    async def scenario() -> tuple[int, str | None, list[StoredMessage]]:
+        async with InboxDrain(db_path, idle_interval=0.05) as drain:
+            stream = drain.messages()
+            drain.add(inbox, "r")
+            for _ in range(200):
+                await asyncio.sleep(0.02)
+                if drain.statistics().errors >= 2:
+                    break
+            stats = drain.statistics()
+            inbox.rmdir()
+            append_inbox(inbox, {"type": "progress", "text": "recovered"})
+            got = await take(stream, 1)
+            return stats.errors, stats.last_error, got
+
+    errors, last_error, got = asyncio.run(scenario())
+    assert errors >= 2
+    assert last_error is not None
+    assert "IsADirectoryError" in last_error
+    assert got[0].message() == Progress(text="recovered")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,7 @@ __all__ = [
     "InboxDrainStatistics",
     "build_rows",
     "drain_file",
+    "drain_into",
 ]
 
 CHUNK_BYTES: Final = 2 * 1024 * 1024
@@ -80,6 +82,7 @@ class DrainResult:
     status: str = STATUS_OK
     incident: str | None = None
     more: bool = False
+    error: str | None = None
     messages: list[StoredMessage] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -263,26 +266,40 @@ def drain_file(
     ``collect`` keeps the newly stored rows in ``result.messages``; ``max_bytes``
     bounds the bytes read in this call (``result.more`` says whether more is
     waiting). A missing file gives status ``missing`` and changes nothing.
+    Database and read errors (``sqlite3.Error``, ``OSError``) propagate; what
+    was committed before them stays committed.
     """
     result = DrainResult(run_id=run_id, path=os.fspath(path))
+    drain_into(result, store, collect=collect, chunk_bytes=chunk_bytes, max_bytes=max_bytes)
+    return result
+
+
+def drain_into(
+    result: DrainResult,
+    store: InboxStore,
+    *,
+    collect: bool = False,
+    chunk_bytes: int = CHUNK_BYTES,
+    max_bytes: int | None = None,
+) -> None:
+    """:func:`drain_file` filling ``result`` as it goes (kept even if this raises)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(result.path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         result.status = STATUS_MISSING
-        state = store.offset_state(run_id)
+        state = store.offset_state(result.run_id)
         result.offset = state.offset if state is not None else 0
-        return result
+        return
     try:
         job = _FileDrain(store, fd, os.fstat(fd), result)
-        state = store.offset_state(run_id)
+        state = store.offset_state(result.run_id)
         if not job.start(state):
-            return result
+            return
         if state is None:
             job.record_file(collect)
         _run(job, chunk_bytes, max_bytes, collect)
     finally:
         os.close(fd)
-    return result
 
 
 def _run(job: _FileDrain, chunk_bytes: int, max_bytes: int | None, collect: bool) -> None:
@@ -317,6 +334,8 @@ class InboxDrainStatistics:
     rejected: int
     bytes_read: int
     incidents: tuple[str, ...]
+    errors: int
+    last_error: str | None
     using_inotify: bool
     offsets: dict[str, int]
     statuses: dict[str, str]
@@ -365,6 +384,8 @@ class InboxDrain:
         self._closing = False
         self._passes = self._new = self._duplicates = self._rejected = self._bytes = 0
         self._incidents: list[str] = []
+        self._errors = 0
+        self._last_error: str | None = None
 
     # -- registration ----------------------------------------------------------
 
@@ -449,6 +470,8 @@ class InboxDrain:
             rejected=self._rejected,
             bytes_read=self._bytes,
             incidents=tuple(self._incidents),
+            errors=self._errors,
+            last_error=self._last_error,
             using_inotify=self._watcher.using_inotify,
             offsets={run: t.offset for run, t in self._runs.items()},
             statuses={run: t.status for run, t in self._runs.items()},
@@ -479,6 +502,11 @@ class InboxDrain:
             dirty, self._dirty = self._dirty, set()
             results = await self._drain(sorted(dirty)) if dirty else []
             self._dirty.update(r.run_id for r in results if r.more)
+            failed = {r.run_id for r in results if r.error is not None}
+            if failed:  # back off, then try again: offsets make a retry safe
+                self._note_changes(await self._watcher.wait(timeout=self._idle))
+                self._dirty |= failed
+                continue
             if any(r.new for r in results):
                 idle_rounds = 0
                 self._watcher.set_poll_interval(self._busy)
@@ -486,9 +514,11 @@ class InboxDrain:
                 self._watcher.set_poll_interval(self._idle)
             if self._dirty or self._closing:
                 continue
-            changed = await self._watcher.wait()
-            by_path = self._by_path
-            self._dirty.update(by_path[p] for p in map(_absolute, changed) if p in by_path)
+            self._note_changes(await self._watcher.wait())
+
+    def _note_changes(self, changed: set[Path]) -> None:
+        by_path = self._by_path
+        self._dirty.update(by_path[p] for p in map(_absolute, changed) if p in by_path)
 
     async def _drain(self, run_ids: list[str]) -> list[DrainResult]:
         jobs = [(r, self._runs[r].path) for r in run_ids if r in self._runs]
@@ -507,10 +537,14 @@ class InboxDrain:
         results = []
         for run_id, path in jobs:
             tailed = self._runs.get(run_id)  # removed while queued: leave it
-            if tailed is not None and tailed.path == path:
-                results.append(
-                    drain_file(store, path, run_id, collect=collect, max_bytes=self._max_bytes)
-                )
+            if tailed is None or tailed.path != path:
+                continue
+            result = DrainResult(run_id=run_id, path=os.fspath(path))
+            try:
+                drain_into(result, store, collect=collect, max_bytes=self._max_bytes)
+            except (sqlite3.Error, OSError) as exc:  # retried; what was stored is kept
+                result.error = f"{type(exc).__name__}: {exc}"
+            results.append(result)
         return results
 
     async def _account(self, result: DrainResult) -> None:
@@ -521,6 +555,9 @@ class InboxDrain:
         self._bytes += result.bytes_read
         if result.incident is not None:
             self._incidents.append(f"{result.run_id}: {result.incident}")
+        if result.error is not None:
+            self._errors += 1
+            self._last_error = f"{result.run_id}: {result.error}"
         tailed = self._runs.get(result.run_id)
         if tailed is not None:
             tailed.offset, tailed.status = result.offset, result.status
