@@ -650,7 +650,8 @@ async def spawn(
     if finalize_after_s is not None:
         clock.finalize_at = clock.started + finalize_after_s
     clock.sent[first[0]] = clock.started
-    child_env = {**os.environ, **(env or {}), **wire_env(run, deadline)}
+    passed = {k: v for k, v in (("TETHER_PROVIDER", provider), ("TETHER_MODEL", model)) if v}
+    child_env = {**os.environ, **passed, **(env or {}), **wire_env(run, deadline)}
     tail = _make_inbox(run, db) if inbox else None
     command = list(argv) if argv is not None else default_argv(provider, model) + list(child_args)
     recorder = None
