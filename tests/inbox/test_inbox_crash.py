@@ -61,7 +61,7 @@ for i in range(n):
 
 BOTH_DRAINER = r"""
 import asyncio, sys
-from tether.inbox.drain import InboxDrain
+from tether.inbox.live import InboxDrain
 
 async def main():
     async with InboxDrain(sys.argv[1]) as drain:

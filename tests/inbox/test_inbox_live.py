@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.inbox.drain import InboxDrain
+from tether.inbox.live import InboxDrain
 from tether.inbox.messages import Clarification, Progress
 from tether.inbox.store import InboxStore, StoredMessage
 from tether.inbox.writer import append_inbox, create_inbox

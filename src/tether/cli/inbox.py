@@ -196,7 +196,7 @@ def _follow_drain(path: Path, run_id: str, db: Path | None) -> int:
     import asyncio
     import signal
 
-    from tether.inbox.drain import InboxDrain
+    from tether.inbox.live import InboxDrain
 
     async def follow() -> str:
         stop = asyncio.Event()

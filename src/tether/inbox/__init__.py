@@ -3,7 +3,8 @@
 - :mod:`~tether.inbox.messages`: typed messages and the total ``parse_line``.
 - :mod:`~tether.inbox.reader`: the sans-IO bounded line splitter.
 - :mod:`~tether.inbox.store`: the ``inbox_*`` tables (WAL) and ``StoredMessage``.
-- :mod:`~tether.inbox.drain`: ``drain_file`` (once) and ``InboxDrain`` (live, asyncio).
+- :mod:`~tether.inbox.drain`: ``drain_file``: drain one file once.
+- :mod:`~tether.inbox.live`: ``InboxDrain``: tail many inboxes live (asyncio).
 - :mod:`~tether.inbox.writer`: ``create_inbox``, ``append_inbox``, ``inbox_env``.
 
 Names are loaded lazily so that importing a submodule stays cheap.
@@ -15,7 +16,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.inbox.drain import DrainResult, InboxDrain, InboxDrainStatistics, drain_file
+    from tether.inbox.drain import DrainResult, drain_file
+    from tether.inbox.live import InboxDrain, InboxDrainStatistics
     from tether.inbox.messages import (
         ApprovalRequest,
         Clarification,
@@ -38,8 +40,8 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "DrainResult": "drain",
-    "InboxDrain": "drain",
-    "InboxDrainStatistics": "drain",
+    "InboxDrain": "live",
+    "InboxDrainStatistics": "live",
     "drain_file": "drain",
     "ApprovalRequest": "messages",
     "Clarification": "messages",
