@@ -108,3 +108,27 @@ def test_finalize_while_running_answers_from_a_tool_free_turn() -> None:
         assert stops[0] == "aborted"
 
     asyncio.run(go())
+
+
+def test_runs_started_by_a_run_are_followed_with_their_depth() -> None:
+    from tether.runtime.parent import RunEvent
+
+    async def go() -> tuple[list[tuple[str, int, str]], str, str]:
+        top = await spawn("top", argv=double("normal", 1500), timeouts=FAST, follow_nested=True)
+        seen = Collector(top)
+        await seen.until_type("turn-started")
+        # what the subagent tool does inside the child: a run whose parent is `top`
+        sub = await spawn("sub", argv=double("normal", 100), timeouts=FAST, parent_run=top.run_id)
+        await sub.wait()
+        await top.wait()
+        await seen.done()
+        items = [
+            (i.run, i.depth, type(i.event).__name__) for i in seen.items if isinstance(i, RunEvent)
+        ]
+        return items, top.run_id, sub.run_id
+
+    items, top_id, sub_id = asyncio.run(go())
+    nested = [(depth, name) for run, depth, name in items if run == sub_id]
+    assert nested[0] == (1, "Ready")
+    assert nested[-1] == (1, "Exit")
+    assert all(depth == 0 for run, depth, _ in items if run == top_id)

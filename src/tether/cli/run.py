@@ -133,6 +133,7 @@ async def _main(args: argparse.Namespace, task: str) -> int:
             cwd=args.cwd,
             deadline_s=args.deadline,
             finalize_after_s=finalize_after(args.deadline, args.finalize_before),
+            follow_nested=True,
         )
     except SpawnError as exc:
         if scratch is not None:

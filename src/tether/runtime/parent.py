@@ -50,6 +50,7 @@ from tether.runtime import procs
 from tether.runtime.finaltext import full_text
 from tether.runtime.hub import WatchHub, shared_hub
 from tether.runtime.mirror import ChannelError, RunMirror, too_large
+from tether.runtime.nested import NestedFollower
 from tether.runtime.rundir import (
     RunDir,
     append_line,
@@ -58,6 +59,7 @@ from tether.runtime.rundir import (
     write_private_text,
 )
 from tether.runtime.sidecars import InboxTail, Recorder
+from tether.runtime.updates import InboxItem, RunEvent, Update
 from tether.store.index import RunIndex, RunRecord
 from tether.transports.tail import FileTail, TailStatus
 from tether.wire import AnyEvent, ControlAck, Rejection, TooLarge
@@ -148,29 +150,6 @@ class Result:
         return self.status == "done"
 
 
-@dataclass(frozen=True, slots=True)
-class RunEvent:
-    """One validated wire event of run ``run``, its raw line, and the mirrored state after it."""
-
-    run: str
-    event: AnyEvent
-    raw: bytes
-    state: State
-    depth: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class InboxItem:
-    """One message an agent appended to the run's inbox (``{"type": ..., ...}``)."""
-
-    run: str
-    message: dict[str, Any]
-    depth: int = 0
-
-
-Update = RunEvent | InboxItem | ChannelError
-
-
 @dataclass(slots=True)
 class _Clock:
     started: float = field(default_factory=time.monotonic)
@@ -202,6 +181,7 @@ class RunHandle:
         clock: _Clock,
         recorder: Recorder | None,
         inbox: InboxTail | None,
+        nested: RunIndex | None = None,
     ) -> None:
         self.run_id = run.run_id
         self.run_dir = run
@@ -227,6 +207,9 @@ class RunHandle:
         self._ended = False
         self._result: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._token = hub.subscribe_event(run.events, self._wake)
+        self._nested = (
+            None if nested is None else NestedFollower(run.run_id, nested, hub, self._wake)
+        )
         self._tasks = [
             asyncio.create_task(self._watch_process(), name=f"tether-proc-{self.run_id}"),
             asyncio.create_task(self._pump(), name=f"tether-pump-{self.run_id}"),
@@ -382,6 +365,7 @@ class RunHandle:
             self._wake.clear()
             self._read_events()
             await self._read_inbox()
+            await self._read_nested()
             if self.mirror.finished or self._failure is not None:
                 return
             if self._proc_done:
@@ -485,6 +469,12 @@ class RunHandle:
         if error.fatal:
             self._fail("failed", f"channel error: {error.reason}")
 
+    async def _read_nested(self) -> None:
+        if self._nested is None:
+            return
+        for update in await self._nested.poll():
+            self._updates.put_nowait(update)
+
     async def _read_inbox(self) -> None:
         if self._inbox is None:
             return
@@ -504,6 +494,7 @@ class RunHandle:
         await self._terminate()
         self._read_events(final=True)  # an exit written just before the end still counts
         await self._read_inbox()
+        await self._read_nested()
 
     async def _terminate(self) -> None:
         if self._proc.returncode is None or procs.group_alive(self._proc):
@@ -515,6 +506,8 @@ class RunHandle:
         self._ended = True
         self._hub.unsubscribe(self.run_dir.events, self._token)
         self._tail.close()
+        if self._nested is not None:
+            self._nested.close()
         result = self._build_result()
         for seq, waiter in list(self._ack_waiters.items()):
             if not waiter.done():
@@ -623,6 +616,7 @@ async def spawn(
     db: Path | None = None,
     record: bool = True,
     inbox: bool = True,
+    follow_nested: bool = False,
     hub: WatchHub | None = None,
 ) -> RunHandle:
     """Start a child on ``task`` and return its live handle (see the module docstring).
@@ -633,7 +627,9 @@ async def spawn(
     ceil(deadline_s); ``finalize_after_s`` makes the parent send ``finalize`` at that
     point, so the run answers before its deadline. With ``close_when_idle`` the parent
     sends ``close`` once the child is ready with nothing left to do. ``record`` adds the
-    run to the run index (``db``, default the state directory's database).
+    run to the run index (``db``, default the state directory's database);
+    ``follow_nested`` also hands out the updates of the runs it starts (subagents), with
+    ``depth`` >= 1.
     """
     loop = asyncio.get_running_loop()
     run = await loop.run_in_executor(None, create_run_dir, runs_root)
@@ -690,6 +686,7 @@ async def spawn(
         clock=clock,
         recorder=recorder,
         inbox=tail,
+        nested=RunIndex(db) if follow_nested and record else None,
     )
 
 
