@@ -125,6 +125,9 @@ class Agent:
     def final_text(self) -> str:
         return self._final_text
 
+    async def prepare(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         await self.provider.aclose()
 
@@ -158,7 +161,7 @@ class _Turn:
             raise
         status = {"aborted": "aborted", "error": "error"}.get(self.stop, "done")
         self._complete(status, self.error)
-        return TurnOutcome(self.stop, self.usage, self.error)
+        return TurnOutcome(self.stop, self.usage.to_wire(), self.error)
 
     async def _loop(self) -> None:
         control = self.control

@@ -5,6 +5,9 @@
 child`` starts fast. Those classes are built as ``Cls(model=model, env=env,
 options=options)``; ``options`` comes from repeated ``--provider-option key=value``.
 
+Constructors may run in a worker thread (the child builds its agent off the event
+loop, after ``ready``): they must not need a running event loop.
+
 Errors: an unknown name, a provider module that is missing, or a provider that
 refuses its configuration all raise :class:`ProviderSetupError` with a message a
 user can act on.
@@ -14,9 +17,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from tether.agent.provider import Provider
+if TYPE_CHECKING:
+    from tether.agent.provider import Provider
 
 __all__ = ["PROVIDERS", "ProviderSetupError", "get_provider"]
 
@@ -33,6 +37,12 @@ class ProviderSetupError(ValueError):
     """The provider cannot be built: unknown name, missing module, bad configuration."""
 
 
+def check_provider(name: str) -> None:
+    """Raise :class:`ProviderSetupError` for an unknown name (imports nothing)."""
+    if name not in PROVIDERS:
+        raise ProviderSetupError(f"unknown provider {name!r} (known: {', '.join(PROVIDERS)})")
+
+
 def get_provider(
     name: str,
     model: str | None,
@@ -42,11 +52,8 @@ def get_provider(
     options: Mapping[str, str] | None = None,
 ) -> Provider:
     """Build the provider ``name`` for ``model``; raises :class:`ProviderSetupError`."""
-    target = PROVIDERS.get(name)
-    if target is None:
-        known = ", ".join(PROVIDERS)
-        raise ProviderSetupError(f"unknown provider {name!r} (known: {known})")
-    cls = _load(name, target)
+    check_provider(name)
+    cls = _load(name, PROVIDERS[name])
     kwargs: dict[str, Any] = {"model": model, "env": env, "options": dict(options or {})}
     if name == "scripted":
         kwargs["script"] = script

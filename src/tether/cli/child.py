@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tether.runtime.runner import EmitFn, TurnRunner
+    import asyncio
+
+    from tether.runtime.runner import EmitFn, TurnControl, TurnOutcome, TurnRequest, TurnRunner
 
 MISSING_ENV = "FEN_WIRE_CONTROL_PATH and FEN_WIRE_EVENT_PATH are required"
 _PREFIXES = ("FEN_WIRE_", "TETHER_WIRE_")
@@ -113,7 +115,7 @@ def main(argv: list[str], prog: str) -> int:
     from tether.transports.watch import polling_forced
 
     async def factory(emit: EmitFn) -> TurnRunner:
-        return _build_agent(args, emit, cwd=cwd, env=env, options=options)
+        return _LazyAgent(args, emit, cwd=cwd, env=env, options=options)
 
     child = ChildOptions(
         control_path=Path(control),
@@ -124,6 +126,72 @@ def main(argv: list[str], prog: str) -> int:
         force_polling=polling_forced(env),
     )
     return run_child(child)
+
+
+class _LazyAgent:
+    """The built-in agent, built in a worker thread after ``ready`` (start-up speed).
+
+    Before ``ready`` only the cheap checks run (a known provider, a script for
+    ``scripted``); importing the agent, its tools and the provider (httpx, for the HTTP
+    ones) happens in :meth:`prepare`, off the event loop, so acks stay prompt meanwhile.
+    """
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        emit: EmitFn,
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        options: dict[str, str],
+    ) -> None:
+        from tether.agent.registry import check_provider
+
+        check_provider(args.provider)
+        if args.provider == "scripted" and not (
+            args.script or options.get("script") or env.get("TETHER_SCRIPT")
+        ):
+            raise ValueError("the scripted provider needs --script FILE (a JSON list of replies)")
+        self._build = (args, emit, cwd, env, options)
+        self._agent: TurnRunner | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def prepare(self) -> None:
+        import asyncio
+
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._prepare())
+        await asyncio.shield(self._task)
+
+    async def _prepare(self) -> None:
+        import asyncio
+
+        from tether.runtime.runner import RunnerSetupError
+
+        args, emit, cwd, env, options = self._build
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(0.0005)  # the loop thread gets the GIL back quickly
+        try:
+            agent = await asyncio.to_thread(
+                _build_agent, args, emit, cwd=cwd, env=env, options=options
+            )
+        except (ValueError, OSError) as exc:
+            raise RunnerSetupError(str(exc)) from exc
+        finally:
+            sys.setswitchinterval(interval)
+        self._agent = agent
+
+    async def run_turn(self, request: TurnRequest, control: TurnControl) -> TurnOutcome:
+        await self.prepare()
+        assert self._agent is not None
+        return await self._agent.run_turn(request, control)
+
+    def final_text(self) -> str:
+        return "" if self._agent is None else self._agent.final_text()
+
+    async def aclose(self) -> None:
+        if self._agent is not None:
+            await self._agent.aclose()
 
 
 def _build_agent(

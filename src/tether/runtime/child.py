@@ -26,15 +26,12 @@ import asyncio
 import contextlib
 import signal
 import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
-from tether.agent.provider import Usage
 from tether.runtime.child_io import (
     ControlFeed,
     ControlLine,
@@ -47,6 +44,7 @@ from tether.runtime.runner import (
     Injection,
     InjectionKind,
     RunnerFactory,
+    RunnerSetupError,
     TurnOutcome,
     TurnRequest,
     TurnRunner,
@@ -94,8 +92,7 @@ _INJECTION_KINDS: Final[dict[str, InjectionKind]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ChildOptions:
+class ChildOptions(NamedTuple):
     control_path: Path
     event_path: Path
     runner_factory: RunnerFactory
@@ -145,7 +142,8 @@ class Presenter:
         self.steering: deque[Injection] = deque()
         self.follow_ups: deque[Injection] = deque()
         self.finalize_note = DEFAULT_FINALIZE_NOTE
-        self.usage = Usage()
+        self.usage: dict[str, int] = {}
+        self._prepare: asyncio.Task[None] | None = None
         self.last_stop = "stop"
         self.error: str | None = None
         self._channel_dead = False
@@ -174,6 +172,7 @@ class Presenter:
         self.state = advance(self.state, Internal.STARTED).next_state
         self._arm(loop)
         self._reader = asyncio.create_task(self._guard(self._read_controls()))
+        self._prepare = asyncio.create_task(self._prepare_runner(self.runner))
         try:
             await self._exited.wait()
         finally:
@@ -192,6 +191,9 @@ class Presenter:
     async def _close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        if self._prepare is not None and not self._prepare.done():
+            self._prepare.cancel()
+            await asyncio.wait({self._prepare})
         if self.runner is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.runner.aclose(), UNWIND_GRACE_S)
@@ -199,6 +201,15 @@ class Presenter:
             self.watcher.close()
         self.feed.close()
         self.log.close()
+
+    async def _prepare_runner(self, runner: TurnRunner) -> None:
+        """The runner's slow set-up, after `ready`; its failure ends the run `failed`."""
+        try:
+            await runner.prepare()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self.fail(str(exc) or type(exc).__name__)
 
     async def _guard(self, work: Any) -> None:
         """Run a presenter coroutine; a bug in it ends the run `failed`, never a hang."""
@@ -322,6 +333,9 @@ class Presenter:
             outcome = await runner.run_turn(request, control)
         except asyncio.CancelledError:
             outcome = TurnOutcome("aborted")
+        except RunnerSetupError as exc:
+            self.fail(str(exc))
+            outcome = TurnOutcome("error", error=str(exc))
         except Exception as exc:  # noqa: BLE001 - a runner bug ends the turn, not the run
             error = f"{type(exc).__name__}: {exc}"
             self._emit_display({"type": "error", "error": error, "source": "agent"})
@@ -332,14 +346,11 @@ class Presenter:
             self.fail(f"internal error: {type(exc).__name__}: {exc}")
 
     def _turn_finished(self, outcome: TurnOutcome) -> None:
-        self.usage += outcome.usage
+        usage = _wire_usage(outcome.usage)
+        for key, count in usage.items():
+            self.usage[key] = self.usage.get(key, 0) + count
         self.last_stop = outcome.stop_reason
-        self.log.emit(
-            TurnComplete,
-            turn=self.turn,
-            stop_reason=outcome.stop_reason,
-            usage=outcome.usage.to_wire(),
-        )
+        self.log.emit(TurnComplete, turn=self.turn, stop_reason=outcome.stop_reason, usage=usage)
         self.turn_task, self.control = None, None
         if self.watcher is not None:
             self.watcher.set_poll_interval(POLL_IDLE_S)
@@ -434,11 +445,13 @@ class Presenter:
 
     def _emit_result(self) -> None:
         assert self.runner is not None
+        import tempfile
+
         spill = [self.options.event_path.parent, Path(tempfile.gettempdir())]
         fields = result_fields(
             self.runner.final_text(),
             self.last_stop,
-            self.usage.to_wire(),
+            {"input": 0, "output": 0} | self.usage,
             run=self.log.run,
             spill_dirs=spill,
         )
@@ -449,6 +462,15 @@ class Presenter:
     def _emit_display(self, raw: Mapping[str, Any]) -> None:
         meta = {"run-id": self.log.run} if raw.get("type") == "agent-started" else None
         self.log.emit_display(raw, meta)
+
+
+def _wire_usage(usage: Mapping[str, Any]) -> dict[str, int]:
+    """A runner's usage object, keeping only non-negative integer counts."""
+    out = {"input": 0, "output": 0}
+    for key, count in usage.items():
+        if isinstance(key, str) and type(count) is int and count >= 0:
+            out[key] = count
+    return out
 
 
 def run_child(options: ChildOptions) -> int:

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from tether.transports.tail import FileTail, TailStatus
 from tether.wire import (
@@ -147,6 +145,8 @@ def _fits(fields: Mapping[str, Any], run: str) -> bool:
 
 def spill_text(text: str, dirs: list[Path]) -> Path | None:
     """Write ``text`` to a new 0600 temp file in the first usable dir; None if none works."""
+    import tempfile
+
     data = text.encode("utf-8", "replace")
     for directory in dirs:
         try:
@@ -167,16 +167,14 @@ def spill_text(text: str, dirs: list[Path]) -> Path | None:
 # --- controls -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ControlLine:
+class ControlLine(NamedTuple):
     """One control line: its message, or why it was rejected."""
 
     message: AnyControl | None = None
     rejection: Rejection | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class FeedRead:
+class FeedRead(NamedTuple):
     """One bounded read: the controls, and whether the file was truncated (fatal)."""
 
     controls: list[ControlLine]

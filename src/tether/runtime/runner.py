@@ -26,15 +26,14 @@ group (see :mod:`tether.runtime.procs`), and let the CancelledError propagate.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
-
-from tether.agent.provider import Usage
+from typing import Any, Literal, NamedTuple, Protocol
 
 __all__ = [
     "EmitFn",
     "Injection",
+    "InjectionKind",
     "RunnerFactory",
+    "RunnerSetupError",
     "TurnControl",
     "TurnOutcome",
     "TurnRequest",
@@ -44,9 +43,11 @@ __all__ = [
 EmitFn = Callable[[Mapping[str, Any]], None]
 InjectionKind = Literal["user", "steering", "follow-up"]
 
+# NamedTuples, not dataclasses: this module is imported before `ready`, and start-up
+# time matters (a frozen dataclass costs about a millisecond to create).
 
-@dataclass(frozen=True, slots=True)
-class Injection:
+
+class Injection(NamedTuple):
     """A user message for the agent: a prompt, or a steer/follow-up with its control seq."""
 
     text: str
@@ -64,21 +65,26 @@ class Injection:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class TurnRequest:
+class TurnRequest(NamedTuple):
     """One turn: its opening message; ``final`` for finalize's tool-free turn."""
 
     opening: Injection
     final: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class TurnOutcome:
-    """How a turn ended: the wire stop reason (``aborted``, ``error``, ...), its usage."""
+class TurnOutcome(NamedTuple):
+    """How a turn ended: the wire stop reason (``aborted``, ``error``, ...) and its usage.
+
+    ``usage`` is the wire's usage object (``{"input": N, "output": N, ...}``).
+    """
 
     stop_reason: str
-    usage: Usage = field(default_factory=Usage)
+    usage: Mapping[str, int] = {}
     error: str | None = None
+
+
+class RunnerSetupError(Exception):
+    """The runner cannot work at all (bad provider configuration, a missing program)."""
 
 
 class TurnControl(Protocol):
@@ -97,6 +103,14 @@ class TurnControl(Protocol):
 class TurnRunner(Protocol):
     """Runs turns for the presenter, one at a time."""
 
+    async def prepare(self) -> None:
+        """Slow set-up, started right after ``ready`` (imports, connections, processes).
+
+        An exception here ends the run ``failed`` with its message. ``run_turn`` may be
+        called before it finishes and must wait for it.
+        """
+        ...
+
     async def run_turn(self, request: TurnRequest, control: TurnControl) -> TurnOutcome:
         """Run the agent from ``request.opening`` until it stops (see the module docstring)."""
         ...
@@ -110,5 +124,6 @@ class TurnRunner(Protocol):
         ...
 
 
-# Builds the runner before `ready`; an exception here ends the run `failed`.
+# Builds the runner before `ready` (keep it cheap; put slow work in `prepare`). An
+# exception here ends the run `failed` before `ready`.
 RunnerFactory = Callable[[EmitFn], Awaitable[TurnRunner]]
