@@ -1,0 +1,36 @@
+"""bash-agent's RESP-like internal frames and the message kinds they carry (sans-IO).
+
+- :mod:`tether.framing.resp`: the incremental frame reader (pure Python, or hiredis-backed)
+  and the writer.
+- :mod:`tether.framing.messages`: TEXT, THINKING, TOOL_CALL, ... as typed values, and their
+  conversions to and from frames, stream-json objects and wire display events.
+- ``tether.sh`` (next to this file; ``tether shell-lib`` prints its path): the bash writer.
+"""
+
+from __future__ import annotations
+
+from tether.framing.resp import (
+    NEED_DATA,
+    Code,
+    Frame,
+    FrameReader,
+    HiredisReader,
+    PureReader,
+    Rejection,
+    encode_frame,
+    hiredis_available,
+    open_reader,
+)
+
+__all__ = [
+    "NEED_DATA",
+    "Code",
+    "Frame",
+    "FrameReader",
+    "HiredisReader",
+    "PureReader",
+    "Rejection",
+    "encode_frame",
+    "hiredis_available",
+    "open_reader",
+]
