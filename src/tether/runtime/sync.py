@@ -69,6 +69,7 @@ class SyncRunHandle:
 
     def __init__(self, task: str, **options: Any) -> None:
         self._loop = _LoopThread()
+        self._final: Result | None = None
         try:
             self._handle: RunHandle = self._loop.call(spawn(task, **options))
         except BaseException:
@@ -105,7 +106,9 @@ class SyncRunHandle:
 
     def wait(self, timeout: float | None = None) -> Result:
         """The result; raises ``TimeoutError`` if ``timeout`` passes first (the run goes on)."""
-        return self._loop.call(self._handle.wait(), timeout)
+        if self._final is None:
+            self._final = self._loop.call(self._handle.wait(), timeout)
+        return self._final
 
     def updates(self) -> Iterator[Update]:
         """Every update of the run in order, blocking between them (see ``RunHandle``)."""
@@ -130,7 +133,8 @@ class SyncRunHandle:
         tb: TracebackType | None,
     ) -> None:
         try:
-            self._loop.call(self._handle.aclose())
+            if self._final is None:
+                self._final = self._loop.call(self._handle.aclose())
         finally:
             self._loop.close()
 
