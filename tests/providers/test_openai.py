@@ -350,3 +350,15 @@ def test_connection_refused_and_missing_model() -> None:
     _, error = asyncio.run(collect(p, ModelRequest(model="", messages=(UserTurn("x"),))))
     assert error is not None
     assert error.message == "openai: no model given; pass --model NAME"
+
+
+def test_json_body_instead_of_a_stream_is_reported() -> None:
+    body = json.dumps({"error": {"message": "streaming is disabled", "type": "bad_config"}})
+    reply = Reply(body=body.encode(), headers={"content-type": "application/json"})
+    events, error, _ = run([reply])
+    assert events == []
+    assert error is not None
+    assert error.message == (
+        "openai: expected an event stream but the server answered with JSON:"
+        " bad_config: streaming is disabled (does the server support streaming?)"
+    )

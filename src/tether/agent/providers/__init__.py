@@ -23,8 +23,6 @@ validation rejects.
 
 from __future__ import annotations
 
-import asyncio
-import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -311,6 +309,8 @@ async def stream_sse(
 ) -> AsyncIterator[StreamEvent]:
     """POST ``call`` and stream the parsed events, retrying retryable failures while
     nothing has been yielded yet (at most ``call.max_retries`` times, with backoff)."""
+    import asyncio
+
     import httpx
 
     from tether.agent.providers.sse import SSEDecoder
@@ -354,15 +354,32 @@ async def stream_sse(
 
 
 async def _check_status(response: httpx.Response, call: HTTPCall) -> None:
-    if response.status_code < 300:
+    """Raise for an error status, or for a JSON body where an event stream belongs."""
+    is_json = response.headers.get("content-type", "").startswith("application/json")
+    if response.status_code < 300 and not is_json:
         return
     body = bytearray()
     async for chunk in response.aiter_bytes():
         body += chunk[: ERROR_BODY_BYTES - len(body)]
         if len(body) >= ERROR_BODY_BYTES:
             break
-    raise http_error(
-        call.provider, response.status_code, bytes(body), response.headers, key_hint=call.key_hint
+    if response.status_code >= 300:
+        raise http_error(
+            call.provider,
+            response.status_code,
+            bytes(body),
+            response.headers,
+            key_hint=call.key_hint,
+        )
+    kind, message = error_fields(decode_json(bytes(body)))
+    detail = (
+        f"{kind}: {message}"
+        if kind and message
+        else message or short(body.decode("utf-8", "replace"))
+    )
+    raise ProviderError(
+        f"{call.provider}: expected an event stream but the server answered with JSON: {detail}"
+        " (does the server support streaming?)"
     )
 
 
@@ -392,5 +409,7 @@ def _retry_delay(error: ProviderError, attempt: int, call: HTTPCall) -> float | 
     after = error.retry_after if isinstance(error, ProviderHTTPError) else None
     if after is not None:
         return after if after <= MAX_RETRY_WAIT_S else None
+    import random
+
     base = min(call.retry_delay * 2.0**attempt, MAX_RETRY_WAIT_S)
     return base * random.uniform(0.75, 1.0)  # noqa: S311 (jitter, not crypto)

@@ -78,8 +78,16 @@ class SSEDecoder:
             if data[0] == _LF:
                 pos = 1
         for match in _LINE_END.finditer(data, pos):
-            self._extend(data, pos, match.start(), out)
-            self._end_line(out)
+            end = match.start()
+            size = self._event_bytes + end - pos
+            if self._partial or self._discarding or size > self.max_event_bytes:
+                self._extend(data, pos, end, out)
+                self._end_line(out)
+            elif end == pos:  # fast path: a blank line
+                self._dispatch(out)
+            else:  # fast path: a whole line inside this chunk
+                self._event_bytes = size + 1
+                self._field(data[pos:end].decode("utf-8", "replace"))
             pos = match.end()
         self._extend(data, pos, len(data), out)
         if data and data[-1] == _CR:
