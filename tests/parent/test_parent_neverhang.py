@@ -188,3 +188,12 @@ def test_spawn_failure_is_an_error_and_recorded(tether_home: Path) -> None:
         asyncio.run(go())
     (record,) = RunIndex().recent()
     assert record.status == "failed"
+
+
+def test_a_parent_inside_a_child_does_not_pass_its_own_deadline_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FEN_WIRE_DEADLINE", "1")  # already passed
+    monkeypatch.setenv("TETHER_WIRE_DEADLINE", "1")
+    result = _run("normal")
+    assert result.status == "done"

@@ -93,6 +93,8 @@ DEADLINE_FINALIZE_NOTE: Final = (
 )
 STDERR_TAIL_BYTES: Final = 2000
 _SAFETY_TICK_S: Final = 1.0  # re-check files and timers at least this often
+# A parent that is itself a child must not hand its own wire settings (a deadline!) down.
+_WIRE_PREFIXES: Final = ("FEN_WIRE_", "TETHER_WIRE_")
 
 
 class TetherError(Exception):
@@ -647,7 +649,8 @@ async def spawn(
         clock.finalize_at = clock.started + finalize_after_s
     clock.sent[first[0]] = clock.started
     passed = {k: v for k, v in (("TETHER_PROVIDER", provider), ("TETHER_MODEL", model)) if v}
-    child_env = {**os.environ, **passed, **(env or {}), **wire_env(run, deadline)}
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(_WIRE_PREFIXES)}
+    child_env = {**inherited, **passed, **(env or {}), **wire_env(run, deadline)}
     tail = _make_inbox(run, db) if inbox else None
     command = list(argv) if argv is not None else default_argv(provider, model) + list(child_args)
     recorder = None
