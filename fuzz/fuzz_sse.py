@@ -128,7 +128,10 @@ def _anthropic_event(rng: random.Random) -> dict[str, Any]:
 def _openai_chunk(rng: random.Random) -> dict[str, Any]:
     delta = {rng.choice(["content", "reasoning_content", "reasoning"]): _value(rng, 2)}
     if rng.random() < 0.5:
-        call = {"index": rng.choice([0, 1, None]), "id": rng.choice(["c1", "c2", None])}
+        call: dict[str, Any] = {
+            "index": rng.choice([0, 1, None]),
+            "id": rng.choice(["c1", "c2", None]),
+        }
         call["function"] = {"name": "f", "arguments": rng.choice(['{"a"', ": 1}", "", "x"])}
         delta["tool_calls"] = [call]
     choice = {"index": 0, "delta": delta, "finish_reason": rng.choice([None, "stop", "length"])}
@@ -209,7 +212,7 @@ def run_random(iterations: int, seed: int) -> int:
 
 def main(argv: list[str]) -> int:
     try:
-        import atheris  # type: ignore[import-not-found]
+        import atheris  # type: ignore[import-not-found, import-untyped, unused-ignore]
     except ImportError:
         atheris = None
     if atheris is not None:

@@ -291,3 +291,19 @@ def test_leftover_child_holding_stdout_is_stopped_after_exit(tmp_path: Path) -> 
     assert text_of(events) == "answer\n"
     assert events[-1] == Finished("end_turn")
     assert asyncio.run(wait_dead(int(pidfile.read_text())))
+
+
+def test_closing_the_stream_early_stops_the_command(tmp_path: Path) -> None:
+    pidfile = tmp_path / "sleep.pid"
+    command = bash_command(
+        tmp_path, f"sleep 1000 &\necho $! > {shlex.quote(str(pidfile))}\necho started\nwait\n"
+    )
+
+    async def main() -> tuple[StreamEvent, bool]:
+        p = CommandProvider(options={"command": command})
+        stream = p.stream(HELLO)
+        first = await anext(stream)
+        await stream.aclose()  # what `async with aclosing(...)` does when the loop stops early
+        return first, await wait_dead(int(pidfile.read_text()))
+
+    assert asyncio.run(main()) == (TextDelta(0, "started\n"), True)

@@ -320,8 +320,8 @@ def test_http_401_with_openai_error_body() -> None:
 
 
 def test_http_429_then_success() -> None:
-    error = {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}
-    body = json.dumps({"error": error}).encode()
+    detail = {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}
+    body = json.dumps({"error": detail}).encode()
     first = Reply(
         status=429, body=body, headers={"content-type": "application/json", "retry-after": "0"}
     )

@@ -133,7 +133,9 @@ def reference(data: bytes) -> list[SSEEvent]:
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     lines = _LINE.split(data)[:-1]  # the text after the last line end is incomplete
-    events, kind, buf, last_id = [], "", [], ""
+    events: list[SSEEvent] = []
+    kind, last_id = "", ""
+    buf: list[str] = []
     for raw in lines:
         line = raw.decode("utf-8", "replace")
         if not line:

@@ -23,7 +23,7 @@ validation rejects.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -34,7 +34,12 @@ if TYPE_CHECKING:
 
     from tether.agent.providers.sse import SSEDecoder, SSEEvent
 
-PROVIDER_NAMES: Final = ("anthropic", "openai", "command")
+# ``--provider`` name -> "module:Class", for a registry that imports lazily.
+PROVIDER_CLASSES: Final = {
+    "anthropic": "tether.agent.providers.anthropic:AnthropicProvider",
+    "openai": "tether.agent.providers.openai:OpenAIProvider",
+    "command": "tether.agent.providers.command:CommandProvider",
+}
 
 # An error body is read up to this many bytes; its message is cut to ERROR_TEXT_CHARS.
 ERROR_BODY_BYTES: Final = 64 * 1024
@@ -306,7 +311,7 @@ def make_client(connect: float, read: float) -> httpx.AsyncClient:
 
 async def stream_sse(
     client: httpx.AsyncClient, call: HTTPCall, new_parser: Callable[[], StreamParser]
-) -> AsyncIterator[StreamEvent]:
+) -> AsyncGenerator[StreamEvent, None]:
     """POST ``call`` and stream the parsed events, retrying retryable failures while
     nothing has been yielded yet (at most ``call.max_retries`` times, with backoff)."""
     import asyncio

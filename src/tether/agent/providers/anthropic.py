@@ -29,7 +29,8 @@ a JSON object yields an :class:`~tether.agent.providers.InvalidToolUse`.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -119,7 +120,7 @@ class AnthropicProvider:
         self._config_error = opts.error
         self._client: httpx.AsyncClient | None = None
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         if self._config_error is not None:
             raise self._config_error
         if not self._api_key:
@@ -138,8 +139,9 @@ class AnthropicProvider:
             max_retries=self._max_retries,
             retry_delay=self._retry_delay,
         )
-        async for event in stream_sse(self._client, call, AnthropicStreamParser):
-            yield event
+        async with aclosing(stream_sse(self._client, call, AnthropicStreamParser)) as events:
+            async for event in events:
+                yield event
 
     async def aclose(self) -> None:
         if self._client is not None:

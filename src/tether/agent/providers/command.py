@@ -32,7 +32,7 @@ import contextlib
 import os
 import shlex
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -95,7 +95,7 @@ class CommandProvider:
                 f" or set ${ENV_COMMAND}"
             )
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         if self._config_error is not None:
             raise self._config_error
         payload = msgspec.json.encode(request_payload(request, default_model=self.model))
@@ -115,8 +115,9 @@ class CommandProvider:
             ) from exc
         run = _Run(proc, self.argv[0], self.kill_grace)
         try:
-            async for event in run.events(payload):
-                yield event
+            async with contextlib.aclosing(run.events(payload)) as events:
+                async for event in events:
+                    yield event
         finally:
             await run.close()
 
@@ -173,7 +174,7 @@ class _Run:
         self._tasks: list[asyncio.Task[Any]] = []
         self._read: asyncio.Task[bytes] | None = None
 
-    async def events(self, payload: bytes) -> AsyncIterator[StreamEvent]:
+    async def events(self, payload: bytes) -> AsyncGenerator[StreamEvent, None]:
         assert self.proc.stdout is not None
         self._tasks = [
             asyncio.create_task(self._feed_stdin(payload)),
@@ -184,16 +185,17 @@ class _Run:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         parts: list[str] = []
         total = 0
-        async for chunk in self._stdout_chunks(exited):
-            total += len(chunk)
-            if total > MAX_OUTPUT_BYTES:
-                raise ProviderError(
-                    f"command: {self.program} wrote more than {MAX_OUTPUT_BYTES} bytes; stopped"
-                )
-            text = decoder.decode(chunk)
-            if text:
-                parts.append(text)
-                yield TextDelta(0, text)
+        async with contextlib.aclosing(self._stdout_chunks(exited)) as chunks:
+            async for chunk in chunks:
+                total += len(chunk)
+                if total > MAX_OUTPUT_BYTES:
+                    raise ProviderError(
+                        f"command: {self.program} wrote more than {MAX_OUTPUT_BYTES} bytes; stopped"
+                    )
+                text = decoder.decode(chunk)
+                if text:
+                    parts.append(text)
+                    yield TextDelta(0, text)
         text = decoder.decode(b"", final=True)
         if text:
             parts.append(text)
@@ -205,7 +207,7 @@ class _Run:
             yield BlockEnd(0, TextBlock("".join(parts)))
         yield Finished("end_turn")
 
-    async def _stdout_chunks(self, exited: asyncio.Task[int]) -> AsyncIterator[bytes]:
+    async def _stdout_chunks(self, exited: asyncio.Task[int]) -> AsyncGenerator[bytes, None]:
         """Stdout until EOF; once the command exited, wait at most ``grace`` for EOF (a
         leftover child may hold the pipe open; :meth:`close` stops it)."""
         assert self.proc.stdout is not None

@@ -31,7 +31,8 @@ a ``finish_reason`` without ``[DONE]`` is accepted, one that ends before is an e
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -127,7 +128,7 @@ class OpenAIProvider:
         self._config_error = opts.error
         self._client: httpx.AsyncClient | None = None
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         if self._config_error is not None:
             raise self._config_error
         if not (request.model or self.model):
@@ -153,8 +154,9 @@ class OpenAIProvider:
             max_retries=self._max_retries,
             retry_delay=self._retry_delay,
         )
-        async for event in stream_sse(self._client, call, OpenAIStreamParser):
-            yield event
+        async with aclosing(stream_sse(self._client, call, OpenAIStreamParser)) as events:
+            async for event in events:
+                yield event
 
     async def aclose(self) -> None:
         if self._client is not None:
