@@ -1,0 +1,551 @@
+"""The message kinds bash-agent frames carry, as typed values, and their conversions.
+
+Theory of operation
+-------------------
+Field 0 of a frame names the kind; the fields after it are laid out per kind:
+
+============== =====================================================================
+TEXT, THINKING chunk
+TOOL_CALL      name, id, input JSON, then the input's top-level members as key, value
+TOOL_RESULT    tool_use_id, tool_name, output
+USAGE          input_tokens, output_tokens, cache_read_input_tokens,
+               cache_creation_input_tokens
+STOP           reason (end_turn, tool_use, max_tokens, interrupted, ...)
+CONTEXT_UPDATE kind, trigger
+ERROR          message
+RETRY          (none)
+SUB_AGENT_RESULT session_id, status (ok/failed), input_tokens, output_tokens, thinking, text
+============== =====================================================================
+
+Decoding is total: :func:`from_fields` and :func:`from_stream_json` return a message or a
+:class:`~tether.framing.resp.Rejection` (codes ``empty-frame``, ``malformed``,
+``unknown-type``, ``invalid-payload``), never raise. Rules: fields are UTF-8, with invalid
+bytes replaced by U+FFFD (tool output may be binary; it is shown, not dropped); token
+counts are decimal digits, and an empty field or ``null`` counts as 0; fields past the
+layout are ignored (newer writers may add some), except that TOOL_CALL's members must come
+in pairs.
+
+Three shapes besides frames, all plain data so this module needs nothing above it:
+
+- stream-json / events.jsonl objects (:func:`to_stream_json`, :func:`from_stream_json`):
+  ``{"type": "text", "content": ...}``, ``tool_call{name,id,input}``, ... with snake_case
+  type names as bash-agent writes them;
+- wire display events (:func:`to_wire_events`, :func:`from_wire_event`): dicts with the Fen
+  wire's kebab-case keys, without the envelope (``v``, ``seq``, ``run``), which the sender
+  adds. USAGE and STOP each become an ``llm-end`` carrying their half.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Final, TypeAlias
+
+import msgspec
+
+from tether.framing.resp import Rejection, encode_frame
+
+# Rejection codes of this layer.
+EMPTY_FRAME: Final = "empty-frame"
+MALFORMED: Final = "malformed"
+UNKNOWN_TYPE: Final = "unknown-type"
+INVALID_PAYLOAD: Final = "invalid-payload"
+
+# Wire `summary`: the first line of a text, cut to this many UTF-8 bytes.
+SUMMARY_BYTES: Final = 160
+
+
+class _Message(msgspec.Struct, frozen=True, kw_only=True):
+    KIND: ClassVar[str] = ""
+
+
+class Text(_Message, frozen=True, kw_only=True):
+    """A chunk of the assistant's streamed answer."""
+
+    KIND: ClassVar[str] = "TEXT"
+    chunk: str
+
+
+class Thinking(_Message, frozen=True, kw_only=True):
+    """A chunk of the assistant's streamed reasoning."""
+
+    KIND: ClassVar[str] = "THINKING"
+    chunk: str
+
+
+class ToolCall(_Message, frozen=True, kw_only=True):
+    """A tool call: ``input`` is the JSON text; ``members`` its top-level members flattened."""
+
+    KIND: ClassVar[str] = "TOOL_CALL"
+    name: str
+    id: str
+    input: str
+    members: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_input(cls, name: str, id: str, arguments: Any) -> ToolCall:
+        """Build from decoded arguments: string members stay raw, others become JSON."""
+        members: tuple[tuple[str, str], ...] = ()
+        if isinstance(arguments, Mapping):
+            members = tuple((str(k), _member_text(v)) for k, v in arguments.items())
+        return cls(name=name, id=id, input=_json_text(arguments), members=members)
+
+    def arguments(self) -> Any:
+        """``input`` decoded; the raw text when it is not valid JSON."""
+        try:
+            return msgspec.json.decode(self.input)
+        except msgspec.DecodeError:
+            return self.input
+
+
+class ToolResult(_Message, frozen=True, kw_only=True):
+    """What a tool returned."""
+
+    KIND: ClassVar[str] = "TOOL_RESULT"
+    tool_use_id: str
+    tool_name: str
+    output: str
+
+
+class Usage(_Message, frozen=True, kw_only=True):
+    """Token usage. ``kind`` exists only in stream-json; frames do not carry it."""
+
+    KIND: ClassVar[str] = "USAGE"
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    kind: str = ""
+
+
+class SubAgentResult(_Message, frozen=True, kw_only=True):
+    """A finished sub-agent's answer."""
+
+    KIND: ClassVar[str] = "SUB_AGENT_RESULT"
+    session_id: str
+    status: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    thinking: str = ""
+    text: str = ""
+
+
+class Stop(_Message, frozen=True, kw_only=True):
+    """Why the model stopped (end_turn, tool_use, max_tokens, interrupted, ...)."""
+
+    KIND: ClassVar[str] = "STOP"
+    reason: str
+
+
+class ContextUpdate(_Message, frozen=True, kw_only=True):
+    """The context changed, e.g. kind ``compact`` triggered ``auto``."""
+
+    KIND: ClassVar[str] = "CONTEXT_UPDATE"
+    kind: str
+    trigger: str
+
+
+class Error(_Message, frozen=True, kw_only=True):
+    """An error to show the user."""
+
+    KIND: ClassVar[str] = "ERROR"
+    message: str
+
+
+class Retry(_Message, frozen=True, kw_only=True):
+    """The request is being retried."""
+
+    KIND: ClassVar[str] = "RETRY"
+
+
+Message: TypeAlias = (
+    Text
+    | Thinking
+    | ToolCall
+    | ToolResult
+    | Usage
+    | SubAgentResult
+    | Stop
+    | ContextUpdate
+    | Error
+    | Retry
+)
+
+# Fields each kind needs after the type, in frame order.
+_LAYOUT: Final[dict[str, tuple[str, ...]]] = {
+    "TEXT": ("chunk",),
+    "THINKING": ("chunk",),
+    "TOOL_CALL": ("name", "id", "input"),
+    "TOOL_RESULT": ("tool_use_id", "tool_name", "output"),
+    "USAGE": (
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+    ),
+    "SUB_AGENT_RESULT": (
+        "session_id",
+        "status",
+        "input_tokens",
+        "output_tokens",
+        "thinking",
+        "text",
+    ),
+    "STOP": ("reason",),
+    "CONTEXT_UPDATE": ("kind", "trigger"),
+    "ERROR": ("message",),
+    "RETRY": (),
+}
+_CLASSES: Final[dict[str, type[Message]]] = {
+    cls.KIND: cls
+    for cls in (
+        Text,
+        Thinking,
+        ToolCall,
+        ToolResult,
+        Usage,
+        SubAgentResult,
+        Stop,
+        ContextUpdate,
+        Error,
+        Retry,
+    )
+}
+_INT_FIELDS: Final = frozenset(
+    {"input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"}
+)
+
+
+class _Invalid(Exception):
+    """A field that does not fit its layout (internal: becomes a Rejection)."""
+
+
+# -- frames ----------------------------------------------------------------------------------
+
+
+def from_fields(fields: Sequence[bytes]) -> Message | Rejection:
+    """Decode a frame's fields (field 0 is the type) into a message, or reject them."""
+    if not fields:
+        return Rejection(EMPTY_FRAME, "a frame needs at least the message type field")
+    name = fields[0].decode("ascii", "replace")
+    cls = _CLASSES.get(name)
+    if cls is None:
+        return Rejection(UNKNOWN_TYPE, f"unknown message type {name[:40]!r}")
+    layout = _LAYOUT[name]
+    if len(fields) - 1 < len(layout):
+        need = ", ".join(layout)
+        reason = f"{name} needs {len(layout)} fields after the type ({need}), got {len(fields) - 1}"
+        return Rejection(INVALID_PAYLOAD, reason)
+    try:
+        values: dict[str, Any] = {
+            key: _field_value(key, raw) for key, raw in zip(layout, fields[1:], strict=False)
+        }
+        if cls is ToolCall:
+            values["members"] = _members(fields[1 + len(layout) :])
+    except _Invalid as exc:
+        return Rejection(INVALID_PAYLOAD, f"{name}: {exc}")
+    return cls(**values)
+
+
+def to_fields(message: Message) -> list[bytes]:
+    """The frame fields of a message, type first."""
+    fields = [message.KIND.encode()]
+    for key in _LAYOUT[message.KIND]:
+        value = getattr(message, key)
+        fields.append(str(value).encode() if isinstance(value, int) else value.encode())
+    if isinstance(message, ToolCall):
+        for key, value in message.members:
+            fields += (key.encode(), value.encode())
+    return fields
+
+
+def to_frame(message: Message) -> bytes:
+    """The message as one frame, ready for a single write."""
+    return encode_frame(to_fields(message))
+
+
+def _field_value(key: str, raw: bytes) -> str | int:
+    if key not in _INT_FIELDS:
+        return raw.decode("utf-8", "replace")
+    if raw in (b"", b"null"):
+        return 0
+    if not raw.isdigit() or len(raw) > 20:
+        raise _Invalid(f"{key} must be a count of tokens, not {raw[:40]!r}")
+    return int(raw)
+
+
+def _members(raw: Sequence[bytes]) -> tuple[tuple[str, str], ...]:
+    if len(raw) % 2:
+        raise _Invalid("the flattened input members must come in key, value pairs")
+    text = [item.decode("utf-8", "replace") for item in raw]
+    return tuple(zip(text[::2], text[1::2], strict=True))
+
+
+# -- stream-json -----------------------------------------------------------------------------
+
+
+def to_stream_json(message: Message) -> dict[str, Any]:
+    """The stream-json / events.jsonl object of a message."""
+    match message:
+        case Text(chunk=chunk):
+            return {"type": "text", "content": chunk}
+        case Thinking(chunk=chunk):
+            return {"type": "thinking", "content": chunk}
+        case ToolCall():
+            input_value = message.arguments()
+            return {
+                "type": "tool_call",
+                "name": message.name,
+                "id": message.id,
+                "input": input_value,
+            }
+        case ToolResult():
+            return {
+                "type": "tool_result",
+                "tool_use_id": message.tool_use_id,
+                "name": message.tool_name,
+                "content": message.output,
+            }
+        case Usage() | SubAgentResult():
+            return {"type": _snake(message.KIND), **msgspec.structs.asdict(message)}
+        case Stop(reason=reason):
+            return {"type": "stop", "reason": reason}
+        case ContextUpdate(kind=kind, trigger=trigger):
+            return {"type": "context_update", "kind": kind, "trigger": trigger}
+        case Error(message=text):
+            return {"type": "error", "message": text}
+        case Retry():
+            return {"type": "retry"}
+
+
+def from_stream_json(obj: Any) -> Message | Rejection:
+    """Decode a stream-json object, or reject it (events such as session_start included)."""
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("type"), str):
+        return Rejection(MALFORMED, "a stream-json message is an object with a string 'type'")
+    kind: str = obj["type"]
+    decode = _FROM_STREAM_JSON.get(kind)
+    if decode is None:
+        return Rejection(UNKNOWN_TYPE, f"{kind[:40]!r} is not a message kind")
+    try:
+        return decode(obj)
+    except _Invalid as exc:
+        return Rejection(INVALID_PAYLOAD, f"{kind}: {exc}")
+
+
+def _snake(kind: str) -> str:
+    return kind.lower()
+
+
+def _str(obj: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    value = obj.get(key, default)
+    if not isinstance(value, str):
+        raise _Invalid(f"{key} must be a string")
+    return value
+
+
+def _count(obj: Mapping[str, Any], key: str) -> int:
+    value = obj.get(key, 0)
+    if value is None:
+        return 0
+    if type(value) is not int or value < 0:
+        raise _Invalid(f"{key} must be a non-negative integer")
+    return value
+
+
+def _content(value: Any) -> str:
+    return value if isinstance(value, str) else _json_text(value)
+
+
+_FROM_STREAM_JSON: Final[dict[str, Callable[[Mapping[str, Any]], Message]]] = {
+    "text": lambda o: Text(chunk=_str(o, "content")),
+    "thinking": lambda o: Thinking(chunk=_str(o, "content")),
+    "tool_call": lambda o: ToolCall.from_input(
+        _str(o, "name"), _str(o, "id", ""), o.get("input", {})
+    ),
+    "tool_result": lambda o: ToolResult(
+        tool_use_id=_str(o, "tool_use_id", ""),
+        tool_name=_str(o, "name", ""),
+        output=_content(o.get("content", "")),
+    ),
+    "usage": lambda o: Usage(
+        input_tokens=_count(o, "input_tokens"),
+        output_tokens=_count(o, "output_tokens"),
+        cache_read_input_tokens=_count(o, "cache_read_input_tokens"),
+        cache_creation_input_tokens=_count(o, "cache_creation_input_tokens"),
+        kind=_str(o, "kind", ""),
+    ),
+    "sub_agent_result": lambda o: SubAgentResult(
+        session_id=_str(o, "session_id", ""),
+        status=_str(o, "status"),
+        input_tokens=_count(o, "input_tokens"),
+        output_tokens=_count(o, "output_tokens"),
+        thinking=_str(o, "thinking", ""),
+        text=_str(o, "text", ""),
+    ),
+    "stop": lambda o: Stop(reason=_str(o, "reason")),
+    "context_update": lambda o: ContextUpdate(kind=_str(o, "kind"), trigger=_str(o, "trigger", "")),
+    "error": lambda o: Error(message=_str(o, "message")),
+    "retry": lambda o: Retry(),
+}
+
+
+# -- wire display events ---------------------------------------------------------------------
+
+
+def to_wire_events(message: Message) -> list[dict[str, Any]]:
+    """The wire display events (envelope-less dicts) that show a message."""
+    match message:
+        case Text(chunk=chunk):
+            return [{"type": "assistant-text-delta", "delta": chunk}]
+        case Thinking(chunk=chunk):
+            return [{"type": "assistant-thinking-delta", "delta": chunk}]
+        case ToolCall():
+            event = {"type": "tool-call", "name": message.name, "arguments": message.arguments()}
+            return [event | ({"id": message.id} if message.id else {})]
+        case ToolResult():
+            ids = {"id": message.tool_use_id, "tool-call-id": message.tool_use_id}
+            return [
+                {"type": "tool-result", "name": message.tool_name, "is-error?": False}
+                | (ids if message.tool_use_id else {})
+                | {"result": message.output}
+            ]
+        case Usage():
+            return [{"type": "llm-end", "usage": _wire_usage(message)}]
+        case Stop(reason=reason):
+            return [{"type": "llm-end", "stop-reason": reason}]
+        case Error(message=text):
+            return [{"type": "error", "error": text, "source": "agent"}]
+        case SubAgentResult():
+            return [_sub_agent_info(message)]
+        case ContextUpdate(kind=kind, trigger=trigger):
+            summary = f"context {kind}" + (f" ({trigger})" if trigger else "")
+            return [{"type": "info", "summary": _summary(summary)}]
+        case Retry():
+            return [{"type": "info", "summary": "retrying the request"}]
+
+
+def from_wire_event(event: Any, *, streamed: bool = True) -> list[Message]:
+    """The messages a wire display event carries; ``[]`` for anything else (total).
+
+    With ``streamed`` (the default), whole ``assistant-text`` / ``assistant-thinking``
+    events are skipped because their deltas already carried the text; pass ``False`` for a
+    source that does not stream deltas.
+    """
+    if not isinstance(event, Mapping):
+        return []
+    kind = event.get("type")
+    try:
+        if kind in ("assistant-text", "assistant-thinking") and streamed:
+            return []
+        decode = _FROM_WIRE.get(kind) if isinstance(kind, str) else None
+        return decode(event) if decode is not None else []
+    except _Invalid:
+        return []
+
+
+def _wire_usage(usage: Usage) -> dict[str, int]:
+    return {
+        "input": usage.input_tokens,
+        "output": usage.output_tokens,
+        "cache-read": usage.cache_read_input_tokens,
+        "cache-write": usage.cache_creation_input_tokens,
+    }
+
+
+# Usage spellings accepted from the wire, first match wins.
+_USAGE_KEYS: Final = {
+    "input_tokens": ("input", "input_tokens", "input-tokens", "inputTokens"),
+    "output_tokens": ("output", "output_tokens", "output-tokens", "outputTokens"),
+    "cache_read_input_tokens": ("cache-read", "cache_read_input_tokens", "cacheRead"),
+    "cache_creation_input_tokens": ("cache-write", "cache_creation_input_tokens", "cacheWrite"),
+}
+
+
+def _usage_from_wire(usage: Mapping[str, Any]) -> Usage:
+    values: dict[str, Any] = {}
+    for field, spellings in _USAGE_KEYS.items():
+        for key in spellings:
+            value = usage.get(key)
+            if type(value) is int and value >= 0:
+                values[field] = value
+                break
+    return Usage(**values)
+
+
+def _llm_end(event: Mapping[str, Any]) -> list[Message]:
+    out: list[Message] = []
+    usage = event.get("usage")
+    if isinstance(usage, Mapping):
+        out.append(_usage_from_wire(usage))
+    reason = event.get("stop-reason")
+    if isinstance(reason, str):
+        out.append(Stop(reason=reason))
+    return out
+
+
+def _tool_result(event: Mapping[str, Any]) -> list[Message]:
+    call_id = event.get("tool-call-id", event.get("id", ""))
+    output = event.get("result", "")
+    return [
+        ToolResult(
+            tool_use_id=call_id if isinstance(call_id, str) else "",
+            tool_name=_str(event, "name"),
+            output=_content(output),
+        )
+    ]
+
+
+def _tool_call(event: Mapping[str, Any]) -> list[Message]:
+    call_id = event.get("id", "")
+    arguments = event.get("arguments", {})
+    name = _str(event, "name")
+    return [ToolCall.from_input(name, call_id if isinstance(call_id, str) else "", arguments)]
+
+
+_FROM_WIRE: Final[dict[str, Callable[[Mapping[str, Any]], list[Message]]]] = {
+    "assistant-text-delta": lambda e: [Text(chunk=_str(e, "delta"))],
+    "assistant-thinking-delta": lambda e: [Thinking(chunk=_str(e, "delta"))],
+    "assistant-text": lambda e: [Text(chunk=_str(e, "text"))],
+    "assistant-thinking": lambda e: [Thinking(chunk=_str(e, "text"))],
+    "tool-call": _tool_call,
+    "tool-result": _tool_result,
+    "llm-end": _llm_end,
+    "error": lambda e: [Error(message=_str(e, "error"))],
+}
+
+
+def _sub_agent_info(result: SubAgentResult) -> dict[str, Any]:
+    first = result.text.strip().split("\n", 1)[0] if result.text.strip() else "(no text)"
+    event: dict[str, Any] = {
+        "type": "info",
+        "summary": _summary(f"sub-agent {result.session_id} {result.status}: {first}"),
+        "session-id": result.session_id,
+        "status": result.status,
+        "text": result.text,
+        "usage": {"input": result.input_tokens, "output": result.output_tokens},
+    }
+    if result.thinking:
+        event["thinking"] = result.thinking
+    return event
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _summary(text: str) -> str:
+    """First line, cut to SUMMARY_BYTES at a character boundary."""
+    line = text.split("\n", 1)[0].rstrip("\r")
+    raw = line.encode("utf-8", "replace")
+    if len(raw) <= SUMMARY_BYTES:
+        return line
+    return raw[:SUMMARY_BYTES].decode("utf-8", "ignore")
+
+
+def _json_text(value: Any) -> str:
+    try:
+        return msgspec.json.encode(value).decode()
+    except (TypeError, ValueError, OverflowError):  # not JSON-able: keep its text
+        return str(value)
+
+
+def _member_text(value: Any) -> str:
+    return value if isinstance(value, str) else _json_text(value)

@@ -1,0 +1,337 @@
+"""Message kinds: frames, stream-json objects and wire display events, both ways."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tether.cli.shell_lib import library_path
+from tether.framing import messages as m
+from tether.framing.resp import PureReader, Rejection
+
+SAMPLES: list[m.Message] = [
+    m.Text(chunk="héllo\r\nworld"),
+    m.Text(chunk=""),
+    m.Thinking(chunk="let me think\n"),
+    m.ToolCall.from_input("bash", "toolu_01", {"command": "ls -la", "timeout": 30}),
+    m.ToolCall(name="noop", id="", input="{}"),
+    m.ToolResult(tool_use_id="toolu_01", tool_name="bash", output="a\r\nb\n"),
+    m.Usage(
+        input_tokens=1200,
+        output_tokens=34,
+        cache_read_input_tokens=5,
+        cache_creation_input_tokens=0,
+    ),
+    m.SubAgentResult(
+        session_id="s-1", status="ok", input_tokens=10, output_tokens=2, thinking="", text="done"
+    ),
+    m.Stop(reason="end_turn"),
+    m.ContextUpdate(kind="compact", trigger="auto"),
+    m.Error(message="rate limited"),
+    m.Retry(),
+]
+IDS = [f"{i}-{s.KIND}" for i, s in enumerate(SAMPLES)]
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=IDS)
+def test_fields_round_trip(message: m.Message) -> None:
+    fields = m.to_fields(message)
+    assert fields[0] == message.KIND.encode()
+    assert m.from_fields(fields) == message
+    reader = PureReader()
+    reader.feed(m.to_frame(message))
+    frame = reader.next()
+    assert isinstance(frame, tuple)
+    assert m.from_fields(frame) == message
+
+
+def test_tool_call_layout_flattens_members() -> None:
+    call = m.ToolCall.from_input("edit", "t1", {"path": "a.txt", "lines": [1, 2], "dry": False})
+    assert m.to_fields(call) == [
+        b"TOOL_CALL",
+        b"edit",
+        b"t1",
+        b'{"path":"a.txt","lines":[1,2],"dry":false}',
+        b"path",
+        b"a.txt",
+        b"lines",
+        b"[1,2]",
+        b"dry",
+        b"false",
+    ]
+    assert call.arguments() == {"path": "a.txt", "lines": [1, 2], "dry": False}
+
+
+def test_usage_layout_and_lenient_counts() -> None:
+    usage = m.from_fields([b"USAGE", b"10", b"", b"null", b"7"])
+    assert usage == m.Usage(
+        input_tokens=10, output_tokens=0, cache_read_input_tokens=0, cache_creation_input_tokens=7
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "code", "words"),
+    [
+        ([], "empty-frame", "type"),
+        ([b"NOPE", b"x"], "unknown-type", "NOPE"),
+        ([b"text", b"x"], "unknown-type", "text"),
+        ([b"TEXT"], "invalid-payload", "needs 1 field"),
+        ([b"TOOL_RESULT", b"id", b"bash"], "invalid-payload", "tool_use_id, tool_name, output"),
+        ([b"USAGE", b"1", b"-2", b"0", b"0"], "invalid-payload", "output_tokens"),
+        ([b"USAGE", b"1", b"2x", b"0", b"0"], "invalid-payload", "output_tokens"),
+        ([b"TOOL_CALL", b"n", b"i", b"{}", b"orphan"], "invalid-payload", "pairs"),
+        ([b"\xff\xfe", b"x"], "unknown-type", ""),
+    ],
+)
+def test_rejections(fields: list[bytes], code: str, words: str) -> None:
+    result = m.from_fields(fields)
+    assert isinstance(result, Rejection)
+    assert result.code == code
+    assert words in result.reason
+    assert result.offset is None
+
+
+def test_extra_fields_are_ignored_and_bad_utf8_is_replaced() -> None:
+    assert m.from_fields([b"STOP", b"end_turn", b"future"]) == m.Stop(reason="end_turn")
+    assert m.from_fields([b"TEXT", b"ok \xff"]) == m.Text(chunk="ok \ufffd")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=30), max_size=9))
+def test_from_fields_is_total(fields: list[bytes]) -> None:
+    assert isinstance(m.from_fields(fields), m.Message | Rejection)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(m._LAYOUT)),
+    fields=st.lists(st.binary(max_size=30), max_size=9),
+)
+def test_from_fields_is_total_for_every_kind(kind: str, fields: list[bytes]) -> None:
+    result = m.from_fields([kind.encode(), *fields])
+    if not isinstance(result, Rejection):
+        assert m.from_fields(m.to_fields(result)) == result
+
+
+STREAM_JSON: list[tuple[m.Message, dict[str, Any]]] = [
+    (m.Text(chunk="hi"), {"type": "text", "content": "hi"}),
+    (m.Thinking(chunk="hmm"), {"type": "thinking", "content": "hmm"}),
+    (
+        m.ToolCall.from_input("bash", "t1", {"command": "ls"}),
+        {"type": "tool_call", "name": "bash", "id": "t1", "input": {"command": "ls"}},
+    ),
+    (
+        m.ToolResult(tool_use_id="t1", tool_name="bash", output="x"),
+        {"type": "tool_result", "tool_use_id": "t1", "name": "bash", "content": "x"},
+    ),
+    (
+        m.Usage(input_tokens=1, output_tokens=2, kind="turn"),
+        {
+            "type": "usage",
+            "input_tokens": 1,
+            "output_tokens": 2,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "kind": "turn",
+        },
+    ),
+    (
+        m.SubAgentResult(session_id="s", status="failed", text="boom"),
+        {
+            "type": "sub_agent_result",
+            "session_id": "s",
+            "status": "failed",
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "thinking": "",
+            "text": "boom",
+        },
+    ),
+    (m.Stop(reason="max_tokens"), {"type": "stop", "reason": "max_tokens"}),
+    (
+        m.ContextUpdate(kind="compact", trigger="auto"),
+        {"type": "context_update", "kind": "compact", "trigger": "auto"},
+    ),
+    (m.Error(message="bad"), {"type": "error", "message": "bad"}),
+    (m.Retry(), {"type": "retry"}),
+]
+
+
+@pytest.mark.parametrize(("message", "obj"), STREAM_JSON, ids=[s.KIND for s, _ in STREAM_JSON])
+def test_stream_json_both_ways(message: m.Message, obj: dict[str, Any]) -> None:
+    assert m.to_stream_json(message) == obj
+    assert m.from_stream_json(obj) == message
+    assert json.loads(json.dumps(obj)) == obj
+
+
+def test_stream_json_tool_result_content_blocks_become_text() -> None:
+    obj = {"type": "tool_result", "tool_use_id": "t", "name": "n", "content": [{"type": "text"}]}
+    result = m.from_stream_json(obj)
+    assert result == m.ToolResult(tool_use_id="t", tool_name="n", output='[{"type":"text"}]')
+
+
+@pytest.mark.parametrize(
+    ("obj", "code"),
+    [
+        ([], "malformed"),
+        ({"content": "x"}, "malformed"),
+        ({"type": 3}, "malformed"),
+        ({"type": "session_start"}, "unknown-type"),
+        ({"type": "text"}, "invalid-payload"),
+        ({"type": "text", "content": 5}, "invalid-payload"),
+        ({"type": "usage", "input_tokens": -1}, "invalid-payload"),
+        ({"type": "usage", "input_tokens": True}, "invalid-payload"),
+        ({"type": "stop"}, "invalid-payload"),
+    ],
+)
+def test_stream_json_rejections(obj: Any, code: str) -> None:
+    result = m.from_stream_json(obj)
+    assert isinstance(result, Rejection)
+    assert result.code == code
+
+
+json_st = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["type", "content", "name", "id", "input", "reason", "input_tokens"]),
+        json_st | st.sampled_from(["text", "tool_call", "usage", "stop", "retry"]),
+    )
+)
+def test_stream_json_decoding_is_total(obj: dict[str, Any]) -> None:
+    result = m.from_stream_json(obj)
+    if not isinstance(result, Rejection):
+        assert m.from_stream_json(m.to_stream_json(result)) == result
+
+
+WIRE: list[tuple[m.Message, list[dict[str, Any]]]] = [
+    (m.Text(chunk="hi"), [{"type": "assistant-text-delta", "delta": "hi"}]),
+    (m.Thinking(chunk="hm"), [{"type": "assistant-thinking-delta", "delta": "hm"}]),
+    (
+        m.ToolCall.from_input("bash", "t1", {"command": "ls"}),
+        [{"type": "tool-call", "name": "bash", "arguments": {"command": "ls"}, "id": "t1"}],
+    ),
+    (
+        m.ToolResult(tool_use_id="t1", tool_name="bash", output="x"),
+        [
+            {
+                "type": "tool-result",
+                "name": "bash",
+                "is-error?": False,
+                "id": "t1",
+                "tool-call-id": "t1",
+                "result": "x",
+            }
+        ],
+    ),
+    (
+        m.Usage(input_tokens=3, output_tokens=4, cache_read_input_tokens=1),
+        [
+            {
+                "type": "llm-end",
+                "usage": {"input": 3, "output": 4, "cache-read": 1, "cache-write": 0},
+            }
+        ],
+    ),
+    (m.Stop(reason="end_turn"), [{"type": "llm-end", "stop-reason": "end_turn"}]),
+    (m.Error(message="oops"), [{"type": "error", "error": "oops", "source": "agent"}]),
+]
+
+
+@pytest.mark.parametrize(("message", "events"), WIRE, ids=[s.KIND for s, _ in WIRE])
+def test_wire_events_both_ways(message: m.Message, events: list[dict[str, Any]]) -> None:
+    assert m.to_wire_events(message) == events
+    assert [msg for e in events for msg in m.from_wire_event(e)] == [message]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        m.ContextUpdate(kind="compact", trigger="auto"),
+        m.Retry(),
+        m.SubAgentResult(session_id="s", status="ok", text="first line\nsecond " + "é" * 200),
+    ],
+)
+def test_info_events_have_a_bounded_one_line_summary(message: m.Message) -> None:
+    (event,) = m.to_wire_events(message)
+    assert event["type"] == "info"
+    assert "\n" not in event["summary"]
+    assert 0 < len(event["summary"].encode()) <= m.SUMMARY_BYTES
+    assert m.from_wire_event(event) == []
+
+
+def test_llm_end_with_both_halves() -> None:
+    event = {"type": "llm-end", "stop-reason": "tool_use", "usage": {"input": 5, "output": 6}}
+    assert m.from_wire_event(event) == [
+        m.Usage(input_tokens=5, output_tokens=6),
+        m.Stop(reason="tool_use"),
+    ]
+
+
+def test_whole_assistant_text_only_when_not_streamed() -> None:
+    event = {"type": "assistant-text", "final?": True, "text": "all of it"}
+    assert m.from_wire_event(event) == []
+    assert m.from_wire_event(event, streamed=False) == [m.Text(chunk="all of it")]
+
+
+def test_tool_result_with_structured_result() -> None:
+    event = {"type": "tool-result", "name": "read", "is-error?": True, "result": {"lines": 2}}
+    assert m.from_wire_event(event) == [
+        m.ToolResult(tool_use_id="", tool_name="read", output='{"lines":2}')
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["type", "delta", "text", "name", "id", "arguments", "usage", "result"]),
+        json_st
+        | st.sampled_from(["assistant-text-delta", "tool-call", "tool-result", "llm-end", "error"]),
+    )
+)
+def test_from_wire_event_is_total(event: dict[str, Any]) -> None:
+    for msg in m.from_wire_event(event, streamed=False):
+        assert isinstance(msg, m.Message)
+        assert m.to_wire_events(msg)
+
+
+def test_bash_written_messages_decode() -> None:
+    script = (
+        f'source "{library_path()}"\n'
+        "tether_write_msg TEXT $'héllo\\r\\n'\n"
+        'tether_write_msg TOOL_CALL bash toolu_9 \'{"command":"ls"}\' command ls\n'
+        "tether_write_msg USAGE 10 20 '' 0\n"
+        "tether_write_msg SUB_AGENT_RESULT s-2 ok 1 2 '' 'the answer'\n"
+        "tether_write_msg RETRY\n"
+    )
+    out = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        check=True,
+        timeout=60,
+        env=dict(os.environ, LC_ALL="C.UTF-8"),
+    ).stdout
+    reader = PureReader()
+    reader.feed(out)
+    decoded = [m.from_fields(frame) for frame in reader if isinstance(frame, tuple)]
+    assert decoded == [
+        m.Text(chunk="héllo\r\n"),
+        m.ToolCall.from_input("bash", "toolu_9", {"command": "ls"}),
+        m.Usage(input_tokens=10, output_tokens=20),
+        m.SubAgentResult(
+            session_id="s-2", status="ok", input_tokens=1, output_tokens=2, text="the answer"
+        ),
+        m.Retry(),
+    ]
