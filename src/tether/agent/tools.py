@@ -221,8 +221,11 @@ class BashTool:
             timeout = _timeout(arguments.get("timeout_s"))
         except _ArgumentError as exc:
             return str(exc), True
+        loop = asyncio.get_running_loop()
+        sink = _HeadTail(context.output_cap)
         try:
-            proc = await asyncio.create_subprocess_exec(
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _BashProtocol(sink),
                 "bash",
                 "-c",
                 command,
@@ -235,7 +238,10 @@ class BashTool:
             )
         except OSError as exc:
             return f"bash: cannot start: {exc}", True
-        return await _supervise(proc, timeout, context)
+        try:
+            return await _supervise(transport, protocol, timeout, context)
+        finally:
+            transport.close()
 
 
 def _timeout(value: object) -> float:
@@ -246,42 +252,59 @@ def _timeout(value: object) -> float:
     return min(float(value), MAX_TIMEOUT_S)
 
 
+class _BashProtocol(asyncio.SubprocessProtocol):
+    """Collects output; tells apart "bash exited" from "every writer closed the pipe".
+
+    (``asyncio.subprocess.Process.wait`` waits for both, so a background job that keeps
+    the pipe open would hold the call until it ends.)
+    """
+
+    def __init__(self, sink: _HeadTail) -> None:
+        self.sink = sink
+        self.exited = asyncio.Event()
+        self.closed = asyncio.Event()
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        self.sink.feed(data.encode() if isinstance(data, str) else data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self.closed.set()
+
+    def process_exited(self) -> None:
+        self.exited.set()
+
+
 async def _supervise(
-    proc: asyncio.subprocess.Process, limit_s: float, context: ToolContext
+    transport: asyncio.SubprocessTransport,
+    protocol: _BashProtocol,
+    limit_s: float,
+    context: ToolContext,
 ) -> ToolOutput:
-    """Collect output until exit or timeout; end the whole group on any way out."""
-    sink = _HeadTail(context.output_cap)
-    assert proc.stdout is not None
-    reader = asyncio.ensure_future(_pump(proc.stdout, sink))
+    """Wait for exit or timeout; end the whole group on any way out (cancellation too)."""
+    pgid = transport.get_pid()
     timed_out = False
     try:
         try:
-            await asyncio.wait_for(proc.wait(), limit_s)
+            await asyncio.wait_for(protocol.exited.wait(), limit_s)
         except TimeoutError:
             timed_out = True
-        # Background jobs may hold the pipe open: give them a moment, then end them.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(reader), PIPE_LINGER_S)
+        if not timed_out:
+            # Background jobs may hold the pipe open: give them a moment, then end them.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(protocol.closed.wait(), PIPE_LINGER_S)
     finally:
         try:
-            await terminate_group(proc, context.kill_grace_s)
+            await terminate_group(pgid, context.kill_grace_s)
         finally:
-            kill_group(proc)
-            reader.cancel()
-            await asyncio.wait({reader})
-    text = sink.text()
+            kill_group(pgid)
+    text = protocol.sink.text()
     if timed_out:
         return _join(text, f"[command timed out after {limit_s:g} s and was killed]"), True
-    code = proc.returncode
+    code = transport.get_returncode()
     if code:
         detail = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
         return _join(text, f"[{detail}]"), True
     return text, False
-
-
-async def _pump(stream: asyncio.StreamReader, sink: _HeadTail) -> None:
-    while chunk := await stream.read(65536):
-        sink.feed(chunk)
 
 
 def _join(text: str, note: str) -> str:

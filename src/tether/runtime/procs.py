@@ -5,7 +5,8 @@ Theory of operation: anything tether starts that may itself start processes (a
 (``start_new_session=True``, see :data:`NEW_GROUP`), so its process group id equals
 its pid and every descendant that does not leave the group can be signalled at once.
 Ending a group is two steps: SIGTERM to the group, a short grace for it to go, then
-SIGKILL to whatever is left. A leader that exits early does not end the wait: the
+SIGKILL to whatever is left (and a brief wait until it is gone, so a caller can rely on
+the group being dead when the call returns). A leader that exits early does not end the wait: the
 group is watched until it is empty (or the grace runs out), so a grandchild that
 ignores SIGTERM is still killed.
 
@@ -31,6 +32,7 @@ __all__ = [
     "GRACE_S",
     "NEW_GROUP",
     "group_alive",
+    "group_has_live_members",
     "group_id",
     "kill_group",
     "signal_group",
@@ -43,6 +45,8 @@ NEW_GROUP: Final[dict[str, Any]] = {"start_new_session": True}
 
 # Default time between SIGTERM and SIGKILL.
 GRACE_S: Final = 2.0
+# After SIGKILL, how long to wait for the group's processes to be gone.
+KILL_WAIT_S: Final = 0.5
 
 _TICK_S: Final = 0.01
 
@@ -95,13 +99,33 @@ def _leader_done(target: Target) -> bool:
 
 
 def _gone(target: Target) -> bool:
-    return _leader_done(target) and not _group_has_live_members(target)
+    return _leader_done(target) and not group_has_live_members(target)
 
 
-def _group_has_live_members(target: Target) -> bool:
-    # After the leader is reaped, anything left in the group is a real process (or a
-    # zombie about to be reaped by init, which goes within a tick or two).
-    return group_alive(target)
+def group_has_live_members(target: Target) -> bool:
+    """True while a process of the group is running (zombies do not count).
+
+    Orphaned members that die become zombies of init, which may take a while to reap
+    them; ``killpg(pgid, 0)`` still finds those, so where it does, ``/proc`` decides.
+    """
+    if not group_alive(target):
+        return False
+    pgid = group_id(target)
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return True
+    return any(name.isdigit() and _live_in_group(name, pgid) for name in names)
+
+
+def _live_in_group(pid: str, pgid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return False
+    fields = data.rpartition(b")")[2].split()  # state, ppid, pgrp, ...
+    return len(fields) > 2 and fields[0] != b"Z" and fields[2] == str(pgid).encode()
 
 
 async def terminate_group(target: Target, grace_s: float = GRACE_S) -> int | None:
@@ -110,14 +134,28 @@ async def terminate_group(target: Target, grace_s: float = GRACE_S) -> int | Non
     Returns the leader's return code when ``target`` is a process object that has
     exited, else None. Never raises for a group that is already gone.
     """
-    if signal_group(target, signal.SIGTERM):
-        deadline = time.monotonic() + max(0.0, grace_s)
-        while time.monotonic() < deadline:
-            if _gone(target):
-                break
-            await asyncio.sleep(_TICK_S)
+    if signal_group(target, signal.SIGTERM) and not await _wait_gone(target, grace_s):
         kill_group(target)
+        await _wait_gone(target, KILL_WAIT_S)
     return await _reap(target)
+
+
+async def _wait_gone(target: Target, seconds: float) -> bool:
+    deadline = time.monotonic() + max(0.0, seconds)
+    while not _gone(target):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(_TICK_S)
+    return True
+
+
+def _wait_gone_sync(target: Target, seconds: float) -> bool:
+    deadline = time.monotonic() + max(0.0, seconds)
+    while not _gone(target):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_TICK_S)
+    return True
 
 
 async def _reap(target: Target) -> int | None:
@@ -135,11 +173,9 @@ async def _reap(target: Target) -> int | None:
 
 def terminate_group_sync(target: Target, grace_s: float = GRACE_S) -> int | None:
     """The blocking variant of :func:`terminate_group` (for signal handlers and atexit)."""
-    if signal_group(target, signal.SIGTERM):
-        deadline = time.monotonic() + max(0.0, grace_s)
-        while not _gone(target) and time.monotonic() < deadline:
-            time.sleep(_TICK_S)
+    if signal_group(target, signal.SIGTERM) and not _wait_gone_sync(target, grace_s):
         kill_group(target)
+        _wait_gone_sync(target, KILL_WAIT_S)
     if isinstance(target, subprocess.Popen):
         return _reap_popen(target)
     return None if isinstance(target, int) else target.returncode

@@ -8,6 +8,10 @@ presenter normalizes and writes them. The built-in agent
 (:class:`tether.agent.loop.Agent`) is one runner; a program speaking RESP on stdio can
 be another.
 
+The presenter builds the runner with a cheap factory before ``ready`` and then starts
+:meth:`TurnRunner.prepare` (slow set-up: imports, connections, processes) right after
+it, so ``ready`` comes quickly and a set-up failure still ends the run ``failed``.
+
 During a turn the runner pulls from the presenter through :class:`TurnControl`:
 
 - ``take_steering()`` before each model call: queued steer texts, to add as user
