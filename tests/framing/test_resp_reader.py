@@ -129,6 +129,13 @@ CASES: list[tuple[str, bytes, list[object]]] = [
     ("resp3 set", b"~1\r\n$1\r\na\r\n", [("malformed", 0)]),
     ("resp3 push", b">1\r\n$1\r\na\r\n", [("malformed", 0)]),
     ("nested array", b"*2\r\n*1\r\n$1\r\na\r\n", [("malformed", 0), (b"a",)]),
+    (
+        "resp3 map with an array key",
+        b"%1\r\n*1\r\n$1\r\na\r\n$1\r\nb\r\n",
+        [("malformed", 0), (b"a",), ("malformed", 15)],
+    ),
+    ("resp3 attribute", b"|1\r\n*0\r\n*0\r\n:1\r\n", [("malformed", 0), (), (), ("malformed", 12)]),
+    ("resp3 double", b"*1\r\n,1.5\r\n", [("malformed", 0)]),
     ("21-digit count", b"*" + b"9" * 21 + b"\r\n", [("malformed", 0)]),
     ("21-digit length", b"*1\r\n$" + b"1" * 21 + b"\r\n", [("malformed", 0)]),
     (

@@ -604,7 +604,8 @@ class HiredisReader(PureReader):
         while len(replies) < _BATCH:
             try:
                 reply = hr.gets()
-            except self._hiredis.ProtocolError:
+            except (self._hiredis.HiredisError, TypeError, ValueError):
+                # a protocol error, or a RESP3 map/set whose keys are arrays (unhashable)
                 reply = None
                 break
             if reply.__class__ is list:

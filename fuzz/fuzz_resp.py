@@ -1,0 +1,99 @@
+"""Fuzz the RESP frame readers and the message decoders: nothing may escape.
+
+Each input is fed to the pure and the hiredis-backed reader, whole and in chunks whose
+sizes come from the input itself, under default and tight limits. Every result must be a
+frame or a Rejection, both readers must give identical results, and every frame must
+decode to a message or a Rejection (and a message must round-trip through its frame).
+
+Run under atheris when it is installed (``python fuzz/fuzz_resp.py -atheris_runs=100000``),
+else a bounded random loop: ``python fuzz/fuzz_resp.py [iterations]``.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+
+from tether.framing import messages
+from tether.framing.resp import HiredisReader, PureReader, Rejection, encode_frame
+
+SEEDS = [
+    encode_frame([b"TEXT", "héllo\r\nwörld".encode()]),
+    encode_frame([b"TOOL_CALL", b"bash", b"t1", b'{"command":"ls"}', b"command", b"ls"]),
+    encode_frame([b"USAGE", b"10", b"20", b"", b"0"]) + encode_frame([b"STOP", b"end_turn"]),
+    encode_frame([b"SUB_AGENT_RESULT", b"s", b"ok", b"1", b"2", b"", b"text"]),
+    encode_frame([b"RETRY"]) + b"garbage\n" + encode_frame([b"ERROR", b""]),
+    b"*2\r\n*1\r\n$1\r\na\r\n+OK\r\n:5\r\n*-1\r\n$-1\r\n",
+    b"*3\r\n$4\r\nTEXT\r\n$99999999999\r\n",
+    b"%1\r\n*1\r\n$1\r\na\r\n$1\r\nb\r\n~1\r\n*0\r\n|1\r\n*0\r\n*0\r\n:1\r\n",
+]
+TOKENS = [b"*", b"$", b"\r\n", b"\r", b"\n", b"0", b"1", b"-1", b"99999", b"\xff", b"+", b":"]
+TOKENS += [b"%", b"~", b">", b"|", b"=", b"(", b",", b"#", b"_", b"!", b"*1\r\n", b"$0\r\n\r\n"]
+TIGHT = {"max_fields": 3, "max_field_bytes": 8, "max_frame_bytes": 40}
+
+
+def read(cls: type[PureReader], chunks: list[bytes], limits: dict[str, int]) -> list[object]:
+    reader = cls(**limits)
+    out: list[object] = []
+    for chunk in chunks:
+        reader.feed(chunk)
+        for result in reader:
+            assert isinstance(result, tuple | Rejection), result
+            out.append(result)
+    out.append(reader.eof())
+    return out
+
+
+def one_input(data: bytes) -> None:
+    step = (data[0] % 7 + 1) if data else 1
+    chunked = [data[i : i + step] for i in range(0, len(data), step)]
+    for limits in ({}, TIGHT):
+        whole = read(PureReader, [data], limits)
+        assert read(PureReader, chunked, limits) == whole
+        assert read(HiredisReader, [data], limits) == whole
+        assert read(HiredisReader, chunked, limits) == whole
+    for result in whole:
+        if isinstance(result, tuple):
+            message = messages.from_fields(result)
+            if not isinstance(message, Rejection):
+                assert messages.from_fields(messages.to_fields(message)) == message
+                messages.to_stream_json(message)
+                messages.to_wire_events(message)
+
+
+def mutate(rng: random.Random, data: bytes) -> bytes:
+    buf = bytearray(data)
+    for _ in range(rng.randint(1, 8)):
+        op = rng.randrange(4)
+        pos = rng.randrange(len(buf) + 1)
+        if op == 0 and buf:
+            del buf[min(pos, len(buf) - 1)]
+        elif op == 1:
+            buf.insert(pos, rng.randrange(256))
+        elif op == 2:
+            buf[pos:pos] = rng.choice(TOKENS)
+        elif buf:
+            buf[min(pos, len(buf) - 1)] = rng.randrange(256)
+    return bytes(buf)
+
+
+def random_loop(iterations: int, seed: int = 0) -> int:
+    rng = random.Random(seed)
+    for _ in range(iterations):
+        one_input(mutate(rng, rng.choice(SEEDS)))
+    return iterations
+
+
+def main() -> None:
+    try:
+        import atheris  # type: ignore[import-not-found]
+    except ImportError:
+        count = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+        print(f"atheris not installed; random loop over {random_loop(count)} inputs: ok")
+        return
+    atheris.Setup(sys.argv, one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
