@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
-# The display is built on tether.framing.messages; until that module lands, skip.
-pytest.importorskip("tether.framing.messages")
-
 from pathlib import Path
 
 from display_helpers import SAMPLE_RUN, check_golden, replay, sample_frames, tether

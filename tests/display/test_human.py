@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
-# The display is built on tether.framing.messages; until that module lands, skip.
-pytest.importorskip("tether.framing.messages")
-
 import io
 import os
 import subprocess

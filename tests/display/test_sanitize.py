@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
-# The display is built on tether.framing.messages; until that module lands, skip.
-pytest.importorskip("tether.framing.messages")
-
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -170,10 +170,12 @@ def _human(
         color = tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
     if width is None and tty:
         try:
-            width = os.get_terminal_size(view.fileno()).columns
+            width = os.get_terminal_size(view.fileno()).columns or None  # 0: size unknown
         except (AttributeError, OSError, ValueError):
             width = None
     sink: Sink = RichSink(view, width=width, live=tty) if color else PlainSink(view)
+    if width is None and isinstance(sink, RichSink):
+        width = sink.width
     return HumanRenderer(
         sink,
         width=width or DEFAULT_WIDTH,

@@ -49,6 +49,7 @@ from tether.wire import (
     Ready,
     Result,
     SteeringInjected,
+    ToolResult,
     TurnComplete,
     TurnStarted,
     User,
@@ -79,6 +80,33 @@ class Notice:
 
 
 Item: TypeAlias = "kinds.Message | UserInput | Notice"
+
+
+class FailedToolResult(kinds.ToolResult, frozen=True, kw_only=True):
+    """A TOOL_RESULT whose tool failed (``is-error?``); frames have no field for it."""
+
+
+def _failed(result: kinds.ToolResult) -> FailedToolResult:
+    return FailedToolResult(
+        tool_use_id=result.tool_use_id, tool_name=result.tool_name, output=result.output
+    )
+
+
+def tool_output(result: Any) -> Any:
+    """A tool result's text: ``{"content": text}`` or content blocks' ``text`` joined.
+
+    Agents wrap tool output (tether's loop sends ``{"content": text}``, pi-style agents a
+    list of ``{"type": "text", "text": ...}`` blocks); anything else is returned as is.
+    """
+    if isinstance(result, dict) and set(result) <= {"content", "details", "is-error?"}:
+        result = result.get("content", result)
+    if (
+        isinstance(result, list)
+        and result
+        and all(isinstance(b, dict) and isinstance(b.get("text"), str) for b in result)
+    ):
+        return "\n".join(b["text"] for b in result)
+    return result
 
 
 @dataclass(slots=True)
@@ -119,6 +147,8 @@ class Boundary:
         if kind is not None:
             text = _opt(getattr(event, "text", None))
             return [UserInput(kind, text or "")]
+        if isinstance(event, ToolResult):
+            return self._tool_result(event)
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             items: list[Item] = handler(self, state, event, run, depth)
@@ -152,11 +182,19 @@ class Boundary:
                 (s for (k, _), s in state.streamed.items() if k == kind and _overlap(s, text)), None
             )
         if seen is None:
-            return list(kinds.from_wire_event(_wire_dict(event)))
+            return list(kinds.from_wire_event(_wire_dict(event), streamed=False))
         if len(seen) <= _REMEMBER and len(text) > len(seen) and text.startswith(seen):
             # The stream stopped short of the whole block: show the rest once.
             return self._delta(state, _rest_of(event, text[len(seen) :]))
         return []
+
+    def _tool_result(self, event: ToolResult) -> list[Item]:
+        wire = _wire_dict(event)
+        wire["result"] = tool_output(wire.get("result", ""))
+        items: list[Item] = list(kinds.from_wire_event(wire))
+        if event.is_error:
+            items = [_failed(i) if isinstance(i, kinds.ToolResult) else i for i in items]
+        return items
 
     # -- lifecycle ---------------------------------------------------------------------------
 

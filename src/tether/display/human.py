@@ -19,7 +19,9 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
-from tether.display.boundary import Item, Notice, UserInput
+import msgspec
+
+from tether.display.boundary import FailedToolResult, Item, Notice, UserInput
 from tether.display.layout import cells, duration, fit, usage_counts, usage_text
 from tether.display.sanitize import StreamSanitizer, sanitize
 from tether.display.sinks import Sink, flush_quietly, safe_write
@@ -59,16 +61,6 @@ def compact_json(value: object) -> str:
         return repr(value)
 
 
-def _usage_dict(item: Any) -> dict[str, object]:
-    keys = (
-        "input_tokens",
-        "output_tokens",
-        "cache_read_input_tokens",
-        "cache_creation_input_tokens",
-    )
-    return {key: getattr(item, key, None) for key in keys}
-
-
 class HumanRenderer:
     """Draws display messages through a sink. Not thread-safe: one writer at a time."""
 
@@ -100,9 +92,7 @@ class HumanRenderer:
     # -- low level -------------------------------------------------------------------------
 
     def _write(self, parts: Parts) -> None:
-        for text, style in parts:
-            if text:
-                self._sink.write(text, style)
+        self._sink.write([part for part in parts if part[0]])
 
     def _prefix(self, depth: int) -> Parts:
         return [(NEST * depth, "dim")] if depth > 0 else []
@@ -114,7 +104,7 @@ class HumanRenderer:
                 self._stream_text(rest, self._block_style())
             self._block = None
         if not self._at_line_start:
-            self._sink.write("\n")
+            self._write([("\n", None)])
             self._at_line_start = True
 
     def _block_style(self) -> str | None:
@@ -173,15 +163,17 @@ class HumanRenderer:
             self._stream_text(text, self._block_style())
 
     def _stream_text(self, text: str, style: str | None) -> None:
+        parts: Parts = []
         for index, piece in enumerate(text.split("\n")):
             if index:
-                self._sink.write("\n")
+                parts.append(("\n", None))
                 self._at_line_start = True
             if piece:
                 if self._at_line_start:
-                    self._write(self._block_prefix)
-                self._sink.write(piece.expandtabs(4) if "\t" in piece else piece, style)
+                    parts += self._block_prefix
+                parts.append((piece.expandtabs(4) if "\t" in piece else piece, style))
                 self._at_line_start = False
+        self._write(parts)
 
     # -- dispatch -----------------------------------------------------------------------------
 
@@ -197,10 +189,10 @@ class HumanRenderer:
         elif isinstance(item, kinds.ToolCall):
             self.tool_call(item.name, item.input, run=run, depth=depth)
         elif isinstance(item, kinds.ToolResult):
-            is_error = bool(getattr(item, "is_error", False))
-            self.tool_result(item.tool_name, item.output, is_error=is_error, run=run, depth=depth)
+            failed = isinstance(item, FailedToolResult)
+            self.tool_result(item.tool_name, item.output, is_error=failed, run=run, depth=depth)
         elif isinstance(item, kinds.Usage):
-            self.usage(_usage_dict(item), run=run, depth=depth)
+            self.usage(msgspec.structs.asdict(item), run=run, depth=depth)
         elif isinstance(item, kinds.Stop):
             self.stop(item.reason, run=run, depth=depth)
         elif isinstance(item, kinds.ContextUpdate):

@@ -24,8 +24,11 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 
+Parts = list[tuple[str, str | None]]
+
+
 class Sink(Protocol):
-    def write(self, text: str, style: str | None = None) -> None: ...
+    def write(self, parts: Parts) -> None: ...
     def set_status(self, text: str | None, style: str | None = None) -> None: ...
     def stop_live(self) -> None: ...
     def close(self) -> None: ...
@@ -60,7 +63,8 @@ class PlainSink:
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
-    def write(self, text: str, style: str | None = None) -> None:
+    def write(self, parts: Parts) -> None:
+        text = "".join(text for text, _ in parts)
         if text:
             safe_write(self._stream, text)
             flush_quietly(self._stream)
@@ -127,22 +131,34 @@ class RichSink:
             parts.append(self._status)
         return Group(*parts)
 
-    def write(self, text: str, style: str | None = None) -> None:
-        if not text:
+    def write(self, parts: Parts) -> None:
+        """Styled text; finished lines are printed in one go, the rest joins the live line."""
+        if not parts:
             return
         from rich.text import Text
 
         if self._live is None:
-            self._print(Text(text, style=style or ""), end="", soft_wrap=True)
+            line = Text()
+            for text, style in parts:
+                line.append(text, style)
+            self._print(line, end="", soft_wrap=True)
             return
-        *done, rest = text.split("\n")
-        for piece in done:
-            self._partial.append(piece, style)
-            self._print(self._partial)
-            self._partial = Text()
-        if rest:
-            self._partial.append(rest, style)
-        self._refresh()
+        done: list[Text] = []
+        for text, style in parts:
+            for index, piece in enumerate(text.split("\n")):
+                if index:
+                    done.append(self._partial)
+                    self._partial = Text()
+                if piece:
+                    self._partial.append(piece, style)
+        if not done:
+            self._update(refresh=True)
+            return
+        # One write: the region redrawn without the finished lines, then the lines above it
+        # (rich's Live only picks up a new region when it refreshes).
+        with self._console:
+            self._update(refresh=True)
+            self._print(Text("\n").join(done))
 
     def _print(self, *objects: Any, **options: Any) -> None:
         try:
@@ -156,12 +172,12 @@ class RichSink:
         from rich.text import Text
 
         self._status = None if text is None else Text(text, style=style or "", no_wrap=True)
-        self._refresh()
+        self._update(refresh=True)
 
-    def _refresh(self) -> None:
+    def _update(self, *, refresh: bool) -> None:
         if self._live is not None:
             try:
-                self._live.update(self._region(), refresh=True)
+                self._live.update(self._region(), refresh=refresh)
             except (OSError, ValueError):
                 self._console.quiet = True
 
