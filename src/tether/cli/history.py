@@ -165,7 +165,7 @@ def summarise(record: RunRecord | None, path: Path) -> dict[str, Any]:
     mirror = RunMirror(run_id)
     kinds: Counter[str] = Counter()
     problems = 0
-    for update in read_log(run.events, run_id, mirror):
+    for update in read_log(run.events, run_id, mirror, controls=run.control):
         if isinstance(update, RunEvent):
             kinds[str(type(update.event).__struct_config__.tag)] += 1
         else:
@@ -263,7 +263,7 @@ def replay(record: RunRecord | None, path: Path, display: Any) -> str:
     run = RunDir(run_id, path)
     presenter = Presenter(display)
     mirror = RunMirror(run_id)
-    for update in read_log(run.events, run_id, mirror):
+    for update in read_log(run.events, run_id, mirror, controls=run.control):
         presenter.update(update)
     end = end_from_log(run, mirror)
     if record is not None and record.ended_at is not None:

@@ -144,7 +144,7 @@ async def _main(args: argparse.Namespace, task: str) -> int:
     presenter = Presenter(display)
     controls = _Controls(handle, display, read_stdin=not args.no_stdin)
     controls.install()
-    status = asyncio.create_task(_status_loop(handle, display))
+    status = asyncio.create_task(_status_loop(handle, display, args.output))
     try:
         async for update in handle.updates():
             presenter.update(update)
@@ -206,7 +206,11 @@ class Presenter:
         )
 
 
-async def _status_loop(handle: Any, display: Any) -> None:
+async def _status_loop(handle: Any, display: Any, output: str) -> None:
+    """The live status line: only on a terminal (a replay could not reproduce its timing)."""
+    live = sys.stdout if _isatty(sys.stdout) else sys.stderr
+    if output != "human" or not _isatty(live):
+        return
     started = time.monotonic()
     while True:
         display.status(state=str(handle.state), elapsed_s=time.monotonic() - started)
@@ -297,6 +301,13 @@ class _Controls:
                 await self.handle.cancel()
             else:
                 await self.handle.finalize()
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def _absolute(path: str) -> str:

@@ -100,6 +100,17 @@ class RunMirror:
         self.pending[seq] = Pending(seq, kind)
         return seq, line
 
+    def expect(self, line: bytes) -> None:
+        """Treat a control line read back from a control file as sent (for replays)."""
+        from tether.wire import decode
+
+        message = decode(line, "control")
+        if isinstance(message, Rejection):
+            return
+        kind = ControlKind(str(type(message).__struct_config__.tag))
+        self.pending[message.seq] = Pending(message.seq, kind)
+        self.sender.seq = max(self.sender.seq, message.seq)
+
     @property
     def idle(self) -> bool:
         """Ready with no unacknowledged control: the child waits for the parent."""

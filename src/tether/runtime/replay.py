@@ -22,9 +22,20 @@ from tether.transports.tail import FileTail, TailStatus
 from tether.wire import TooLarge
 
 
-def read_log(path: Path, run_id: str, mirror: RunMirror | None = None) -> Iterator[Update]:
-    """Every update of the log at ``path`` for run ``run_id``, in order."""
+def read_log(
+    path: Path, run_id: str, mirror: RunMirror | None = None, *, controls: Path | None = None
+) -> Iterator[Update]:
+    """Every update of the log at ``path`` for run ``run_id``, in order.
+
+    ``controls`` is the run's control file: its lines are what the acks in the log answer.
+    """
     mirror = mirror if mirror is not None else RunMirror(run_id)
+    if controls is not None:
+        with contextlib.suppress(OSError), FileTail(controls) as tail:
+            while (read := tail.read()).items:
+                for item in read.items:
+                    if not isinstance(item, TooLarge):
+                        mirror.expect(item.data)
     with FileTail(path) as tail:
         while True:
             read = tail.read()

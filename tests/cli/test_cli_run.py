@@ -1,0 +1,244 @@
+"""`tether run`, `runs`, `show`, `replay` and `demo` as a user runs them: real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "demo"
+TIMEOUT = 60
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["TETHER_HOME"] = str(tmp_path / "home")
+    env["NO_COLOR"] = "1"
+    env["COLUMNS"] = "80"
+    for name in ("TETHER_PROVIDER", "TETHER_MODEL", "FEN_WIRE_RUN_ID", "TETHER_SUBAGENT_DEPTH"):
+        env.pop(name, None)
+    return env
+
+
+def tether(tmp_path: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+def _script(tmp_path: Path, replies: list[dict[str, object]]) -> str:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(replies))
+    return str(path)
+
+
+def _latest(tmp_path: Path) -> dict[str, object]:
+    out = tether(tmp_path, "runs", "--json", "--limit", "1")
+    assert out.returncode == 0, out.stderr
+    record: dict[str, object] = json.loads(out.stdout.splitlines()[0])
+    return record
+
+
+def test_the_final_answer_goes_to_stdout(tmp_path: Path) -> None:
+    script = str(EXAMPLES / "steered.json")
+    out = tether(tmp_path, "run", "--provider", "scripted", "--script", script, "take notes")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (
+        "Done. notes/a.txt has 3 lines and notes/b.txt has 1 (4 in all), as the steering asked.\n"
+    )
+    assert (tmp_path / "notes" / "a.txt").read_text() == "alpha\nbeta\ngamma\n"
+    record = _latest(tmp_path)
+    assert record["status"] == "done"
+    assert record["task"] == "take notes"
+    assert record["provider"] == "scripted"
+
+
+def test_scripted_without_a_script_still_shows_the_protocol(tmp_path: Path) -> None:
+    out = tether(tmp_path, "run", "--provider", "scripted", "what is here?")
+    assert out.returncode == 0, out.stderr
+    assert "You asked: what is here?" in out.stdout
+    assert "scripted provider" in out.stdout
+
+
+def test_stdin_lines_steer_and_follow_up(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        [{"text": "Thinking.", "delay_ms": 1500}, {"text": "Steered."}, {"text": "Followed."}],
+    )
+    out = tether(
+        tmp_path,
+        "run",
+        "--script",
+        script,
+        "--provider",
+        "scripted",
+        "task",
+        stdin="be brief\n",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "steer accepted" in out.stderr
+    events = (Path(str(_latest(tmp_path)["run_dir"])) / "events.jsonl").read_text()
+    assert '"type":"steering-injected"' in events
+
+
+@pytest.mark.parametrize(
+    ("replies", "args", "code"),
+    [
+        (None, [], 4),
+        (
+            [
+                {
+                    "text": "Waiting.",
+                    "tool_calls": [{"name": "bash", "arguments": {"command": "sleep 30"}}],
+                }
+            ],
+            ["--deadline", "1", "--finalize-before", "0"],
+            5,
+        ),
+    ],
+)
+def test_exit_codes(
+    tmp_path: Path, replies: list[dict[str, object]], args: list[str], code: int
+) -> None:
+    script = _script(tmp_path, replies)
+    out = tether(tmp_path, "run", "--provider", "scripted", "--script", script, *args, "task")
+    assert out.returncode == code, out.stderr
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert tether(tmp_path, "run").returncode == 2
+    assert tether(tmp_path, "run", "--deadline", "-1", "task").returncode == 2
+    help_text = tether(tmp_path, "run", "--help")
+    assert help_text.returncode == 0
+    assert "0 done, 3 cancelled, 4 failed, 5 timed-out, 2 usage error" in help_text.stdout
+
+
+def _interrupt(tmp_path: Path, times: int) -> subprocess.CompletedProcess[str]:
+    script = _script(
+        tmp_path,
+        [
+            {
+                "text": "Busy.",
+                "tool_calls": [{"name": "bash", "arguments": {"command": "sleep 30"}}],
+            },
+            {"text": "Finalized answer."},
+        ],
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "run", "--provider", "scripted", "--script", script, "t"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+    )
+    events = None
+    for _ in range(1000):
+        runs = list((tmp_path / "home" / "runs").glob("*/events.jsonl"))
+        if runs and '"type":"tool-call"' in runs[0].read_text():
+            events = runs[0]
+            break
+        time.sleep(0.02)
+    assert events is not None
+    for _ in range(times):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+    stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def test_ctrl_c_finalizes(tmp_path: Path) -> None:
+    out = _interrupt(tmp_path, 1)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "Finalized answer.\n"
+
+
+def test_ctrl_c_twice_cancels(tmp_path: Path) -> None:
+    out = _interrupt(tmp_path, 2)
+    assert out.returncode in (0, 3), out.stderr  # the finalize turn may win the race
+    if out.returncode == 3:
+        assert _latest(tmp_path)["status"] == "cancelled"
+
+
+def test_output_wire_prints_the_event_lines(tmp_path: Path) -> None:
+    script = str(EXAMPLES / "steered.json")
+    out = tether(
+        tmp_path, "run", "--output", "wire", "--script", script, "--provider", "scripted", "t"
+    )
+    assert out.returncode == 0, out.stderr
+    log = (Path(str(_latest(tmp_path)["run_dir"])) / "events.jsonl").read_text()
+    assert out.stdout == log
+
+
+@pytest.mark.parametrize("output", ["human", "stream-json", "wire"])
+def test_replay_equals_live(tmp_path: Path, output: str) -> None:
+    # (inbox messages are not in the event log, so this run writes none)
+    bash = {"name": "bash", "arguments": {"command": "printf 'a\\nb\\n' > f.txt; wc -l f.txt"}}
+    script = _script(
+        tmp_path,
+        [
+            {"thinking": "Plan first.", "text": "Writing a file.", "tool_calls": [bash]},
+            {"text": "f.txt has 2 lines.\n\n- done"},
+        ],
+    )
+    live = tether(
+        tmp_path, "run", "--output", output, "--script", script, "--provider", "scripted", "t"
+    )
+    assert live.returncode == 0, live.stderr
+    run_id = str(_latest(tmp_path)["id"])
+    replayed = tether(tmp_path, "replay", run_id, "--output", output)
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout == live.stdout
+    assert replayed.stderr == live.stderr
+    assert "f.txt has 2 lines." in live.stdout
+
+
+def test_runs_and_show(tmp_path: Path) -> None:
+    assert "no runs yet" in tether(tmp_path, "runs").stdout
+    script = str(EXAMPLES / "steered.json")
+    assert (
+        tether(tmp_path, "run", "--script", script, "--provider", "scripted", "notes").returncode
+        == 0
+    )
+    listing = tether(tmp_path, "runs")
+    assert listing.returncode == 0
+    assert "done" in listing.stdout
+    assert "notes" in listing.stdout
+    show = tether(tmp_path, "show", "latest")
+    assert show.returncode == 0, show.stderr
+    assert "tool calls:    2" in show.stdout
+    assert "final answer:" in show.stdout
+    summary = json.loads(tether(tmp_path, "show", "latest", "--json").stdout)
+    assert summary["turns"] == 1
+    assert summary["controls"] == {"prompt": 1, "close": 1}
+    missing = tether(tmp_path, "show", "nope")
+    assert missing.returncode == 1
+    assert "no run matches 'nope'" in missing.stderr
+
+
+@pytest.mark.slow
+def test_demo(tmp_path: Path) -> None:
+    out = tether(tmp_path, "demo")
+    assert out.returncode == 0, out.stderr
+    assert "Done. notes/a.txt has 3 lines" in out.stdout
+    assert "Time is nearly up, so here is what I have" in out.stdout
+    statuses = [
+        json.loads(line)["status"]
+        for line in tether(tmp_path, "runs", "--json").stdout.splitlines()
+    ]
+    assert sorted(statuses) == ["cancelled", "done", "done"]
