@@ -342,6 +342,7 @@ def report(  # noqa: PLR0917 - one call site, each argument a measurement
             f"  {state:<6} tether child     {c50:7.2f}  {c99:7.2f}  {len(c):4d}   |"
             f" {b50:9.1f} {b99:6.1f}  {len(b):4d} | {b50 / c50:6.0f}x faster"
         )
+        print(f"         child p90 {pct(c, 0.9):.2f}  p95 {pct(c, 0.95):.2f}  max {max(c):.2f}")
         check(f"ack p50 {state}", c50, TARGETS["ack_p50_ms"], "ms")
         check(f"ack p99 {state}", c99, TARGETS["ack_p99_ms"], "ms")
     print()
