@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +59,52 @@ def sample_frames() -> bytes:
     """The bash fixture's frames, written by the spec's util_write_msg in a real bash."""
     done = subprocess.run(["bash", str(SAMPLE_FRAMES)], capture_output=True, timeout=30, check=True)
     return done.stdout
+
+
+_CSI = re.compile(r"\x1b\[([0-9;?]*)([A-Za-z])")
+
+
+def screen(data: str, width: int = WIDTH) -> list[str]:
+    """The lines a terminal shows after ``data``: enough of VT100 for rich's live output.
+
+    Handles CR, LF, cursor up (``CSI n A``), erase line (``CSI 2K``); other CSI sequences
+    (colours, cursor visibility) change nothing on the text. Lines wrap at ``width``.
+    """
+    lines: list[list[str]] = [[]]
+    row = col = 0
+    pos = 0
+    while pos < len(data):
+        match = _CSI.match(data, pos)
+        if match is not None:
+            args, final = match.groups()
+            if final == "A":
+                row = max(row - int(args or "1"), 0)
+            elif final == "K" and args == "2":
+                lines[row] = []
+            pos = match.end()
+            continue
+        char = data[pos]
+        pos += 1
+        if char == "\r":
+            col = 0
+        elif char == "\n":
+            row += 1
+            col = 0
+            if row == len(lines):
+                lines.append([])
+        else:
+            if col >= width:
+                row, col = row + 1, 0
+                if row == len(lines):
+                    lines.append([])
+            line = lines[row]
+            line.extend(" " * (col - len(line)))
+            if col < len(line):
+                line[col] = char
+            else:
+                line.append(char)
+            col += 1
+    shown = ["".join(line).rstrip() for line in lines]
+    while shown and not shown[-1]:
+        shown.pop()
+    return shown

@@ -9,7 +9,7 @@ import sys
 
 import msgspec
 import pytest
-from display_helpers import SAMPLE_RUN, WIDTH, check_golden, replay
+from display_helpers import SAMPLE_RUN, WIDTH, check_golden, replay, screen
 
 from tether.display import Notice, UserInput, open_display
 from tether.display.layout import cells
@@ -167,17 +167,40 @@ def test_importing_the_display_does_not_import_rich() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pty")
+def _drain(master: int, chunks: list[bytes]) -> str:
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
 def test_terminal_gets_colour_and_a_live_status_line() -> None:
+    _, plain_err = replay(SAMPLE_RUN)
+    expected = plain_err.splitlines()[:-1]
     master, slave = os.openpty()
+    os.set_blocking(master, False)
     tty = open(slave, "w", encoding="utf-8", closefd=True)  # noqa: SIM115
     chunks: list[bytes] = []
     try:
         err = io.StringIO()
         display = open_display("human", stdout=tty, stderr=err, width=WIDTH)
-        display.status(state="running", elapsed_s=0.5)
+        display.status(state="starting", elapsed_s=0.5)
+        display.status(state="running", elapsed_s=1.0, note="working")
         for event, raw in events():
             display.event(event, run=event.run, depth=0 if event.run == "run-1" else 1, raw=raw)
-            display.status(state="running", elapsed_s=1.0, note="working")
+            tty.flush()
+            # At every step: finished lines, maybe the line being streamed, the status line.
+            *body, status = screen(_drain(master, chunks))
+            assert status.startswith("● running · 1.0s · working")
+            done = len(body) if body == expected[: len(body)] else len(body) - 1
+            assert body[:done] == expected[:done]
+            if done < len(body):
+                assert expected[done].startswith(body[done])
         display.final(
             status="done",
             final_text="answer \x1b]0;pwned\x07text",
@@ -187,23 +210,19 @@ def test_terminal_gets_colour_and_a_live_status_line() -> None:
         )
         display.close()
         tty.flush()
-        os.set_blocking(master, False)
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
+        _drain(master, chunks)
     finally:
         tty.close()
         os.close(master)
-    screen = b"".join(chunks).decode("utf-8", "replace")
-    assert "\x1b[" in screen  # colour and cursor control from rich itself
-    assert "running" in screen
-    assert "working" in screen
-    assert "answer text" in screen  # the answer is sanitized on a terminal
-    assert "pwned" not in screen
-    assert "\x1b]" not in screen  # no OSC ever reaches the terminal
+    raw = b"".join(chunks).decode("utf-8", "replace")
+    assert "\x1b[" in raw  # colour and cursor control from rich itself
+    assert "working" in raw  # the live status line was drawn
+    assert "pwned" not in raw
+    assert "\x1b]" not in raw  # no OSC ever reaches the terminal
     assert err.getvalue() == ""
+    # What the terminal shows at the end: the plain rendering (the status line is gone),
+    # then the footer and the answer, sanitized because stdout is a terminal.
+    shown = screen(raw)
+    assert shown[: len(expected)] == expected
+    assert shown[len(expected)].startswith("── done · 2.0s ─")
+    assert shown[len(expected) + 1 :] == ["answer text"]
