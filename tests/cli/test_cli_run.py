@@ -46,6 +46,13 @@ def _script(tmp_path: Path, replies: list[dict[str, object]]) -> str:
     return str(path)
 
 
+def _quick(tmp_path: Path) -> str:
+    bash = {"name": "bash", "arguments": {"command": "echo one; echo two"}}
+    return _script(
+        tmp_path, [{"text": "Looking.", "tool_calls": [bash]}, {"text": "Saw two lines."}]
+    )
+
+
 def _latest(tmp_path: Path) -> dict[str, object]:
     out = tether(tmp_path, "runs", "--json", "--limit", "1")
     assert out.returncode == 0, out.stderr
@@ -176,7 +183,7 @@ def test_ctrl_c_twice_cancels(tmp_path: Path) -> None:
 
 
 def test_output_wire_prints_the_event_lines(tmp_path: Path) -> None:
-    script = str(EXAMPLES / "steered.json")
+    script = _quick(tmp_path)
     out = tether(
         tmp_path, "run", "--output", "wire", "--script", script, "--provider", "scripted", "t"
     )
@@ -210,7 +217,7 @@ def test_replay_equals_live(tmp_path: Path, output: str) -> None:
 
 def test_runs_and_show(tmp_path: Path) -> None:
     assert "no runs yet" in tether(tmp_path, "runs").stdout
-    script = str(EXAMPLES / "steered.json")
+    script = _quick(tmp_path)
     assert (
         tether(tmp_path, "run", "--script", script, "--provider", "scripted", "notes").returncode
         == 0
@@ -221,7 +228,7 @@ def test_runs_and_show(tmp_path: Path) -> None:
     assert "notes" in listing.stdout
     show = tether(tmp_path, "show", "latest")
     assert show.returncode == 0, show.stderr
-    assert "tool calls:    2" in show.stdout
+    assert "tool calls:    1" in show.stdout
     assert "final answer:" in show.stdout
     summary = json.loads(tether(tmp_path, "show", "latest", "--json").stdout)
     assert summary["turns"] == 1
