@@ -23,13 +23,7 @@ and fails the run with the tail of the child's stderr):
 - still running ``cancel_grace_s`` past the wire deadline (the result says timed-out);
 - a fatal channel error (version mismatch, event file truncated or gone).
 
-Errors (a tree, as the user sees them)::
-
-    TetherError
-    └── ParentError
-        ├── SpawnError       the child could not be started
-        ├── RunEnded         the run ended before a control was acknowledged
-        └── ControlRefused   a control could not be encoded (too large, bad field)
+Errors: see :mod:`tether.runtime.outcome`.
 """
 
 from __future__ import annotations
@@ -38,19 +32,28 @@ import asyncio
 import contextlib
 import math
 import os
-import shlex
-import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from tether.runtime import procs
 from tether.runtime.finaltext import full_text
 from tether.runtime.hub import WatchHub, shared_hub
+from tether.runtime.launch import absolute_cwd, default_argv, make_inbox, start_child, wire_env
 from tether.runtime.mirror import ChannelError, RunMirror, too_large
 from tether.runtime.nested import NestedFollower
+from tether.runtime.outcome import (
+    ControlRefused,
+    ParentError,
+    Result,
+    RunEnded,
+    SpawnError,
+    Status,
+    TetherError,
+    Timeouts,
+)
 from tether.runtime.rundir import (
     RunDir,
     append_line,
@@ -82,7 +85,6 @@ __all__ = [
     "spawn",
 ]
 
-Status = Literal["done", "cancelled", "failed", "timed-out"]
 
 DEFAULT_FINALIZE_NOTE: Final = (
     "Stop working now. Without calling tools, give your final answer from what you have so far."
@@ -95,61 +97,6 @@ STDERR_TAIL_BYTES: Final = 2000
 _SAFETY_TICK_S: Final = 1.0  # re-check files and timers at least this often
 # A parent that is itself a child must not hand its own wire settings (a deadline!) down.
 _WIRE_PREFIXES: Final = ("FEN_WIRE_", "TETHER_WIRE_")
-
-
-class TetherError(Exception):
-    """Base of every error tether raises on purpose."""
-
-
-class ParentError(TetherError):
-    """A problem talking to a child run."""
-
-
-class SpawnError(ParentError):
-    """The child could not be started (bad argv, missing executable, no permission)."""
-
-
-class RunEnded(ParentError):
-    """The run ended before the control was acknowledged (its result says how)."""
-
-
-class ControlRefused(ParentError, ValueError):
-    """The control could not be sent: it does not encode as a valid wire line."""
-
-
-@dataclass(frozen=True, slots=True)
-class Timeouts:
-    """How long the parent waits before it decides a child stopped keeping its promises."""
-
-    start_s: float = 20.0  # spawn -> ready
-    ack_s: float = 30.0  # control -> control-ack, once the child is ready
-    cancel_grace_s: float = 3.0  # cancel (or the deadline) -> exit, before SIGTERM
-    kill_grace_s: float = 2.0  # SIGTERM -> SIGKILL of the process group
-    exit_grace_s: float = 3.0  # exit event -> the process is gone
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """How a run ended and its answer.
-
-    ``final_text`` is the complete answer for ``done`` runs (read from final-text-path
-    when the child had to cut it). ``truncated`` is true only when the full text could
-    not be recovered; the text then ends with a note saying so. ``error`` explains any
-    status but ``done`` (and problems the parent noticed on the way).
-    """
-
-    status: Status
-    final_text: str = ""
-    stop_reason: str | None = None
-    usage: dict[str, Any] | None = None
-    truncated: bool = False
-    error: str | None = None
-    run_id: str = ""
-    elapsed_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "done"
 
 
 @dataclass(slots=True)
@@ -573,33 +520,6 @@ class RunHandle:
 # -- spawn ----------------------------------------------------------------------------
 
 
-def default_argv(provider: str | None, model: str | None) -> list[str]:
-    """``tether child`` with the provider and model flags."""
-    argv = [sys.executable, "-m", "tether", "child"]
-    if provider:
-        argv += ["--provider", provider]
-    if model:
-        argv += ["--model", model]
-    return argv
-
-
-def wire_env(run: RunDir, deadline: float | None) -> dict[str, str]:
-    """The environment that points a child at its run (FEN_* and TETHER_* names)."""
-    env: dict[str, str] = {}
-    values = {
-        "CONTROL_PATH": str(run.control),
-        "EVENT_PATH": str(run.events),
-        "RUN_ID": run.run_id,
-    }
-    if deadline is not None:
-        values["DEADLINE"] = str(int(deadline))
-    for prefix in ("FEN_WIRE_", "TETHER_WIRE_"):
-        env.update({prefix + k: v for k, v in values.items()})
-    env["TETHER_RUN_DIR"] = str(run.path)
-    env["TETHER_INBOX_PATH"] = env["RUNEX_INBOX_PATH"] = str(run.inbox)
-    return env
-
-
 async def spawn(
     task: str,
     *,
@@ -651,7 +571,7 @@ async def spawn(
     passed = {k: v for k, v in (("TETHER_PROVIDER", provider), ("TETHER_MODEL", model)) if v}
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(_WIRE_PREFIXES)}
     child_env = {**inherited, **passed, **(env or {}), **wire_env(run, deadline)}
-    tail = _make_inbox(run, db) if inbox else None
+    tail = make_inbox(run, db) if inbox else None
     command = list(argv) if argv is not None else default_argv(provider, model) + list(child_args)
     recorder = None
     if record:
@@ -664,14 +584,14 @@ async def spawn(
             run_dir=str(run.path),
             provider=provider,
             model=model,
-            cwd=_absolute_cwd(cwd),
+            cwd=absolute_cwd(cwd),
             parent_run=parent_run,
             argv=command,
             deadline=deadline,
         )
         await recorder.start(row)
     try:
-        proc = await _start(command, run, cwd, child_env)
+        proc = await start_child(command, run, cwd, child_env)
     except SpawnError as exc:
         if recorder is not None:
             await recorder.finish(Result("failed", error=str(exc), run_id=run.run_id))
@@ -691,37 +611,3 @@ async def spawn(
         inbox=tail,
         nested=RunIndex(db) if follow_nested and record else None,
     )
-
-
-def _absolute_cwd(cwd: str | os.PathLike[str] | None) -> str:
-    return os.path.abspath(cwd if cwd is not None else os.getcwd())
-
-
-def _make_inbox(run: RunDir, db: Path | None) -> InboxTail | None:
-    try:
-        from tether.inbox import create_inbox
-    except ImportError:
-        return None
-    create_inbox(run.inbox)
-    return InboxTail(run.inbox, run.run_id, db)
-
-
-async def _start(
-    command: list[str], run: RunDir, cwd: str | os.PathLike[str] | None, env: dict[str, str]
-) -> asyncio.subprocess.Process:
-    fd = os.open(run.stderr, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-    try:
-        return await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=fd,
-            stderr=fd,
-            cwd=cwd,
-            env=env,
-            **procs.NEW_GROUP,
-        )
-    except OSError as exc:
-        append_line(run.stderr, f"tether: cannot start {shlex.join(command)}: {exc}".encode())
-        raise SpawnError(f"cannot start the child ({shlex.join(command)}): {exc}") from exc
-    finally:
-        os.close(fd)

@@ -1,0 +1,73 @@
+"""What a run ends with (:class:`Result`), how long the parent waits (:class:`Timeouts`),
+and the errors the parent raises on purpose.
+
+Errors (a tree, as the user sees them)::
+
+    TetherError
+    └── ParentError
+        ├── SpawnError       the child could not be started
+        ├── RunEnded         the run ended before a control was acknowledged
+        └── ControlRefused   a control could not be encoded (too large, bad field)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Status = Literal["done", "cancelled", "failed", "timed-out"]
+
+
+class TetherError(Exception):
+    """Base of every error tether raises on purpose."""
+
+
+class ParentError(TetherError):
+    """A problem talking to a child run."""
+
+
+class SpawnError(ParentError):
+    """The child could not be started (bad argv, missing executable, no permission)."""
+
+
+class RunEnded(ParentError):
+    """The run ended before the control was acknowledged (its result says how)."""
+
+
+class ControlRefused(ParentError, ValueError):
+    """The control could not be sent: it does not encode as a valid wire line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """How long the parent waits before it decides a child stopped keeping its promises."""
+
+    start_s: float = 20.0  # spawn -> ready
+    ack_s: float = 30.0  # control -> control-ack, once the child is ready
+    cancel_grace_s: float = 3.0  # cancel (or the deadline) -> exit, before SIGTERM
+    kill_grace_s: float = 2.0  # SIGTERM -> SIGKILL of the process group
+    exit_grace_s: float = 3.0  # exit event -> the process is gone
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """How a run ended and its answer.
+
+    ``final_text`` is the complete answer for ``done`` runs (read from final-text-path
+    when the child had to cut it). ``truncated`` is true only when the full text could
+    not be recovered; the text then ends with a note saying so. ``error`` explains any
+    status but ``done`` (and problems the parent noticed on the way).
+    """
+
+    status: Status
+    final_text: str = ""
+    stop_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    truncated: bool = False
+    error: str | None = None
+    run_id: str = ""
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "done"
