@@ -221,27 +221,52 @@ class BashTool:
             timeout = _timeout(arguments.get("timeout_s"))
         except _ArgumentError as exc:
             return str(exc), True
-        loop = asyncio.get_running_loop()
         sink = _HeadTail(context.output_cap)
         try:
-            transport, protocol = await loop.subprocess_exec(
-                lambda: _BashProtocol(sink),
-                "bash",
-                "-c",
-                command,
-                cwd=context.cwd,
-                env=dict(context.env),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                **NEW_GROUP,
-            )
+            transport, protocol = await _spawn(command, sink, context)
         except OSError as exc:
             return f"bash: cannot start: {exc}", True
         try:
             return await _supervise(transport, protocol, timeout, context)
         finally:
             transport.close()
+
+
+async def _spawn(
+    command: str, sink: _HeadTail, context: ToolContext
+) -> tuple[asyncio.SubprocessTransport, _BashProtocol]:
+    """Start ``bash -c`` in a new process group; a cancel during the start ends the group.
+
+    (Cancelled mid-start, asyncio kills only the leader: anything it had already forked
+    would survive, so the start is shielded and the group ended here instead.)
+    """
+    loop = asyncio.get_running_loop()
+    spawn = asyncio.ensure_future(
+        loop.subprocess_exec(
+            lambda: _BashProtocol(sink),
+            "bash",
+            "-c",
+            command,
+            cwd=context.cwd,
+            env=dict(context.env),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            **NEW_GROUP,
+        )
+    )
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        await asyncio.wait({spawn})
+        if not spawn.cancelled() and spawn.exception() is None:
+            transport, _ = spawn.result()
+            try:
+                await terminate_group(transport.get_pid(), context.kill_grace_s)
+            finally:
+                kill_group(transport.get_pid())
+                transport.close()
+        raise
 
 
 def _timeout(value: object) -> float:
