@@ -436,13 +436,27 @@ def _edit(path: Path, old: str, new: str) -> ToolOutput:
 
 # --- selection --------------------------------------------------------------------------
 
-# name -> factory. Other tools (subagent, report) register here or are added to a
-# ToolRegistry directly.
+
+def _subagent() -> Tool:
+    from tether.agent.subagent import SubagentTool
+
+    return SubagentTool()
+
+
+def _report() -> Tool:
+    from tether.agent.report import ReportTool
+
+    return ReportTool()
+
+
+# name -> factory; the heavier tools import their modules only when selected.
 BUILTIN_TOOLS: dict[str, Callable[[], Tool]] = {
     "bash": BashTool,
     "read": ReadTool,
     "write": WriteTool,
     "edit": EditTool,
+    "subagent": _subagent,
+    "report": _report,
 }
 
 
