@@ -81,6 +81,8 @@ _COMPACT_AT: Final = 64 * 1024
 _REBUILD_AT_MOST: Final = 4096
 # The hiredis-backed reader hands hiredis at most this many bytes beyond what it has parsed.
 _HIREDIS_SLICE: Final = 64 * 1024
+# Above this many payload bytes per batch, hiredis replies are checked in place, not re-encoded.
+_COPY_AT_MOST: Final = 16 * 1024
 
 # Results one next() call parses ahead (and hiredis replies verified together).
 _BATCH: Final = 128
@@ -306,10 +308,9 @@ class PureReader:
                 return NEED_DATA
         return ready.popleft()
 
-    def _parse(self) -> None:
-        """Parse up to ``_BATCH`` results into ``self._ready``."""
+    def _parse(self, budget: int = _BATCH) -> None:
+        """Parse up to ``budget`` results into ``self._ready``."""
         ready = self._ready
-        budget = _BATCH
         while budget > 0:
             if self._scan >= 0 and not self._resync():
                 return
@@ -589,7 +590,7 @@ class HiredisReader(PureReader):
                 return ready.popleft()
             if self._hr is not None:
                 return NEED_DATA
-        self._parse()
+        self._parse(1)  # only up to the next frame boundary, where hiredis takes over again
         if self._start < 0 and self._scan < 0:
             self._hr = self._hiredis.Reader()
             self._fed = self._pos
@@ -629,15 +630,30 @@ class HiredisReader(PureReader):
     def _verified_size(self, replies: list[list[Any]]) -> int:
         """Bytes the replies occupy if they are exactly the next bytes and within limits.
 
-        Returns 0 (never a valid size) when the pure parser must decide instead.
+        Returns 0 (never a valid size) when the pure parser must decide instead. Small
+        fields are checked by re-encoding the whole batch and comparing once; large ones
+        in place, field by field, to avoid copying them.
         """
         if max(map(len, replies)) > min(self._max_fields, DEFAULT_MAX_FIELDS):
             return 0
         try:
             fields = list(chain.from_iterable(replies))
-            heads = list(map(_HEADERS_BY_LENGTH.__getitem__, map(len, fields)))
+            lengths = list(map(len, fields))
         except TypeError:  # an element without a length: not a bulk string
             return 0
+        payload = sum(lengths)
+        if payload > self._max_field_bytes or payload > self._max_frame_bytes:
+            return 0  # a limit may be broken: the pure parser checks frame by frame
+        if payload > _COPY_AT_MOST:
+            size = self._compare_in_place(replies)
+        else:
+            size = self._compare_encoded(replies, fields, lengths)
+        return size if size <= self._max_field_bytes and size <= self._max_frame_bytes else 0
+
+    def _compare_encoded(
+        self, replies: list[list[Any]], fields: list[Any], lengths: list[int]
+    ) -> int:
+        heads = list(map(_HEADERS_BY_LENGTH.__getitem__, lengths))
         first = 0  # each frame's '*<count>' header goes in front of its first field's header
         for reply in replies:
             count = len(reply)
@@ -651,10 +667,27 @@ class HiredisReader(PureReader):
             )
         except TypeError:  # an element that is not bytes: a nested or non-string reply
             return 0
-        size = len(expected)
-        if size > self._max_field_bytes or size > self._max_frame_bytes:
-            return 0  # a limit may be broken: the pure parser checks frame by frame
-        return size if self._buf.startswith(expected, self._pos) else 0
+        return len(expected) if self._buf.startswith(expected, self._pos) else 0
+
+    def _compare_in_place(self, replies: list[list[Any]]) -> int:
+        buf = self._buf
+        pos = start = self._pos
+        for reply in replies:
+            head = _COUNT_HEADERS[len(reply)]
+            if not buf.startswith(head, pos):
+                return 0
+            pos += len(head)
+            for field in reply:
+                if field.__class__ is not bytes:
+                    return 0
+                head = _HEADERS_BY_LENGTH[len(field)]
+                if not buf.startswith(head, pos):
+                    return 0
+                pos += len(head)
+                if not buf.startswith(field, pos) or not buf.startswith(b"\r\n", pos + len(field)):
+                    return 0
+                pos += len(field) + 2
+        return pos - start
 
     def eof(self) -> Rejection | None:
         verdict = super().eof()
