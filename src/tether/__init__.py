@@ -1,10 +1,72 @@
 """tether: supervise live AI agents over a strict line protocol.
 
-The protocol core lives in :mod:`tether.wire`; the parent API (``spawn``, ``run``)
-in :mod:`tether.runtime.parent`. Heavy parts load lazily so that a child starts fast.
+The parent API is re-exported here and loaded on first use, so that ``import tether``
+(and a child's start-up) stays fast::
+
+    import tether
+
+    result = tether.run("summarise README.md", provider="scripted")   # blocking
+    handle = await tether.spawn("...", provider="anthropic")           # asyncio
+
+The protocol core lives in :mod:`tether.wire`.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+
+__all__ = [
+    "ChannelError",
+    "ControlRefused",
+    "InboxItem",
+    "ParentError",
+    "Result",
+    "RunEnded",
+    "RunEvent",
+    "RunHandle",
+    "SpawnError",
+    "SyncRunHandle",
+    "TetherError",
+    "Timeouts",
+    "Update",
+    "__version__",
+    "open_run",
+    "run",
+    "spawn",
+]
+_API = frozenset(__all__) - {"__version__"}
+
+if TYPE_CHECKING:
+    from tether.api import (
+        ChannelError,
+        ControlRefused,
+        InboxItem,
+        ParentError,
+        Result,
+        RunEnded,
+        RunEvent,
+        RunHandle,
+        SpawnError,
+        SyncRunHandle,
+        TetherError,
+        Timeouts,
+        Update,
+        open_run,
+        run,
+        spawn,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        value = getattr(importlib.import_module("tether.api"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tether' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))
