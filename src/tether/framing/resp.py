@@ -45,6 +45,8 @@ A nested ``*`` header at a field position is at a line start, so ``*2\\r\\n*1\\r
 yields a rejection and then the inner frame. Data inside a rejected frame that happens to
 contain ``\\n*`` can yield further rejections: by design the reader trusts no length from a
 frame it refused.
+Nothing is skipped silently: any byte between frames that is not a frame start (a stray
+newline too) is rejected first.
 
 Two readers share one contract and one test suite: :class:`PureReader` (pure Python) and
 :class:`HiredisReader` (``hiredis.Reader`` as the fast path; every frame it returns is checked
