@@ -67,7 +67,8 @@ def find_scenarios(given: str | None) -> dict[str, Path] | None:
     import tether
 
     candidates = [given, os.environ.get("TETHER_EXAMPLES")]
-    candidates += [str(Path(tether.__file__).resolve().parents[2] / "examples"), "examples"]
+    package = Path(tether.__file__).resolve().parent
+    candidates += [str(package / "examples"), str(package.parents[1] / "examples"), "examples"]
     for candidate in candidates:
         if not candidate:
             continue
