@@ -34,7 +34,8 @@ while it runs:
                          again: cancel; a third time: kill the child
 
 exit status:
-  0 done, 3 cancelled, 4 failed, 5 timed-out, 2 usage error
+  0 done, 3 cancelled, 4 failed (including a last turn that ended in an error),
+  5 timed-out, 2 usage error
 
 The final answer always goes to stdout (`tether run ... > answer.txt` works); when stdout
 is not a terminal the live view goes to stderr. Runs are kept: see `tether runs`.
@@ -165,7 +166,18 @@ async def _main(args: argparse.Namespace, task: str) -> int:
         error=result.error,
     )
     display.close()
-    return EXIT_CODES.get(result.status, EXIT_CODES["failed"])
+    return exit_code(result.status, result.stop_reason)
+
+
+def exit_code(status: str, stop_reason: str | None) -> int:
+    """The documented exit status; a run whose last turn ended in an error has failed.
+
+    (The protocol calls such a run `done`: the child answered every control. But the
+    answer is missing, so a script must not mistake it for success.)
+    """
+    if status == "done" and stop_reason == "error":
+        return EXIT_CODES["failed"]
+    return EXIT_CODES.get(status, EXIT_CODES["failed"])
 
 
 class Presenter:
