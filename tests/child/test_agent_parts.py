@@ -127,7 +127,7 @@ def test_unknown_tool_and_allow_list(tmp_path: Path) -> None:
     assert "unknown tool 'teleport'" in text
     assert select_tools([]).names == []
     assert select_tools(["read", "bash", "read"]).names == ["read", "bash"]
-    assert select_tools(None).names == ["bash", "read", "write", "edit"]
+    assert select_tools(None).names == ["bash", "read", "write", "edit", "subagent", "report"]
     with pytest.raises(UnknownToolError, match="unknown tool nope"):
         select_tools(["bash", "nope"])
     specs = select_tools(["bash"]).specs()
@@ -230,8 +230,7 @@ def test_chunk_text_prefers_spaces() -> None:
 def test_registry(tmp_path: Path) -> None:
     with pytest.raises(ProviderSetupError, match="unknown provider 'nope'"):
         get_provider("nope", None)
-    with pytest.raises(ProviderSetupError, match="needs --script"):
-        get_provider("scripted", None)
+    assert get_provider("scripted", None).replies is None  # the built-in first try
     (tmp_path / "s.json").write_text("[]")
     options = {"script": str(tmp_path / "s.json")}
     provider = get_provider("scripted", "my-model", options=options, script=None)
@@ -291,3 +290,23 @@ def test_terminate_group_async_and_gone_groups() -> None:
     assert not group_alive(2**22 + 7)  # beyond pid_max: no such group
     with pytest.raises(ValueError, match="refusing"):
         group_alive(1)
+
+
+def test_scripted_without_a_script_lists_then_answers_the_task() -> None:
+    import asyncio
+
+    from tether.agent.provider import ModelRequest, UserTurn
+    from tether.agent.scripted import ScriptedProvider
+
+    provider = ScriptedProvider()
+
+    async def call() -> list[object]:
+        request = ModelRequest(model="scripted", messages=(UserTurn("count files"),))
+        return [event async for event in provider.stream(request)]
+
+    first = asyncio.run(call())
+    assert any(type(e).__name__ == "ToolUse" for e in first)
+    second = asyncio.run(call())
+    text = "".join(getattr(e, "text", "") for e in second if type(e).__name__ == "TextDelta")
+    assert text.startswith("You asked: count files")
+    assert "no model was called" in text

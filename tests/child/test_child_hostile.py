@@ -205,7 +205,6 @@ def test_sigterm_fails_the_run(make_child: MakeChild) -> None:
     ("args", "fragment"),
     [
         (["--provider", "nonesuch"], "unknown provider 'nonesuch'"),
-        (["--provider", "scripted"], "needs --script"),
         (["--script", "/nonexistent/replies.json"], "cannot read script"),
         (["--script", "hello.json", "--tools", "bash,teleport"], "unknown tool teleport"),
         (["--script", "hello.json", "--provider-option", "novalue"], "KEY=VALUE"),

@@ -44,9 +44,55 @@ from tether.agent.provider import (
     ThinkingDelta,
     ToolUse,
     Usage,
+    UserTurn,
 )
 
-__all__ = ["CHUNK_CHARS", "Reply", "ScriptError", "ScriptedProvider", "load_script"]
+__all__ = [
+    "CHUNK_CHARS",
+    "DEFAULT_SCRIPT_NOTE",
+    "Reply",
+    "ScriptError",
+    "ScriptedProvider",
+    "default_replies",
+    "load_script",
+]
+
+DEFAULT_SCRIPT_NOTE: Final = (
+    "(This answer came from the scripted provider: no model was called. Pass --script FILE "
+    "for your own replies, or --provider anthropic|openai with an API key for a real model.)"
+)
+
+
+def default_replies(task: str) -> list[Reply]:
+    """The replies used when no script is given: list the directory, then answer."""
+    return load_script(
+        [
+            {
+                "text": "I'll take a quick look at the working directory first.",
+                "tool_calls": [{"name": "bash", "arguments": {"command": "pwd; ls | head -20"}}],
+                "chunk_ms": 15,
+            },
+            {
+                "text": f"You asked: {task}\n\nI listed the working directory with a real "
+                f"tool call above.\n\n{DEFAULT_SCRIPT_NOTE}",
+                "chunk_ms": 15,
+            },
+        ]
+    )
+
+
+def _user_texts(request: ModelRequest) -> list[str]:
+    return [m.text for m in request.messages if isinstance(m, UserTurn)]
+
+
+def _first_user_text(request: ModelRequest) -> str:
+    return next(iter(_user_texts(request)), "")
+
+
+def _last_user_text(request: ModelRequest) -> str:
+    texts = _user_texts(request)
+    return texts[-1] if texts else ""
+
 
 CHUNK_CHARS: Final = 64
 MAX_SCRIPT_BYTES: Final = 64 * 1024 * 1024
@@ -209,14 +255,21 @@ class ScriptedProvider:
         source = script if script is not None else (options or {}).get("script")
         if source is None:
             source = (env or {}).get("TETHER_SCRIPT")
-        if source is None:
-            raise ScriptError("the scripted provider needs --script FILE (a JSON list of replies)")
         self.model = model or "scripted"
-        self.replies = load_script(source)
+        # Without a script: a two-step first try (look around with bash, then answer),
+        # built on the first call, when the task is known.
+        self.replies: list[Reply] | None = None if source is None else load_script(source)
         self.calls = 0
+        self._default = False
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        if self.replies is None:
+            self._default = True
+            self.replies = default_replies(_first_user_text(request))
         self.calls += 1
+        if self._default and self.calls > len(self.replies):
+            # the built-in first try answers every later turn (a follow-up) the same way
+            self.replies += default_replies(_last_user_text(request))[1:]
         if self.calls > len(self.replies):
             raise ProviderError(
                 f"scripted provider: the script's {len(self.replies)} replies are used up "

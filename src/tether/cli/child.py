@@ -148,10 +148,6 @@ class _LazyAgent:
         from tether.agent.registry import check_provider
 
         check_provider(args.provider)
-        if args.provider == "scripted" and not (
-            args.script or options.get("script") or env.get("TETHER_SCRIPT")
-        ):
-            raise ValueError("the scripted provider needs --script FILE (a JSON list of replies)")
         self._build = (args, emit, cwd, env, options)
         self._agent: TurnRunner | None = None
         self._task: asyncio.Task[None] | None = None

@@ -13,14 +13,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any, Final
 
 EXIT_CODES: Final = {"done": 0, "cancelled": 3, "failed": 4, "timed-out": 5}
@@ -40,11 +37,6 @@ exit status:
 The final answer always goes to stdout (`tether run ... > answer.txt` works); when stdout
 is not a terminal the live view goes to stderr. Runs are kept: see `tether runs`.
 """
-
-DEFAULT_SCRIPT_NOTE: Final = (
-    "(This answer came from the scripted provider: no model was called. Pass --script FILE "
-    "for your own replies, or --provider anthropic|openai with an API key for a real model.)"
-)
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -118,13 +110,8 @@ async def _main(args: argparse.Namespace, task: str) -> int:
 
     display = open_display(args.output, stdout=sys.stdout, stderr=sys.stderr)
     child_args = list(args.child_arg)
-    script = args.script
-    scratch: Path | None = None
-    if script is None and (args.provider or "scripted") == "scripted":
-        scratch = _default_script(task)
-        script = str(scratch)
-    if script is not None:
-        child_args += ["--script", _absolute(script)]
+    if args.script is not None:
+        child_args += ["--script", _absolute(args.script)]
     try:
         handle = await spawn(
             task,
@@ -137,8 +124,6 @@ async def _main(args: argparse.Namespace, task: str) -> int:
             follow_nested=True,
         )
     except SpawnError as exc:
-        if scratch is not None:
-            scratch.unlink(missing_ok=True)
         display.notice(str(exc), level="error")
         display.close()
         return EXIT_CODES["failed"]
@@ -151,8 +136,6 @@ async def _main(args: argparse.Namespace, task: str) -> int:
             presenter.update(update)
         result = await handle.wait()
     finally:
-        if scratch is not None:
-            scratch.unlink(missing_ok=True)
         controls.uninstall()
         status.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -331,23 +314,3 @@ def _stdin_readable() -> bool:
         return not sys.stdin.closed and sys.stdin.fileno() >= 0
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def _default_script(task: str) -> Path:
-    """A two-step scripted run (look around with bash, then answer) for a first try."""
-    replies = [
-        {
-            "text": "I'll take a quick look at the working directory first.",
-            "tool_calls": [{"name": "bash", "arguments": {"command": "pwd; ls | head -20"}}],
-            "chunk_ms": 15,
-        },
-        {
-            "text": f"You asked: {task}\n\nI listed the working directory with a real tool "
-            f"call above.\n\n{DEFAULT_SCRIPT_NOTE}",
-            "chunk_ms": 15,
-        },
-    ]
-    fd, name = tempfile.mkstemp(prefix="tether-script-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(replies, handle)
-    return Path(name)
