@@ -4,6 +4,10 @@ The files come from the environment (``FEN_WIRE_*``, or the same names with
 ``TETHER_WIRE_*``): ``CONTROL_PATH`` and ``EVENT_PATH`` (required), ``RUN_ID``
 (default ``run``) and ``DEADLINE`` (Unix seconds). The task arrives as the first
 ``prompt`` control. Exit status 0 only after ``exit done``.
+
+``tether child --adapter resp -- CMD ARGS...`` runs CMD as the agent instead of the
+built-in one: a program that reads ``USER_INPUT`` frames on stdin and writes RESP
+message frames on stdout (see :mod:`tether.runtime.resp_runner`).
 """
 
 from __future__ import annotations
@@ -49,7 +53,24 @@ def _build_parser(prog: str) -> argparse.ArgumentParser:
     tools.add_argument("--no-tools", action="store_true", help="offer no tools")
     parser.add_argument("--system", help="system prompt ({cwd} is replaced)")
     parser.add_argument("--max-tokens", type=int, default=8192, help="per model call")
+    parser.add_argument(
+        "--adapter",
+        choices=("resp",),
+        help="run the program after -- as the agent (it speaks RESP frames on stdin/stdout); "
+        "the model and tool flags do not apply",
+    )
     return parser
+
+
+ADAPTER_USAGE = "the RESP adapter is used as: tether child --adapter resp -- CMD ARGS..."
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The flags, and the program after the first ``--`` (empty when there is none)."""
+    if "--" not in argv:
+        return argv, []
+    at = argv.index("--")
+    return argv[:at], argv[at + 1 :]
 
 
 def wire_env(env: Mapping[str, str], name: str) -> str | None:
@@ -88,6 +109,7 @@ def _fail_early(event_path: str | None, run: str, error: str) -> int:
 
 
 def main(argv: list[str], prog: str) -> int:
+    argv, command = _split_command(argv)
     args = _build_parser(prog).parse_args(argv)
     env = dict(os.environ)
     control = wire_env(env, "CONTROL_PATH")
@@ -107,14 +129,38 @@ def main(argv: list[str], prog: str) -> int:
     options = _options(args.provider_option)
     if isinstance(options, str):
         return _fail_early(events, run, options)
+    if (args.adapter is None) != (not command):
+        return _fail_early(events, run, ADAPTER_USAGE)
     cwd = Path(args.cwd or os.getcwd()).resolve()
     if not cwd.is_dir():
         return _fail_early(events, run, f"--cwd {cwd} is not a directory")
+
+    # `ready` goes out before asyncio, the agent and the providers are imported: the
+    # parent may append controls at once; they are read as soon as the loop runs.
+    import signal
+
+    from tether.runtime.child_io import EventLog
+    from tether.wire import Ready
+
+    early: list[int] = []  # a signal before the loop's handlers exist still ends `failed`
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: early.append(signum))
+
+    try:
+        log = EventLog(events, run)
+    except OSError as exc:
+        print(f"tether child: cannot open event file {events}: {exc}", file=sys.stderr)
+        return 1
+    log.emit(Ready)
 
     from tether.runtime.child import ChildOptions, run_child
     from tether.transports.watch import polling_forced
 
     async def factory(emit: EmitFn) -> TurnRunner:
+        if command:
+            from tether.runtime.resp_runner import RespRunner
+
+            return RespRunner(command, emit, cwd=cwd, env=env)
         return _LazyAgent(args, emit, cwd=cwd, env=env, options=options)
 
     child = ChildOptions(
@@ -124,8 +170,10 @@ def main(argv: list[str], prog: str) -> int:
         run=run,
         deadline=deadline,
         force_polling=polling_forced(env),
+        ready_sent=True,
+        early_signals=early,
     )
-    return run_child(child)
+    return run_child(child, log)
 
 
 class _LazyAgent:

@@ -100,6 +100,8 @@ class ChildOptions(NamedTuple):
     run: str = "run"
     deadline: float | None = None  # Unix time in seconds
     force_polling: bool = False
+    ready_sent: bool = False  # the caller already wrote `ready` (before importing asyncio)
+    early_signals: list[int] | None = None  # signals caught before the loop took over
 
 
 class _TurnControl:
@@ -169,9 +171,12 @@ class Presenter:
             poll_interval=POLL_IDLE_S, force_polling=self.options.force_polling
         )
         self.watcher.watch(self.options.control_path)
-        self.log.emit(Ready)
+        if not self.options.ready_sent:
+            self.log.emit(Ready)
         self.state = advance(self.state, Internal.STARTED).next_state
         self._arm(loop)
+        if self.options.early_signals:
+            self.fail(f"terminated by {signal.Signals(self.options.early_signals[0]).name}")
         self._reader = asyncio.create_task(self._guard(self._read_controls()))
         self._prepare = asyncio.create_task(self._prepare_runner(self.runner))
         try:
@@ -476,13 +481,18 @@ def _wire_usage(usage: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
-def run_child(options: ChildOptions) -> int:
-    """Run a live child until its ``exit`` line; 0 only after ``exit done``."""
-    try:
-        log = EventLog(options.event_path, options.run)
-    except OSError as exc:
-        print(f"tether child: cannot open event file {options.event_path}: {exc}", file=sys.stderr)
-        return 1
+def run_child(options: ChildOptions, log: EventLog | None = None) -> int:
+    """Run a live child until its ``exit`` line; 0 only after ``exit done``.
+
+    ``log`` is the event log when the caller opened it already (to write ``ready``).
+    """
+    if log is None:
+        try:
+            log = EventLog(options.event_path, options.run)
+        except OSError as exc:
+            where = options.event_path
+            print(f"tether child: cannot open event file {where}: {exc}", file=sys.stderr)
+            return 1
     presenter = Presenter(options, log)
     try:
         state = asyncio.run(presenter.run())

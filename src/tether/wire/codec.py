@@ -81,12 +81,29 @@ _TABLES: dict[str, dict[str, type[Message]]] = {
     "event": dict(EVENT_TYPES),
     "control": dict(CONTROL_TYPES),
 }
-_FAST: dict[Direction, msgspec.json.Decoder[Any]] = {
-    Direction.EVENT: msgspec.json.Decoder(Union[EVENTS]),  # noqa: UP007
-    Direction.CONTROL: msgspec.json.Decoder(Union[CONTROLS]),  # noqa: UP007
-}
-# Keyed by the plain strings too (a StrEnum hashes like its value): no enum call per line.
-_FAST_BY_NAME: dict[str, msgspec.json.Decoder[Any]] = {str(k): v for k, v in _FAST.items()}
+# The fast decoders are built on first use: a child writes `ready` before it needs one.
+# Keyed by plain strings (a StrEnum hashes like its value): no enum call per line.
+_FAST_BY_NAME: dict[str, msgspec.json.Decoder[Any]] = {}
+_BY_CLASS: dict[type[Message], msgspec.json.Decoder[Any]] = {}
+_UNIONS: dict[str, tuple[type[Message], ...]] = {"event": EVENTS, "control": CONTROLS}
+
+
+def _fast_decoder(direction: str) -> msgspec.json.Decoder[Any] | None:
+    members = _UNIONS.get(direction)
+    if members is None:
+        return None
+    decoder = msgspec.json.Decoder(Union[members])  # noqa: UP007
+    _FAST_BY_NAME[direction] = decoder
+    return decoder
+
+
+def _class_decoder(cls: type[Message]) -> msgspec.json.Decoder[Any]:
+    decoder = _BY_CLASS.get(cls)
+    if decoder is None:
+        decoder = _BY_CLASS[cls] = msgspec.json.Decoder(cls)
+    return decoder
+
+
 _GENERIC = msgspec.json.Decoder(float_hook=float)
 _ENCODER = msgspec.json.Encoder()
 _DECODE_ERRORS = (msgspec.DecodeError, RecursionError, UnicodeError)
@@ -94,7 +111,7 @@ _DECODE_ERRORS = (msgspec.DecodeError, RecursionError, UnicodeError)
 
 def decode(line: bytes | bytearray | memoryview | str, direction: str) -> AnyMessage | Rejection:
     """Decode one line (without its newline) for ``direction``: a message or a rejection."""
-    fast = _FAST_BY_NAME.get(direction)
+    fast = _FAST_BY_NAME.get(direction) or _fast_decoder(direction)
     if fast is None:
         return Rejection(code=Code.INVALID, reason=f"unknown direction: {direction}")
     size = len(line) if type(line) is bytes else _size(line)
@@ -150,8 +167,12 @@ def encode(message: Message) -> bytes | Rejection:
             f"encoded line exceeds {MAX_LINE_BYTES} bytes",
             msgspec.structs.asdict(message) | {"type": type(message).__struct_config__.tag},
         )
-    check = decode(line, message.direction)
-    return check if isinstance(check, Rejection) else line
+    try:
+        _class_decoder(type(message)).decode(line)
+    except _DECODE_ERRORS:
+        check = decode(line, message.direction)
+        return check if isinstance(check, Rejection) else line
+    return line
 
 
 def rejection_ack(rejection: Rejection) -> dict[str, Any]:
