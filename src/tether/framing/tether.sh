@@ -3,6 +3,7 @@
 #   source "$(tether shell-lib)"
 #   tether_write_msg TEXT "hello"                       # one RESP-like frame on stdout
 #   tether_inbox progress '{"text":"step 3 of 5"}'      # one line in the run's inbox
+#   while tether_read_msg; do ...; done                 # frames from stdin into TETHER_MSG
 #
 # Plain bash (4.2 or later) and coreutils. Bash's own printf and echo write stdout line by
 # line (one write(2) per line), so a frame holding CR/LF would reach a shared pipe or file in
@@ -101,4 +102,35 @@ _tether_json_string() {
         _s=$_out
     fi
     printf -v "$2" '"%s"' "$_s"
+}
+
+# tether_read_msg
+#   Read one frame from stdin into the array TETHER_MSG (TETHER_MSG[0] is the type; under
+#   `tether child --adapter resp` the input is USER_INPUT, "0", the text). Fields are read
+#   byte for byte (CR, LF, UTF-8 and empty fields included). Returns 0 after a frame, 1 at
+#   the end of input (nothing read), 2 on a malformed or cut-short frame: the stream is then
+#   out of step, so stop reading. A NUL byte cannot be held by bash and counts as malformed.
+tether_read_msg() {
+    local LC_ALL=C # read -N counts bytes, not characters
+    local _tether_line _tether_count _tether_len _tether_i _tether_field _tether_end
+    TETHER_MSG=()
+    IFS= read -r _tether_line || return 1
+    _tether_line=${_tether_line%$'\r'}
+    [[ $_tether_line =~ ^\*(0|[1-9][0-9]{0,5})$ ]] || return 2
+    _tether_count=${BASH_REMATCH[1]}
+    for ((_tether_i = 0; _tether_i < _tether_count; _tether_i++)); do
+        IFS= read -r _tether_line || return 2
+        _tether_line=${_tether_line%$'\r'}
+        [[ $_tether_line =~ ^\$(0|[1-9][0-9]{0,9})$ ]] || return 2
+        _tether_len=${BASH_REMATCH[1]}
+        _tether_field=""
+        if ((_tether_len > 0)); then
+            IFS= read -r -d '' -N "$_tether_len" _tether_field || return 2
+            ((${#_tether_field} == _tether_len)) || return 2
+        fi
+        IFS= read -r -d '' -N 2 _tether_end || return 2
+        [[ $_tether_end == $'\r\n' ]] || return 2
+        TETHER_MSG+=("$_tether_field")
+    done
+    return 0
 }

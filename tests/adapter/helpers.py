@@ -1,0 +1,212 @@
+"""Helpers for the RESP adapter tests: a real ``tether child --adapter resp`` over real files.
+
+:class:`AdapterChild` owns a run directory with ``control.jsonl`` and ``events.jsonl``,
+starts ``python -m tether child --adapter resp -- CMD...`` in it, appends control lines
+with increasing seqs, and reads back event lines, each validated by
+:class:`tether.wire.Receiver`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.runtime import procs
+from tether.wire import Receiver, Rejection
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = ROOT / "examples" / "bash-agent" / "agent.sh"
+LIB = ROOT / "src" / "tether" / "framing" / "tether.sh"
+WAIT_S = 20.0
+
+Event = dict[str, Any]
+
+# bash-agent's writer, verbatim from the spec (message-protocol-and-display.md).
+SPEC_WRITER = r"""
+util_write_msg() {
+    local nfields=$# field byte_len _out="" _seg=""
+    printf -v _out '*%s\r\n' "$nfields"
+    for field in "$@"; do
+        byte_len=$(LC_ALL=C printf '%s' "$field" | wc -c)
+        byte_len=${byte_len//[[:space:]]/}
+        printf -v _seg '$%s\r\n%s\r\n' "$byte_len" "$field"
+        _out+="$_seg"
+    done
+    printf '%s' "$_out"
+}
+"""
+
+
+class AdapterChild:
+    """One ``tether child --adapter resp`` run in ``root``."""
+
+    def __init__(
+        self,
+        root: Path,
+        command: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        run: str = "r",
+    ) -> None:
+        self.root = root
+        self.control = root / "control.jsonl"
+        self.events_path = root / "events.jsonl"
+        self.stderr_path = root / "child.stderr"
+        self.command = list(command)
+        self.run = run
+        self.seq = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.env = dict(os.environ)
+        self.env.update(
+            {
+                "FEN_WIRE_CONTROL_PATH": str(self.control),
+                "FEN_WIRE_EVENT_PATH": str(self.events_path),
+                "FEN_WIRE_RUN_ID": run,
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        for name in ("TETHER_INBOX_PATH", "RUNEX_INBOX_PATH", "FEN_WIRE_DEADLINE"):
+            self.env.pop(name, None)
+        self.env.update(env or {})
+        fd = os.open(self.control, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+
+    def start(self, *flags: str) -> AdapterChild:
+        argv = [sys.executable, "-m", "tether", "child", "--cwd", str(self.root), *flags]
+        argv += ["--adapter", "resp", "--", *self.command]
+        with self.stderr_path.open("ab") as err:
+            self.proc = subprocess.Popen(
+                argv, env=self.env, cwd=self.root, stdin=subprocess.DEVNULL, stdout=err, stderr=err
+            )
+        self.wait_for(lambda e: e["type"] == "ready")
+        return self
+
+    # -- controls ---------------------------------------------------------------------
+
+    def send(self, kind: str, **fields: Any) -> int:
+        self.seq += 1
+        obj = {"v": 1, "seq": self.seq, "type": kind, "run": self.run}
+        obj.update({k.replace("_", "-"): v for k, v in fields.items()})
+        fd = os.open(self.control, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, json.dumps(obj).encode() + b"\n")
+        finally:
+            os.close(fd)
+        return self.seq
+
+    # -- events -----------------------------------------------------------------------
+
+    def events(self) -> list[Event]:
+        if not self.events_path.exists():
+            return []
+        lines = self.events_path.read_bytes().split(b"\n")[:-1]
+        receiver = Receiver("event")
+        out = []
+        for line in lines:
+            result = receiver.receive(line)
+            assert not isinstance(result, Rejection), f"bad event line {line!r}: {result}"
+            out.append(json.loads(line))
+        return out
+
+    def wait_for(
+        self, predicate: Callable[[Event], bool], *, count: int = 1, timeout: float = WAIT_S
+    ) -> Event:
+        deadline = time.monotonic() + timeout
+        while True:
+            matches = [e for e in self.events() if predicate(e)]
+            if len(matches) >= count:
+                return matches[count - 1]
+            exited = self.proc is not None and self.proc.poll() is not None
+            if exited or time.monotonic() > deadline:
+                matches = [e for e in self.events() if predicate(e)]
+                if len(matches) >= count:
+                    return matches[count - 1]
+                pytest.fail(f"no matching event (exited={exited})\n{self.describe()}")
+            time.sleep(0.01)
+
+    def wait_type(self, kind: str, *, count: int = 1) -> Event:
+        return self.wait_for(lambda e: e["type"] == kind, count=count)
+
+    def finish(self, timeout: float = WAIT_S) -> tuple[int, list[Event]]:
+        """Wait for the exit; check that ``exit`` is last and matches the exit code."""
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"child did not exit\n{self.describe()}")
+        events = self.events()
+        kinds = [e["type"] for e in events]
+        assert kinds.count("exit") == 1, kinds
+        assert kinds[-1] == "exit", kinds
+        assert (code == 0) == (events[-1]["status"] == "done"), (code, events[-1])
+        if events[-1]["status"] == "done":
+            assert kinds[-2] == "result", kinds
+        return code, events
+
+    def program_pid(self) -> int:
+        """The adapter's program: the child's own child (the leader of its group)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            kids = children_of(self.proc.pid)
+            if kids:
+                return kids[0]
+            time.sleep(0.01)
+        pytest.fail(f"the program never started\n{self.describe()}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+    def describe(self) -> str:
+        lines = [json.dumps(e)[:300] for e in self.events()]
+        return "events:\n" + "\n".join(lines) + "\nstderr:\n" + self.stderr()
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rpartition(b")")[2].split()
+        if len(fields) > 1 and fields[1] == str(pid).encode():
+            out.append(int(name))
+    return sorted(out)
+
+
+def wait_group_gone(pgid: int, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while procs.group_has_live_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def of_type(events: list[Event], kind: str) -> list[Event]:
+    return [e for e in events if e["type"] == kind]
+
+
+def write_program(root: Path, name: str, body: str) -> list[str]:
+    """A bash program in ``root`` (tether.sh and the spec's writer loaded); its argv."""
+    path = root / name
+    path.write_text(f'source "{LIB}"\n{SPEC_WRITER}\n{body}\n')
+    return ["bash", str(path)]
