@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tether.daemon")
 
+LISTEN_BACKLOG = 1024  # pending connections the kernel queues for us (a burst of clients)
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating NUL
 
 
@@ -170,7 +171,7 @@ def bind_socket(path: Path) -> socket.socket:
     if not stat.S_ISSOCK(info.st_mode) or stat.S_IMODE(info.st_mode) != paths.FILE_MODE:
         sock.close()
         raise DaemonSetupError(f"socket {path} could not be made private (0600)")
-    sock.listen(1024)
+    sock.listen(LISTEN_BACKLOG)
     sock.setblocking(False)
     return sock
 

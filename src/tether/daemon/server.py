@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
+from tether.daemon.lifecycle import LISTEN_BACKLOG
 from tether.daemon.methods import (
     AsyncHandler,
     Handler,
@@ -419,7 +420,12 @@ class Daemon:
         """Serve on the bound, listening ``sock`` until :meth:`request_stop`."""
         loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
-        self._server = await loop.create_unix_server(lambda: Connection(self), sock=sock)
+        # asyncio listens again with its own backlog (default 100, too few for a burst of
+        # clients: an AF_UNIX connect then fails with EAGAIN, which asyncio mistakes for
+        # "in progress" and the client sees ENOTCONN on its first write).
+        self._server = await loop.create_unix_server(
+            lambda: Connection(self), sock=sock, backlog=LISTEN_BACKLOG
+        )
         try:
             await self._stopped.wait()
         finally:
