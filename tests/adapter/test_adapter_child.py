@@ -64,7 +64,7 @@ def test_steer_mid_turn_is_written_as_another_input(make_child: Make) -> None:
     assert code == 0
     assert len(of_type(events, "turn-started")) == 1  # one turn answered both inputs
     ends = [e["stop-reason"] for e in of_type(events, "llm-end") if "stop-reason" in e]
-    assert ends == ["tool_use", "end_turn", "tool_use", "end_turn"]
+    assert ends == ["tool-use", "stop", "tool-use", "stop"]
     assert events[-2]["final-text"].startswith("You asked: also say hello")
     assert "You asked: first task" in _text_of(events)
 
@@ -82,7 +82,7 @@ def test_follow_up_continues_the_turn_after_the_stop(make_child: Make) -> None:
     injected = of_type(events, "follow-up-injected")[0]
     assert injected["ref"] == follow
     # The follow-up goes in after the first answer's STOP, within the same turn.
-    first_stop = next(i for i, e in enumerate(events) if e.get("stop-reason") == "end_turn")
+    first_stop = kinds.index("llm-end", kinds.index("llm-end") + 1)  # after the tool call
     assert first_stop < kinds.index("follow-up-injected") < kinds.index("turn-complete")
     assert kinds.count("turn-started") == 1
     assert events[-2]["final-text"].startswith("You asked: two")
@@ -219,6 +219,9 @@ done
     assert "retrying the request" in infos
     usage = of_type(events, "turn-complete")[0]["usage"]
     assert usage == {"input": 11, "output": 22, "cache-read": 3, "cache-write": 4}
+    # One llm-end for the model call: its stop reason and both USAGE frames summed.
+    (end,) = of_type(events, "llm-end")
+    assert end == end | {"stop-reason": "stop", "usage": usage}
     # RETRY discards the text before it: the answer is only what came after.
     assert events[-2]["final-text"] == "answer: ü\r\nx"
 

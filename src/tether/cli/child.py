@@ -59,6 +59,9 @@ def _build_parser(prog: str) -> argparse.ArgumentParser:
         help="run the program after -- as the agent (it speaks RESP frames on stdin/stdout); "
         "the model and tool flags do not apply",
     )
+    # The program may also follow the flags without `--` (what `tether run --child-arg`
+    # can pass); everything from its first word on belongs to it.
+    parser.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
 
@@ -111,6 +114,7 @@ def _fail_early(event_path: str | None, run: str, error: str) -> int:
 def main(argv: list[str], prog: str) -> int:
     argv, command = _split_command(argv)
     args = _build_parser(prog).parse_args(argv)
+    command = command or args.command
     env = dict(os.environ)
     control = wire_env(env, "CONTROL_PATH")
     events = wire_env(env, "EVENT_PATH")

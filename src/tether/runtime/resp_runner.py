@@ -15,8 +15,11 @@ stderr file under ``tether run``); the last :data:`STDERR_TAIL_BYTES` are kept f
 messages.
 
 One pump task reads stdout all the time. While a turn runs or an answer is owed, each
-frame becomes display events at once; USAGE counts go to the usage of the turn that
-next ends, and STOP closes an answer. Frames that arrive while nothing is owed and no
+frame becomes display events at once (:func:`tether.framing.messages.to_wire_events`),
+except that a model call's USAGE frames are summed and shown with its STOP in ONE
+``llm-end`` (stop reason in the wire's words), after the call's whole ``assistant-text``
+/ ``assistant-thinking`` blocks and ``assistant-stream-end``, as the built-in agent does.
+USAGE counts (and SUB_AGENT_RESULT's) go to the usage of the turn that next ends. Frames that arrive while nothing is owed and no
 turn runs are held for the next turn, so a program may write its answer before it
 reads its input (or without reading it at all).
 
@@ -159,7 +162,8 @@ class RespRunner:
         self._pending: deque[Frame | Rejection] = deque()  # read, not yet handled
         self._active = False  # a turn is running
         self._owed = 0  # inputs written and not yet answered by a final STOP
-        self._usage: dict[str, int] = {}
+        self._usage: dict[str, int] = {}  # counted for the turn that ends next
+        self._call_usage: dict[str, int] = {}  # of the model call, shown at its STOP
         self._text: list[str] = []
         self._thinking: list[str] = []
         self._final_text = ""
@@ -335,15 +339,17 @@ class RespRunner:
             self._text.clear()
             self._thinking.clear()
         elif isinstance(message, Usage):
-            self._count(input=message.input_tokens, output=message.output_tokens)
-            self._count(
-                **{
-                    "cache-read": message.cache_read_input_tokens,
-                    "cache-write": message.cache_creation_input_tokens,
-                }
-            )
+            counts = {
+                "input": message.input_tokens,
+                "output": message.output_tokens,
+                "cache-read": message.cache_read_input_tokens,
+                "cache-write": message.cache_creation_input_tokens,
+            }
+            _add(self._usage, counts)
+            _add(self._call_usage, counts)
+            return  # shown with the model call's STOP, in one llm-end
         elif isinstance(message, SubAgentResult):
-            self._count(input=message.input_tokens, output=message.output_tokens)
+            _add(self._usage, {"input": message.input_tokens, "output": message.output_tokens})
         elif isinstance(message, Error):
             self._last_error = message.message
         for event in to_wire_events(message):
@@ -361,17 +367,22 @@ class RespRunner:
             self.emit({"type": "assistant-text", "final?": final, "text": text})
             self._final_text = text
         self.emit({"type": "assistant-stream-end", "final?": final})
-        for event in to_wire_events(Stop(reason=reason)):
-            self.emit(event)
+        self._llm_end(reason)
         if final:
             self._last_stop = reason
             self._owed = max(0, self._owed - 1)
             self._wake.set()
 
-    def _count(self, **counts: int) -> None:
-        for key, value in counts.items():
-            if value:
-                self._usage[key] = self._usage.get(key, 0) + value
+    def _llm_end(self, reason: str | None) -> None:
+        """One ``llm-end`` per model call: its STOP reason (wire words) and USAGE counts."""
+        event: dict[str, Any] = {"type": "llm-end"}
+        if reason is not None:
+            event["stop-reason"] = _wire_stop_reason(reason)
+        if self._call_usage:
+            event["usage"] = {"input": 0, "output": 0} | self._call_usage
+            self._call_usage = {}
+        if len(event) > 1:
+            self.emit(event)
 
     def _adapter_error(self, error: str) -> None:
         self.emit({"type": "error", "error": error, "source": "adapter"})
@@ -407,6 +418,7 @@ class RespRunner:
                 await asyncio.wait_for(self._wake.wait(), POLL_BUSY_S)
 
     def _outcome(self, stop_reason: str, error: str | None = None) -> TurnOutcome:
+        self._llm_end(None)  # USAGE without a STOP after it is still shown
         usage, self._usage = self._usage, {}
         if stop_reason != "error":
             error = None
@@ -450,6 +462,12 @@ class RespRunner:
         else:
             event["result"] = self._final_text
         self.emit(event)
+
+
+def _add(total: dict[str, int], counts: Mapping[str, int]) -> None:
+    for key, value in counts.items():
+        if value:
+            total[key] = total.get(key, 0) + value
 
 
 def _with_stderr(note: str, stderr: str) -> str:
