@@ -226,3 +226,15 @@ def test_terminal_gets_colour_and_a_live_status_line() -> None:
     assert shown[: len(expected)] == expected
     assert shown[len(expected)].startswith("── done · 2.0s ─")
     assert shown[len(expected) + 1 :] == ["answer text"]
+
+
+def test_several_top_level_runs_get_a_header_at_each_switch() -> None:
+    display, _out, err = plain()
+    display.message(UserInput("user", "first"), run="run-a")
+    display.message(UserInput("user", "second"), run="run-b")
+    display.message(UserInput("user", "again"), run="run-b")
+    display.message(UserInput("user", "back"), run="run-a")
+    display.close()
+    assert err.getvalue() == (
+        "» user: first\n━ run-b\n» user: second\n» user: again\n━ run-a\n» user: back\n"
+    )

@@ -83,6 +83,7 @@ class HumanRenderer:
         self._block_prefix: Parts = []
         self._sanitizer = StreamSanitizer()
         self._run: str | None = None
+        self._top_runs: set[str] = set()  # top-level runs seen; with several, each gets a header
         self._pending_usage: tuple[str, int, str] | None = None
         self._state: str | None = None
         self._elapsed = 0.0
@@ -119,13 +120,19 @@ class HumanRenderer:
             self._line(self._prefix(depth), [("· " + text, "dim")])
 
     def _enter(self, run: str, depth: int) -> None:
-        """Note which run is drawing; a nested run gets a header when output switches to it."""
+        """Note which run is drawing; a header marks a switch to a nested run, or between
+        top-level runs when one display shows several at once (``tether demo``)."""
         if run == self._run:
             return
-        self._run = run
+        previous, self._run = self._run, run
         if depth > 0:
             self._settle()
             self._line(self._prefix(depth - 1), [("┌ ", "dim"), (sanitize(run), "bold")])
+            return
+        self._top_runs.add(run)
+        if len(self._top_runs) > 1 and previous is not None:
+            self._settle()
+            self._line([], [("━ ", "dim"), (sanitize(run), "bold")])
 
     def _line(self, prefix: Parts, parts: Parts) -> None:
         """One whole line: prefix plus parts, cut to the width. Parts must be single-line."""
