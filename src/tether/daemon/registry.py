@@ -55,14 +55,22 @@ CREATE TABLE IF NOT EXISTS daemon_agents (
     last_seq INTEGER NOT NULL DEFAULT 0,
     event_offset INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    turn INTEGER NOT NULL DEFAULT 0,
+    usage TEXT,
+    started_at REAL,
+    snapshot TEXT
 );
 CREATE INDEX IF NOT EXISTS daemon_agents_state ON daemon_agents (state);
 """
 
 
 class AgentRecord(msgspec.Struct, kw_only=True):
-    """One registry row. ``argv`` is stored as JSON text."""
+    """One registry row. ``argv``, ``usage`` and ``snapshot`` are stored as JSON text.
+
+    ``snapshot`` is the supervisor's state of the run's channel at ``event_offset``
+    (opaque here), so a restarted daemon resumes tailing from that offset.
+    """
 
     name: str
     run_dir: str
@@ -82,9 +90,21 @@ class AgentRecord(msgspec.Struct, kw_only=True):
     event_offset: int = 0
     created_at: float = 0.0
     updated_at: float = 0.0
+    turn: int = 0
+    usage: dict[str, Any] | None = None
+    started_at: float | None = None
+    snapshot: dict[str, Any] | None = None
 
 
 COLUMNS: Final = tuple(AgentRecord.__struct_fields__)
+_JSON_COLUMNS: Final = frozenset({"argv", "usage", "snapshot"})
+# Columns added after the first schema: (name, type), added to older databases on open.
+_ADDED_COLUMNS: Final = (
+    ("turn", "INTEGER NOT NULL DEFAULT 0"),
+    ("usage", "TEXT"),
+    ("started_at", "REAL"),
+    ("snapshot", "TEXT"),
+)
 _UPDATABLE: Final = frozenset(COLUMNS) - {"name", "created_at"}
 # Column names come from AgentRecord, never from callers.
 _INSERT: Final = (
@@ -179,8 +199,8 @@ class AgentRegistry:
         if unknown:
             raise ValueError(f"cannot update {sorted(unknown)}")
         fields["updated_at"] = time.time()
-        if "argv" in fields:
-            fields["argv"] = _argv_text(fields["argv"])
+        for column in _JSON_COLUMNS & set(fields):
+            fields[column] = _json_text(fields[column])
         # Column names were checked against _UPDATABLE above; values are bound parameters.
         assignments = ", ".join(f"{column} = ?" for column in fields)
         with _transaction(self._db):
@@ -206,6 +226,10 @@ def _create_schema(db: sqlite3.Connection) -> None:
     for statement in _SCHEMA.split(";"):
         if statement.strip():
             db.execute(statement)
+    present = {row[1] for row in db.execute("PRAGMA table_info(daemon_agents)")}
+    for name, kind in _ADDED_COLUMNS:
+        if name not in present:
+            db.execute(f"ALTER TABLE daemon_agents ADD COLUMN {name} {kind}")
     db.execute(
         "INSERT OR IGNORE INTO daemon_meta (key, value) VALUES ('schema_version', ?)",
         (str(SCHEMA_VERSION),),
@@ -223,20 +247,25 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
     db.execute("COMMIT")
 
 
-def _argv_text(argv: list[str] | None) -> str | None:
-    return None if argv is None else json.dumps(argv)
+def _json_text(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
 
 
 def _to_row(record: AgentRecord) -> dict[str, Any]:
     row = msgspec.structs.asdict(record)
-    row["argv"] = _argv_text(record.argv)
+    for column in _JSON_COLUMNS:
+        row[column] = _json_text(row[column])
     return row
 
 
 def _from_row(row: sqlite3.Row) -> AgentRecord:
     values = {key: row[key] for key in row.keys() if key in _COLUMN_SET}  # noqa: SIM118
-    if values.get("argv") is not None:
-        values["argv"] = json.loads(values["argv"])
+    for column in _JSON_COLUMNS:
+        if values.get(column) is not None:
+            try:
+                values[column] = json.loads(values[column])
+            except ValueError:
+                values[column] = None
     return AgentRecord(**values)
 
 

@@ -1,0 +1,717 @@
+"""One daemon agent: a long-lived wire child, its event log tailed live, its registry row.
+
+Theory of operation. The child runs in its own session (stdin ``/dev/null``, stdout and
+stderr appended to the run's ``stderr.log``), so it never gets SIGHUP or SIGPIPE from the
+daemon and outlives a killed one. The daemon only appends controls to ``control.jsonl``
+and reads ``events.jsonl``; both are plain files, so nothing is lost while no daemon runs.
+
+One pump task per agent loops:
+
+1. read the complete lines appended to ``events.jsonl`` (woken by the process's shared
+   :class:`~tether.runtime.hub.WatchHub` and by a slow safety tick), mirror the state with
+   :class:`~tether.runtime.mirror.RunMirror`, resolve control acks and asks
+   (:class:`~tether.daemon.turns.TurnTracker`), hand each event to live followers;
+2. drain the inbox into SQLite when it changed, and queue its messages for the agent's
+   channel;
+3. persist ``(event_offset, last_seq, state, turn, usage, snapshot)`` in one registry
+   update: at once when the state or turn changed, else at most every ``persist_every_s``.
+   The snapshot is the mirror's state at exactly that offset, so a restarted daemon
+   rebuilds the mirror from it and resumes reading at the offset (:func:`restore_mirror`);
+4. enforce the never-hang rules: no ``ready`` within ``start_s``; no exit within
+   ``cancel_grace_s`` of a cancel or of the deadline; a process left over ``exit_grace_s``
+   after ``exit``. Each ends the child's process group (SIGTERM, then SIGKILL).
+
+The process is watched with a pidfd (``pidfd_open``), which works the same for a child
+this daemon started and for one a previous daemon started (re-adopted after a restart):
+no SIGCHLD handling, no thread per child.
+
+Agents are never closed for being idle: a ready child waits for controls until
+``stop``/``rm`` (or its deadline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from tether.daemon.registry import AgentRecord, AgentRegistry
+from tether.daemon.turns import AskFailed, Outcome, TurnTracker
+from tether.runtime import procs
+from tether.runtime.finaltext import full_text
+from tether.runtime.hub import WatchHub
+from tether.runtime.mirror import ChannelError, Pending, RunMirror
+from tether.runtime.rundir import RunDir, append_line, read_tail, write_private_text
+from tether.transports.tail import FileTail, TailStatus
+from tether.wire import AnyEvent, ControlAck, Ready, Rejection, TooLarge, TurnComplete
+from tether.wire.session import ControlKind, State, is_terminal
+
+log = logging.getLogger("tether.daemon.agents")
+
+STDERR_TAIL_BYTES: Final = 2000
+MAX_NOTES: Final = 20
+READS_PER_WAKE: Final = 32  # bounded reads (<= 64 lines each) before yielding to the loop
+MAX_FOLLOWER_BACKLOG: Final = 100_000  # events queued for one slow follower
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How long the daemon waits before it decides a child broke a promise."""
+
+    start_s: float = 20.0  # start -> ready
+    cancel_grace_s: float = 3.0  # cancel or deadline -> exit, then the group is ended
+    kill_grace_s: float = 2.0  # SIGTERM -> SIGKILL
+    exit_grace_s: float = 3.0  # exit event -> the process is gone
+    idle_tick_s: float = 5.0  # re-check the files at least this often
+    persist_every_s: float = 1.0  # persist the offset at most this often when only it moved
+
+
+# -- the mirror snapshot ------------------------------------------------------------------
+
+
+def snapshot(mirror: RunMirror) -> dict[str, Any]:
+    """The mirror's state as JSON-safe data (see :func:`restore_mirror`)."""
+    return {
+        "state": mirror.state.value,
+        "turn": mirror.turn,
+        "pending": {str(seq): p.kind.value for seq, p in mirror.pending.items()},
+        "final_next": mirror._final_turn_next,
+        "sender_seq": mirror.sender.seq,
+    }
+
+
+def restore_mirror(
+    run_id: str, snap: dict[str, Any] | None, last_seq: int, control: Path
+) -> RunMirror:
+    """A mirror in the state ``snap`` recorded at receiver seq ``last_seq``.
+
+    Controls appended after the snapshot was taken (the daemon died between writing a
+    control and persisting) are read back from the control file and expected again.
+    Raises ``ValueError`` for a snapshot that does not parse.
+    """
+    mirror = RunMirror(run_id)
+    if snap is not None:
+        mirror.state = State(snap["state"])
+        mirror.turn = int(snap["turn"])
+        mirror.pending = {
+            int(seq): Pending(int(seq), ControlKind(kind)) for seq, kind in snap["pending"].items()
+        }
+        mirror._final_turn_next = bool(snap["final_next"])
+        mirror.sender.seq = int(snap["sender_seq"])
+    mirror.receiver.seq = last_seq
+    known = mirror.sender.seq
+    with FileTail(control) as tail:
+        while (read := tail.read()).items:
+            for item in read.items:
+                if not isinstance(item, TooLarge):
+                    _expect_after(mirror, item.data, known)
+    return mirror
+
+
+def _expect_after(mirror: RunMirror, line: bytes, known: int) -> None:
+    from tether.wire import decode
+
+    message = decode(line, "control")
+    if not isinstance(message, Rejection) and message.seq > known:
+        mirror.expect(line)
+
+
+# -- followers ----------------------------------------------------------------------------
+
+
+class Follower:
+    """A live reader of one agent's events: everything after ``last_seq``, in order."""
+
+    def __init__(self, after_seq: int) -> None:
+        self.last_seq = after_seq  # the last seq handed out (or skipped as already sent)
+        self._queue: deque[tuple[int, bytes]] = deque()
+        self._event = asyncio.Event()
+        self.ended = False
+        self.overflowed = False
+
+    def push(self, seq: int, raw: bytes) -> None:
+        if self.ended:
+            return
+        if len(self._queue) >= MAX_FOLLOWER_BACKLOG:
+            self.overflowed = True
+            self.end()
+            return
+        self._queue.append((seq, raw))
+        self._event.set()
+
+    def end(self) -> None:
+        self.ended = True
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    def take(self, limit: int) -> list[tuple[int, bytes]]:
+        """Up to ``limit`` queued events newer than :attr:`last_seq`."""
+        out: list[tuple[int, bytes]] = []
+        while self._queue and len(out) < limit:
+            seq, raw = self._queue.popleft()
+            if seq > self.last_seq:
+                out.append((seq, raw))
+                self.last_seq = seq
+        if not self._queue and not self.ended:
+            self._event.clear()
+        return out
+
+    @property
+    def drained(self) -> bool:
+        return not self._queue
+
+
+# -- the agent ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Clock:
+    started: float
+    cancel_sent: float | None = None
+    exit_seen: float | None = None
+    persisted: float = 0.0
+
+
+class AgentRun:
+    """One supervised agent; see the module docstring. Built by the supervisor."""
+
+    def __init__(
+        self,
+        record: AgentRecord,
+        *,
+        registry: AgentRegistry,
+        hub: WatchHub,
+        limits: Limits,
+        mirror: RunMirror,
+        inbox: Any = None,
+        popen: subprocess.Popen[bytes] | None = None,
+        adopted: bool = False,
+        watch: bool = True,
+        on_inbox: Callable[[AgentRun, list[dict[str, Any]]], None] | None = None,
+        on_end: Callable[[AgentRun], Any] | None = None,
+    ) -> None:
+        self.record = record
+        self.name = record.name
+        self.run = RunDir(Path(record.run_dir).name, Path(record.run_dir))
+        self.pid = record.pid
+        self.limits = limits
+        self.mirror = mirror
+        self.usage: dict[str, int] = {
+            k: v for k, v in (record.usage or {}).items() if type(v) is int
+        }
+        self.adopted = adopted
+        self.orphaned = False
+        self.status: str | None = None  # the final status once ended
+        self.error: str | None = None
+        self.exit_code: int | None = None
+        self.final_text: str | None = None
+        self.ended_at: float | None = None
+        self.notes: deque[str] = deque(maxlen=MAX_NOTES)
+        self.tracker = TurnTracker()
+        self.channel_stats: dict[str, Any] = {"pushed": 0, "failed": 0}
+        self.followers: set[Follower] = set()
+        self._registry = registry
+        self._hub = hub
+        self._inbox = inbox
+        self._popen = popen
+        self._on_inbox = on_inbox
+        self._on_end = on_end
+        self._tail = FileTail(self.run.events, offset=record.event_offset)
+        self._clock = _Clock(time.monotonic())
+        self._wake = asyncio.Event()
+        self._inbox_dirty = inbox is not None
+        self._asks: dict[int, asyncio.Future[Outcome]] = {}
+        self._acks: dict[int, asyncio.Future[ControlAck]] = {}
+        self._failure: tuple[str, str] | None = None
+        self._proc_done = self.pid is None or not watch
+        self._pidfd: int | None = None
+        self._urgent = False
+        self._persisted = (record.event_offset, mirror.state, mirror.turn)
+        self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._tokens: list[tuple[Path, int]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    # -- public -----------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    @property
+    def ended(self) -> bool:
+        return self._ended.done()
+
+    @property
+    def state(self) -> str:
+        return self.status if self.status is not None else self.mirror.state.value
+
+    @property
+    def last_seq(self) -> int:
+        return self.mirror.receiver.seq
+
+    @property
+    def event_offset(self) -> int:
+        return self._tail.offset
+
+    def mark_ended(self) -> None:
+        """An agent whose run ended before this daemon started: its row is its history."""
+        record = self.record
+        self.status, self.error, self.exit_code = record.state, record.detail, record.exit_code
+        self.ended_at = record.updated_at
+        self._ended.set_result(None)
+        self._set_started()
+
+    def start(self) -> None:
+        """Subscribe to the files, watch the process, start the pump."""
+        loop = asyncio.get_running_loop()
+        for path, mark_inbox in ((self.run.events, False), (self.run.inbox, True)):
+            if mark_inbox and self._inbox is None:
+                continue
+            token = self._hub.subscribe(path, self._threadsafe_poke(loop, mark_inbox))
+            self._tokens.append((path, token))
+        if not self._proc_done:
+            self._watch_process(loop)
+        if isinstance(self.mirror.state, State) and self.mirror.state is not State.STARTING:
+            self._set_started()
+        self._task = asyncio.create_task(self._pump(), name=f"tether-agent-{self.name}")
+
+    async def wait_started(self, timeout: float) -> None:  # noqa: ASYNC109
+        """Until the child is ready (or the run ended, or ``timeout``)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._started), timeout)
+
+    async def wait_ended(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        if timeout is None:
+            await asyncio.shield(self._ended)
+            return True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._ended), timeout)
+        return self.ended
+
+    def catch_up(self) -> None:
+        """Read what the child wrote so far, so the mirror is current (before a decision)."""
+        if not self.ended:
+            self._read_events()
+
+    def send(self, kind: ControlKind, **fields: Any) -> int:
+        """Append a control; returns its seq. Raises ``ValueError`` when it cannot encode."""
+        stamped = self.mirror.control(kind, **fields)
+        if isinstance(stamped, Rejection):
+            raise ValueError(stamped.reason)
+        seq, line = stamped
+        append_line(self.run.control, line)
+        if kind is ControlKind.CANCEL and self._clock.cancel_sent is None:
+            self._clock.cancel_sent = time.monotonic()
+            self._wake.set()
+        return seq
+
+    def ack_future(self, seq: int) -> asyncio.Future[ControlAck]:
+        """Resolved with the ack of ``seq``; fails with ``LookupError`` if the run ends first."""
+        future = self._acks.get(seq)
+        if future is None:
+            future = self._acks[seq] = asyncio.get_running_loop().create_future()
+            if self.ended:
+                self._settle_ack(seq, None)
+        return future
+
+    def ask(self, kind: ControlKind, text: str) -> tuple[int, asyncio.Future[Outcome]]:
+        """Send ``text`` as ``kind`` and track the turn that answers it."""
+        seq = self.send(kind, text=text)
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._asks[seq] = future
+        self.tracker.expect(seq, opens_turn=kind is ControlKind.PROMPT)
+        return seq, future
+
+    def expect_answer(self, seq: int) -> asyncio.Future[Outcome]:
+        """Track an already sent prompt (the spawn task) like :meth:`ask`."""
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._asks[seq] = future
+        self.tracker.expect(seq, opens_turn=True)
+        return future
+
+    def forget_ask(self, seq: int) -> None:
+        self.tracker.forget(seq)
+        future = self._asks.pop(seq, None)
+        if future is not None and not future.done():
+            future.cancel()
+
+    def follow(self, after_seq: int) -> Follower:
+        follower = Follower(after_seq)
+        if self.ended:
+            follower.end()
+        else:
+            self.followers.add(follower)
+        return follower
+
+    def unfollow(self, follower: Follower) -> None:
+        self.followers.discard(follower)
+
+    async def kill(self, reason: str) -> None:
+        """End the child's process group now; the run fails with ``reason``."""
+        if not self.ended:
+            self._fail("failed", reason)
+            self._wake.set()
+            await self.wait_ended(self.limits.kill_grace_s + self.limits.exit_grace_s + 5)
+
+    async def detach(self) -> None:
+        """Stop supervising (daemon shutdown) and persist; the child keeps running."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if not self.ended:
+            self._persist(force=True)
+        self._release()
+
+    def status_dict(self) -> dict[str, Any]:
+        record = self.record
+        data: dict[str, Any] = {
+            "name": self.name,
+            "state": self.state,
+            "turn": self.mirror.turn,
+            "pid": self.pid,
+            "run_id": self.run_id,
+            "run_dir": record.run_dir,
+            "usage": self.usage,
+            "created_at": record.created_at,
+            "started_at": record.started_at,
+            "last_seq": self.last_seq,
+            "provider": record.provider,
+            "model": record.model,
+            "channel_id": record.channel_id,
+            "adopted": self.adopted,
+        }
+        if self.ended:
+            data.update(ended_at=self.ended_at, exit_code=self.exit_code, error=self.error)
+        elif self.error:
+            data["error"] = self.error
+        if record.channel_id:
+            data["channel"] = dict(self.channel_stats)
+        if self.notes:
+            data["notes"] = list(self.notes)
+        return data
+
+    # -- the pump ---------------------------------------------------------------------
+
+    def _threadsafe_poke(
+        self, loop: asyncio.AbstractEventLoop, inbox: bool
+    ) -> Callable[[Path], None]:
+        def poke(_: Path) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._poke, inbox)
+
+        return poke
+
+    def _poke(self, inbox: bool) -> None:
+        if inbox:
+            self._inbox_dirty = True
+        self._wake.set()
+
+    def _watch_process(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.pid is None:
+            self._proc_done = True
+            return
+        try:
+            self._pidfd = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            self._on_exit()
+            return
+        except OSError as exc:  # no pidfds: the safety tick checks the pid instead
+            log.warning("agent %s: cannot watch pid %d: %s", self.name, self.pid, exc)
+            return
+        loop.add_reader(self._pidfd, self._on_exit)
+
+    def _on_exit(self) -> None:
+        if self._pidfd is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self._popen is not None:
+            self.exit_code = self._popen.poll()
+        self._proc_done = True
+        self._wake.set()
+
+    def _check_pid(self) -> None:
+        """Fallback without a pidfd: is our process still there?"""
+        if self._pidfd is None and not self._proc_done and self.pid is not None:
+            if self._popen is not None:
+                if self._popen.poll() is not None:
+                    self._on_exit()
+            elif not procs.group_has_live_members(self.pid):
+                self._on_exit()
+
+    async def _pump(self) -> None:
+        try:
+            await self._loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the agent must end with a status, whatever happens
+            log.exception("agent %s: supervisor error", self.name)
+            self._fail("failed", f"internal error in the daemon: {exc!r}")
+        await self._end()
+
+    async def _loop(self) -> None:
+        while True:
+            self._wake.clear()
+            more = self._read_events()
+            if self._inbox_dirty:
+                self._inbox_dirty = False
+                await self._drain_inbox()
+            self._check_pid()
+            if self._failure is not None or self._proc_done:
+                return
+            wait_s = 0.0 if more else self._check_timers(time.monotonic())
+            if self._failure is not None:
+                return
+            self._persist()
+            if wait_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait_s):
+                        await self._wake.wait()
+            else:
+                await asyncio.sleep(0)
+
+    def _check_timers(self, now: float) -> float:
+        limits, clock = self.limits, self._clock
+        due = [now + limits.idle_tick_s]
+        if self.mirror.state is State.STARTING and self._failure is None:
+            due.append(clock.started + limits.start_s)
+            if now >= due[-1]:
+                self._fail("failed", f"child did not send ready within {limits.start_s:g} s")
+        if clock.cancel_sent is not None:
+            due.append(clock.cancel_sent + limits.cancel_grace_s)
+            if now >= due[-1]:
+                grace = limits.cancel_grace_s
+                self._fail("failed", f"child did not exit within {grace:g} s of cancel")
+        deadline = self.record.deadline_at
+        if deadline is not None:
+            due.append(now + (deadline + limits.cancel_grace_s - time.time()))
+            if now >= due[-1]:
+                self._fail("timed-out", "child did not exit by its deadline")
+        if self.mirror.finished:
+            if clock.exit_seen is None:
+                clock.exit_seen = now
+            due.append(clock.exit_seen + limits.exit_grace_s)
+            if now >= due[-1]:
+                self._fail("left-over", "child still running after its exit event")
+        if self._tail.offset != self._persisted[0]:
+            due.append(clock.persisted + limits.persist_every_s)
+        return max(0.001, min(due) - now)
+
+    def fail_soon(self, status: str, reason: str) -> None:
+        """End the run with ``status`` (its process group too) from the pump."""
+        self._fail(status, reason)
+        self._wake.set()
+
+    def _fail(self, status: str, reason: str) -> None:
+        if self._failure is None:
+            self._failure = (status, reason)
+
+    # -- events -----------------------------------------------------------------------
+
+    def _read_events(self) -> bool:
+        """Apply what is new in the event file; True when more is waiting (budget spent)."""
+        for _ in range(READS_PER_WAKE):
+            read = self._tail.read()
+            if read.status is TailStatus.TRUNCATED:
+                self._channel_error(ChannelError("event file truncated", True, self.run_id))
+                return False
+            if read.status is TailStatus.MISSING:
+                self._channel_error(ChannelError("event file is gone", True, self.run_id))
+                return False
+            if not read.items:
+                return False
+            for item in read.items:
+                if isinstance(item, TooLarge):
+                    self._note(f"event line at offset {item.offset} is too large; skipped")
+                else:
+                    self._on_line(item.data)
+        return True
+
+    def _on_line(self, data: bytes) -> None:
+        before = (self.mirror.state, self.mirror.turn)
+        event, problem = self.mirror.receive(data)
+        if problem is not None:
+            self._channel_error(problem)
+        if event is None:
+            return
+        self._on_event(event)
+        for follower in self.followers:
+            follower.push(event.seq, data)
+        if (self.mirror.state, self.mirror.turn) != before:
+            self._urgent = True
+
+    def _on_event(self, event: AnyEvent) -> None:
+        if isinstance(event, ControlAck) and isinstance(event.ref, int):
+            self._settle_ack(event.ref, event)
+        elif isinstance(event, Ready):
+            self._set_started()
+        elif isinstance(event, TurnComplete) and isinstance(event.usage, dict):
+            for key, count in event.usage.items():
+                if type(count) is int and count >= 0:
+                    self.usage[key] = self.usage.get(key, 0) + count
+        for outcome in self.tracker.feed(event):
+            self._settle_ask(outcome)
+
+    def _settle_ack(self, seq: int, ack: ControlAck | None) -> None:
+        future = self._acks.pop(seq, None)
+        if future is None or future.done():
+            return
+        if ack is None:
+            future.set_exception(LookupError(f"the run ended ({self.state}) before the ack"))
+            future.exception()  # nobody may be waiting any more
+        else:
+            future.set_result(ack)
+
+    def _settle_ask(self, outcome: Outcome) -> None:
+        future = self._asks.pop(outcome.seq, None)
+        if future is not None and not future.done():
+            future.set_result(outcome)
+
+    def _set_started(self) -> None:
+        if not self._started.done():
+            self._started.set_result(None)
+
+    def _channel_error(self, error: ChannelError) -> None:
+        self._note(error.reason)
+        if error.fatal:
+            self._fail("failed", f"channel error: {error.reason}")
+
+    def _note(self, text: str) -> None:
+        log.info("agent %s: %s", self.name, text)
+        self.notes.append(text)
+
+    # -- inbox ------------------------------------------------------------------------
+
+    async def _drain_inbox(self) -> None:
+        if self._inbox is None:
+            return
+        messages: list[dict[str, Any]] = await self._inbox.drain()
+        if messages and self._on_inbox is not None:
+            self._on_inbox(self, messages)
+
+    # -- persistence --------------------------------------------------------------------
+
+    def _persist(self, *, force: bool = False, **extra: Any) -> None:
+        now = time.monotonic()
+        offset = self._tail.offset
+        moved = offset != self._persisted[0]
+        due = moved and now - self._clock.persisted >= self.limits.persist_every_s
+        if not (force or self._urgent or due or extra):
+            return
+        fields = {
+            "state": self.state,
+            "turn": self.mirror.turn,
+            "usage": self.usage,
+            "last_seq": self.last_seq,
+            "event_offset": offset,
+            "snapshot": snapshot(self.mirror),
+            **extra,
+        }
+        try:
+            self._registry.update(self.name, **fields)
+        except KeyError:
+            pass  # removed meanwhile (rm --force)
+        except sqlite3.Error as exc:
+            self._note(f"registry not updated: {exc}")
+            return
+        self._urgent = False
+        self._clock.persisted = now
+        self._persisted = (offset, self.mirror.state, self.mirror.turn)
+
+    # -- ending -----------------------------------------------------------------------
+
+    async def _end(self) -> None:
+        if self._failure is not None and not self._proc_done and self.pid is not None:
+            await procs.terminate_group(self.pid, self.limits.kill_grace_s)
+            self._check_pid()
+        if not self._proc_done and self.pid is not None:
+            await asyncio.sleep(0.05)  # the pidfd reports the exit on the next loop turn
+            self._check_pid()
+        self._read_events()
+        status, error = self._outcome()
+        result = self.mirror.result
+        if result is not None:
+            text, _ = full_text(result)
+            self.final_text = text
+            if text:
+                with contextlib.suppress(OSError):
+                    write_private_text(self.run.final, text)
+        self.status, self.error, self.ended_at = status, error, time.time()
+        for outcome in self.tracker.fail_all(f"the run ended ({status}) before answering"):
+            self._settle_ask(outcome)
+        for seq in list(self._acks):
+            self._settle_ack(seq, None)
+        for follower in self.followers:
+            follower.end()
+        self.followers.clear()
+        self._persist(force=True, exit_code=self.exit_code, detail=error)
+        if self._inbox is not None:
+            with contextlib.suppress(Exception):
+                await self._drain_inbox()
+                await self._inbox.close()
+        self._release()
+        if not self._ended.done():
+            self._ended.set_result(None)
+        self._set_started()
+        if self._on_end is not None:
+            with contextlib.suppress(Exception):
+                await self._on_end(self)
+
+    def _outcome(self) -> tuple[str, str | None]:
+        exit_event = self.mirror.exit
+        if exit_event is not None:
+            error = exit_event.error if isinstance(exit_event.error, str) else None
+            return exit_event.status, error
+        if self._failure is not None and self._failure[0] != "left-over":
+            status, reason = self._failure
+            return status, self._with_stderr(reason)
+        code = "" if self.exit_code is None else f" (code {self.exit_code})"
+        return "failed", self._with_stderr(f"child exited{code} without an exit event")
+
+    def _with_stderr(self, reason: str) -> str:
+        tail = read_tail(self.run.stderr, STDERR_TAIL_BYTES)
+        return f"{reason}; the tail of its stderr:\n{tail}" if tail else reason
+
+    def _release(self) -> None:
+        for path, token in self._tokens:
+            self._hub.unsubscribe(path, token)
+        self._tokens.clear()
+        if self._pidfd is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        self._tail.close()
+
+
+def is_live_state(state: str) -> bool:
+    """True for states of a run that has not ended."""
+    try:
+        return not is_terminal(State(state))
+    except ValueError:
+        return False
+
+
+__all__ = [
+    "AgentRun",
+    "AskFailed",
+    "Follower",
+    "Limits",
+    "is_live_state",
+    "restore_mirror",
+    "snapshot",
+]

@@ -1,0 +1,428 @@
+"""``agent.*``: long-lived agents supervised by the daemon (installed by ``install_handlers``).
+
+Verbs (params -> result; errors are ``RpcError`` codes):
+
+- ``agent.spawn {name, task?, provider?, model?, cwd?, argv?, deadline_s?, channel_id?,
+  script?, env?, wait?, timeout_s?}`` -> the agent's status (plus ``answer`` with ``wait``:
+  the first turn's answer, as ``ask`` returns it). ``name`` is 1-64 characters of
+  ``[A-Za-z0-9_-]`` (else ``invalid_params``); a taken name is ``agent_exists``; a child
+  that cannot be started, an unknown provider, a bad script or a child that ends before
+  ``ready`` is ``spawn_failed``; an unknown ``channel_id`` is ``channel_unknown``.
+- ``agent.ask {name, text, timeout_s?}`` sends ``text`` as ``prompt`` when the agent is
+  ready, as ``follow-up`` when it is running, and answers when the turn that read it
+  completes: ``{name, seq, turn, text, usage, stop_reason, truncated, state, timed_out:
+  false}`` (``text`` is that turn's last assistant message, ``usage`` that turn's). Other
+  states are ``invalid_status``; so is a message the child refused or dropped unread.
+  **Timeout**: when ``timeout_s`` passes first the call still succeeds, with ``{name, seq,
+  turn, state, timed_out: true}``: the message was delivered and the turn goes on (follow
+  it with ``agent.events`` from ``last_seq``). The CLI exits 124 then.
+- ``agent.list`` -> ``{agents: [status...]}``; ``agent.status {name}`` -> ``{name, state,
+  turn, pid, run_id, run_dir, usage, created_at, started_at, last_seq, ...}``.
+- ``agent.stop {name, mode: close|finalize|cancel, timeout_s?=10, note?}`` sends that
+  control, then waits up to ``timeout_s`` for the run to end -> ``{name, mode, seq, ack,
+  state, ended}``. A cancelled child that does not exit within its grace is killed.
+- ``agent.rm {name, force?}`` removes the registry row (the run directory stays as
+  history); a live agent is ``invalid_status`` unless ``force``, which kills it first.
+- ``agent.reconcile`` -> ``{scanned, recovered[], orphaned[], skipped[], errors[]}``; see
+  :mod:`tether.daemon.supervisor` (it also runs when the daemon starts; idempotent).
+- ``agent.steer|follow_up {name, text}``, ``agent.finalize {name, note?}``,
+  ``agent.cancel {name}`` send one control and return its ack: ``{name, seq, ack,
+  state}``; a control the current state refuses is ``invalid_status``.
+- ``agent.events {name, after_seq?=0, follow?=false, limit?=1000}``: the run's events with
+  ``seq > after_seq``, read from its ``events.jsonl`` (the permanent log).
+  Without ``follow``: ``{name, events: [...], last_seq, more, state}`` (at most ``limit``
+  events; ``more`` says to call again from ``last_seq``). With ``follow``, the events are
+  streamed to the calling connection as daemon-to-client requests ``agent.event {name,
+  events: [...]}`` (one batch at a time; the client answers each, any result; an error
+  answer stops the stream), first the recorded ones, then live ones until the run ends;
+  then the call answers ``{name, last_seq, count, state, ended}``. Every event is sent
+  exactly once, in increasing seq order, so a client that reconnects with its last seq
+  loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+
+import msgspec
+
+from tether.daemon.agent_run import AgentRun, Follower
+from tether.daemon.methods import RpcFailure, decode_params
+from tether.daemon.protocol import ErrorCode
+from tether.daemon.supervisor import SpawnParams, Supervisor
+from tether.daemon.turns import AskFailed, TurnAnswer
+from tether.transports.tail import FileTail
+from tether.wire import Rejection, TooLarge, decode
+from tether.wire.session import AckStatus, ControlKind, State, decide
+
+if TYPE_CHECKING:
+    import socket
+
+    from tether.daemon.server import CallContext, Daemon
+
+NAME_RULE: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+ACK_TIMEOUT_S: Final = 30.0
+MAX_EVENTS: Final = 10_000
+EVENTS_BYTES: Final = 8 * 1024 * 1024  # per response or streamed batch
+STREAM_BATCH: Final = 512
+EVENT_METHOD: Final = "agent.event"
+
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class NameParams(msgspec.Struct, frozen=True):
+    name: str
+
+
+class AskParams(msgspec.Struct, frozen=True):
+    name: str
+    text: str
+    timeout_s: Seconds | None = None
+
+
+class TextParams(msgspec.Struct, frozen=True):
+    name: str
+    text: str
+
+
+class FinalizeParams(msgspec.Struct, frozen=True):
+    name: str
+    note: str | None = None
+
+
+class StopParams(msgspec.Struct, frozen=True):
+    name: str
+    mode: Literal["close", "finalize", "cancel"] = "close"
+    timeout_s: Seconds = 10.0
+    note: str | None = None
+
+
+class RmParams(msgspec.Struct, frozen=True):
+    name: str
+    force: bool = False
+
+
+class EventsParams(msgspec.Struct, frozen=True):
+    name: str
+    after_seq: Annotated[int, msgspec.Meta(ge=0)] = 0
+    follow: bool = False
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_EVENTS)] = 1000
+
+
+class SpawnRequest(SpawnParams, frozen=True):
+    timeout_s: Seconds | None = None
+
+
+def check_name(name: str) -> str:
+    if not NAME_RULE.fullmatch(name):
+        raise RpcFailure(
+            ErrorCode.INVALID_PARAMS,
+            f"invalid agent name {name[:80]!r}: use 1-64 characters of A-Z a-z 0-9 _ -",
+        )
+    return name
+
+
+def invalid_status(message: str) -> RpcFailure:
+    return RpcFailure(ErrorCode.INVALID_STATUS, message)
+
+
+class AgentVerbs:
+    """The ``agent.*`` handlers over one :class:`Supervisor`."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.sup = supervisor
+
+    def register(self, daemon: Daemon) -> None:
+        handlers: dict[str, Callable[[CallContext, Any], Any]] = {
+            "spawn": self.spawn,
+            "ask": self.ask,
+            "list": self.list,
+            "status": self.status,
+            "stop": self.stop,
+            "rm": self.rm,
+            "reconcile": self.reconcile,
+            "events": self.events,
+            "steer": self.steer,
+            "follow_up": self.follow_up,
+            "finalize": self.finalize,
+            "cancel": self.cancel,
+        }
+        for verb, handler in handlers.items():
+            daemon.methods.register(f"agent.{verb}", handler)
+
+    def _agent(self, name: str) -> AgentRun:
+        return self.sup.require(check_name(name))
+
+    def _live(self, name: str) -> AgentRun:
+        agent = self._agent(name)
+        agent.catch_up()
+        if agent.ended or agent.mirror.finished:
+            raise invalid_status(f"agent {name!r} has ended ({agent.state})")
+        return agent
+
+    # -- verbs ------------------------------------------------------------------------
+
+    async def spawn(self, context: CallContext, params: Any) -> dict[str, Any]:
+        args = decode_params(params, SpawnRequest)
+        check_name(args.name)
+        if args.deadline_s is not None and not args.deadline_s > 0:
+            raise RpcFailure(ErrorCode.INVALID_PARAMS, "deadline_s must be positive")
+        if args.cwd is not None and not Path(args.cwd).is_absolute():
+            raise RpcFailure(ErrorCode.INVALID_PARAMS, "cwd must be an absolute path")
+        agent, answer = await self.sup.spawn(args)
+        if answer is None:
+            return agent.status_dict()
+        try:
+            outcome = await asyncio.wait_for(asyncio.shield(answer), args.timeout_s)
+        except TimeoutError:
+            reply: dict[str, Any] = {"timed_out": True, "seq": 1}
+        else:
+            reply = _answer(agent, outcome)
+        return {**agent.status_dict(), "answer": reply}
+
+    async def ask(self, context: CallContext, params: Any) -> dict[str, Any]:
+        args = decode_params(params, AskParams)
+        agent = self._live(args.name)
+        kind = _ask_kind(agent)
+        seq, future = _send(agent.ask, kind, args.text)
+        try:
+            outcome = await asyncio.wait_for(asyncio.shield(future), args.timeout_s)
+            if isinstance(outcome, AskFailed) and outcome.rejected and kind is ControlKind.PROMPT:
+                agent.catch_up()  # the child started a turn meanwhile: ask as a follow-up
+                if agent.mirror.state is State.RUNNING:
+                    seq, future = _send(agent.ask, ControlKind.FOLLOW_UP, args.text)
+                    outcome = await asyncio.wait_for(asyncio.shield(future), args.timeout_s)
+        except TimeoutError:
+            return {
+                "name": agent.name,
+                "seq": seq,
+                "turn": agent.mirror.turn,
+                "state": agent.state,
+                "timed_out": True,
+            }
+        finally:
+            agent.forget_ask(seq)
+        return _answer(agent, outcome)
+
+    def list(self, context: CallContext, params: Any) -> dict[str, Any]:
+        agents = sorted(self.sup.agents.values(), key=lambda a: (a.record.created_at, a.name))
+        return {"agents": [agent.status_dict() for agent in agents]}
+
+    def status(self, context: CallContext, params: Any) -> dict[str, Any]:
+        return self._agent(decode_params(params, NameParams).name).status_dict()
+
+    async def stop(self, context: CallContext, params: Any) -> dict[str, Any]:
+        args = decode_params(params, StopParams)
+        kind = ControlKind(args.mode)
+        fields = {"note": args.note} if args.note and kind is ControlKind.FINALIZE else {}
+        agent = self._live(args.name)
+        result = await _control(agent, kind, fields)
+        ended = await agent.wait_ended(args.timeout_s)
+        return {**result, "mode": args.mode, "state": agent.state, "ended": ended}
+
+    async def rm(self, context: CallContext, params: Any) -> dict[str, Any]:
+        args = decode_params(params, RmParams)
+        return await self.sup.remove(check_name(args.name), force=args.force)
+
+    async def reconcile(self, context: CallContext, params: Any) -> dict[str, Any]:
+        return await self.sup.reconcile()
+
+    async def steer(self, context: CallContext, params: Any) -> dict[str, Any]:
+        args = decode_params(params, TextParams)
+        return await _control(self._live(args.name), ControlKind.STEER, {"text": args.text})
+
+    async def follow_up(self, context: CallContext, params: Any) -> dict[str, Any]:
+        args = decode_params(params, TextParams)
+        return await _control(self._live(args.name), ControlKind.FOLLOW_UP, {"text": args.text})
+
+    async def finalize(self, context: CallContext, params: Any) -> dict[str, Any]:
+        args = decode_params(params, FinalizeParams)
+        fields = {} if args.note is None else {"note": args.note}
+        return await _control(self._live(args.name), ControlKind.FINALIZE, fields)
+
+    async def cancel(self, context: CallContext, params: Any) -> dict[str, Any]:
+        args = decode_params(params, NameParams)
+        return await _control(self._live(args.name), ControlKind.CANCEL, {})
+
+    async def events(self, context: CallContext, params: Any) -> dict[str, Any]:
+        args = decode_params(params, EventsParams)
+        agent = self._agent(args.name)
+        if args.follow:
+            return await _stream(context, agent, args.after_seq)
+        batch, more = await asyncio.to_thread(
+            read_events, agent.run.events, agent.run_id, args.after_seq, args.limit
+        )
+        return {
+            "name": agent.name,
+            "events": [msgspec.Raw(raw) for _, raw in batch],
+            "last_seq": batch[-1][0] if batch else args.after_seq,
+            "more": more,
+            "state": agent.state,
+        }
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _ask_kind(agent: AgentRun) -> ControlKind:
+    state = agent.mirror.state
+    if state is State.READY and not agent.mirror.pending:
+        return ControlKind.PROMPT
+    if state in (State.READY, State.RUNNING):
+        return ControlKind.FOLLOW_UP
+    raise invalid_status(f"agent {agent.name!r} is {state}; ask needs ready or running")
+
+
+def _send(send: Callable[[ControlKind, str], Any], kind: ControlKind, text: str) -> Any:
+    try:
+        return send(kind, text)
+    except ValueError as exc:
+        raise RpcFailure(ErrorCode.INVALID_PARAMS, f"cannot send {kind}: {exc}") from None
+
+
+def _answer(agent: AgentRun, outcome: TurnAnswer | AskFailed) -> dict[str, Any]:
+    if isinstance(outcome, AskFailed):
+        raise invalid_status(f"agent {agent.name!r}: {outcome.reason}")
+    return {"name": agent.name, **outcome.as_dict(), "state": agent.state, "timed_out": False}
+
+
+async def _control(agent: AgentRun, kind: ControlKind, fields: dict[str, Any]) -> dict[str, Any]:
+    decision = decide(agent.mirror.state, kind)
+    if decision.ack is AckStatus.REJECTED:
+        raise invalid_status(f"agent {agent.name!r} cannot take {kind}: {decision.reason}")
+    try:
+        seq = agent.send(kind, **fields)
+    except ValueError as exc:
+        raise RpcFailure(ErrorCode.INVALID_PARAMS, f"cannot send {kind}: {exc}") from None
+    try:
+        ack = await asyncio.wait_for(asyncio.shield(agent.ack_future(seq)), ACK_TIMEOUT_S)
+    except LookupError as exc:
+        raise invalid_status(f"agent {agent.name!r}: {exc}") from None
+    except TimeoutError:
+        raise RpcFailure(
+            ErrorCode.INTERNAL,
+            f"agent {agent.name!r} did not acknowledge {kind} (seq {seq}) within "
+            f"{ACK_TIMEOUT_S:g} s; it may be stuck (see its stderr.log in {agent.run.path})",
+        ) from None
+    if ack.status == "rejected":
+        reason = ack.reason if isinstance(ack.reason, str) else "rejected"
+        raise invalid_status(f"agent {agent.name!r} rejected {kind}: {reason}")
+    return {"name": agent.name, "seq": seq, "ack": ack.status, "state": agent.state}
+
+
+def read_events(
+    path: Path, run_id: str, after_seq: int, limit: int, max_bytes: int = EVENTS_BYTES
+) -> tuple[list[tuple[int, bytes]], bool]:
+    """Valid events of ``run_id`` in ``path`` with increasing seq > ``after_seq``.
+
+    At most ``limit`` events and about ``max_bytes``; the bool says more are waiting.
+    """
+    out: list[tuple[int, bytes]] = []
+    size, last = 0, after_seq
+    with FileTail(path) as tail:
+        while (read := tail.read()).items:
+            for item in read.items:
+                if isinstance(item, TooLarge):
+                    continue
+                message = decode(item.data, "event")
+                if isinstance(message, Rejection) or message.run != run_id:
+                    continue
+                if message.seq <= last:
+                    continue
+                if len(out) >= limit or (out and size + len(item.data) > max_bytes):
+                    return out, True
+                out.append((message.seq, item.data))
+                size += len(item.data)
+                last = message.seq
+    return out, False
+
+
+async def _stream(context: CallContext, agent: AgentRun, after_seq: int) -> dict[str, Any]:
+    """``agent.events`` with ``follow``: see the module docstring."""
+    follower = agent.follow(after_seq)
+    count = 0
+    try:
+        while True:  # what the log holds
+            batch, more = await asyncio.to_thread(
+                read_events, agent.run.events, agent.run_id, follower.last_seq, STREAM_BATCH
+            )
+            if batch and not await _deliver(context, agent.name, batch):
+                return _stream_end(agent, follower, count + len(batch))
+            count += len(batch)
+            if batch:
+                follower.last_seq = batch[-1][0]
+            if not more:
+                break
+        while True:  # then live
+            batch = follower.take(STREAM_BATCH)
+            if batch:
+                if not await _deliver(context, agent.name, batch):
+                    return _stream_end(agent, follower, count + len(batch))
+                count += len(batch)
+                continue
+            if follower.ended and follower.drained:
+                break
+            await follower.wait()
+    finally:
+        agent.unfollow(follower)
+    if follower.overflowed:
+        raise RpcFailure(
+            ErrorCode.BUSY,
+            f"the client fell behind after seq {follower.last_seq}; reconnect with that after_seq",
+        )
+    return _stream_end(agent, follower, count)
+
+
+async def _deliver(context: CallContext, name: str, batch: list[tuple[int, bytes]]) -> bool:
+    """Send one batch; False when the client answered an error (stop streaming)."""
+    params = {"name": name, "events": [msgspec.Raw(raw) for _, raw in batch]}
+    response = await context.connection.call(EVENT_METHOD, params)
+    return not response.is_error
+
+
+def _stream_end(agent: AgentRun, follower: Follower, count: int) -> dict[str, Any]:
+    return {
+        "name": agent.name,
+        "last_seq": follower.last_seq,
+        "count": count,
+        "state": agent.state,
+        "ended": agent.ended,
+    }
+
+
+# -- installation -----------------------------------------------------------------------------
+
+
+def install(daemon: Daemon) -> None:
+    """Register ``agent.*`` on ``daemon`` and recover agents before it starts serving."""
+    supervisor = Supervisor(daemon)
+    AgentVerbs(supervisor).register(daemon)
+    daemon.on_shutdown(supervisor.shutdown)
+    _before_serving(daemon, supervisor.start)
+
+
+def _before_serving(daemon: Daemon, hook: Callable[[], Awaitable[None]]) -> None:
+    """Run ``hook`` on the daemon's loop before it accepts connections.
+
+    The server has no start-up hook, so ``serve`` is wrapped: the listening socket already
+    queues connections, which are accepted once the hook is done (or has failed).
+    """
+    serve = daemon.serve
+
+    async def serve_after_hook(sock: socket.socket) -> None:
+        try:
+            await hook()
+        except Exception:
+            import logging
+
+            logging.getLogger("tether.daemon.agents").exception("agent recovery failed")
+        await serve(sock)
+
+    daemon.serve = serve_after_hook  # type: ignore[method-assign]
+
+
+__all__ = ["NAME_RULE", "AgentVerbs", "check_name", "install", "read_events"]

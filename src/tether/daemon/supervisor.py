@@ -1,0 +1,549 @@
+"""The daemon's agents: spawn them, find them again after a restart, forward their inboxes.
+
+Theory of operation. Every agent has a row in the registry (``daemon_agents``) and, while
+this daemon runs, an :class:`~tether.daemon.agent_run.AgentRun` in :attr:`Supervisor.agents`.
+
+- :meth:`Supervisor.spawn` makes a run directory (control, events, inbox, stderr), writes
+  the task as the first ``prompt`` when there is one, inserts the row, starts the child in
+  a new session and waits for ``ready``. A child that cannot be started or ends before
+  ``ready`` is ``spawn_failed``: its row is removed (the run directory stays as history).
+- :meth:`Supervisor.reconcile` runs at start-up and on ``agent.reconcile``. For each row
+  this daemon does not supervise yet: a live state whose pid is alive and started at the
+  recorded start time is *recovered* (re-adopted: the mirror is restored from the row's
+  snapshot and tailing resumes at its offset); a live state whose process is gone is
+  *orphaned* (what it wrote is read, then it ends: its exit status, else ``failed``); an
+  ended row is kept as history. Recovered and orphaned names accumulate over the
+  daemon's life, so calling reconcile again changes nothing and reports the same.
+- Inbox messages of an agent spawned with a ``channel_id`` are pushed to that channel as
+  MCP channel notifications, in order, by one forwarding task per agent.
+
+A daemon that stops (or is killed) leaves its children running; only ``stop``/``rm``
+(or a child's own deadline) end them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import shlex
+import subprocess
+import time
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from tether.daemon.agent_run import AgentRun, Limits, is_live_state, restore_mirror
+from tether.daemon.methods import RpcFailure
+from tether.daemon.protocol import ErrorCode
+from tether.daemon.registry import (
+    AgentExists,
+    AgentNotFound,
+    AgentRecord,
+    AgentRegistry,
+    proc_start_time,
+    process_matches,
+)
+from tether.runtime.hub import WatchHub, shared_hub
+from tether.runtime.launch import default_argv, make_inbox, wire_env
+from tether.runtime.mirror import RunMirror
+from tether.runtime.rundir import RunDir, append_line, create_run_dir
+from tether.runtime.sidecars import InboxTail
+from tether.wire import Rejection
+from tether.wire.session import ControlKind
+
+if TYPE_CHECKING:
+    from tether.daemon.server import Daemon
+
+log = logging.getLogger("tether.daemon.agents")
+
+_WIRE_PREFIXES: Final = ("FEN_WIRE_", "TETHER_WIRE_")
+MAX_OUTBOX: Final = 10_000  # inbox messages waiting for one channel
+_CONTENT_KEYS: Final = ("text", "q", "note", "summary", "reason")
+
+
+class SpawnParams(msgspec.Struct, frozen=True):
+    name: str
+    task: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    cwd: str | None = None
+    argv: list[str] | None = None
+    deadline_s: float | None = None
+    channel_id: str | None = None
+    script: str | None = None
+    env: dict[str, str] | None = None
+    wait: bool = False
+
+
+def spawn_failed(message: str) -> RpcFailure:
+    return RpcFailure(ErrorCode.SPAWN_FAILED, message)
+
+
+def invalid(message: str) -> RpcFailure:
+    return RpcFailure(ErrorCode.INVALID_PARAMS, message)
+
+
+class Supervisor:
+    """Every agent of this daemon; see the module docstring."""
+
+    def __init__(
+        self,
+        daemon: Daemon,
+        *,
+        db: Path | None = None,
+        runs_root: Path | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self.daemon = daemon
+        self.db = db
+        self.runs_root = runs_root
+        self.limits = limits or Limits()
+        self.agents: dict[str, AgentRun] = {}
+        self.recovered: list[str] = []
+        self.orphaned: list[str] = []
+        self.errors: list[dict[str, str]] = []
+        self._registry: AgentRegistry | None = None
+        self._hub: WatchHub | None = None
+        self._spawning: set[str] = set()
+        self._forwarders: dict[str, _Forwarder] = {}
+
+    @property
+    def registry(self) -> AgentRegistry:
+        if self._registry is None:
+            self._registry = AgentRegistry.open(self.db)
+        return self._registry
+
+    @property
+    def hub(self) -> WatchHub:
+        if self._hub is None:
+            self._hub = shared_hub()
+        return self._hub
+
+    async def start(self) -> None:
+        """Open the registry and recover the agents a previous daemon left running."""
+        report = await self.reconcile()
+        if report["recovered"] or report["orphaned"] or report["errors"]:
+            log.info(
+                "reconciled %d agents: %d recovered, %d orphaned, %d errors",
+                report["scanned"],
+                len(report["recovered"]),
+                len(report["orphaned"]),
+                len(report["errors"]),
+            )
+
+    async def shutdown(self) -> None:
+        """Stop supervising; the children keep running and a later daemon recovers them."""
+        for forwarder in self._forwarders.values():
+            forwarder.close()
+        await asyncio.gather(*(agent.detach() for agent in self.agents.values()))
+        if self._registry is not None:
+            self._registry.close()
+            self._registry = None
+
+    def require(self, name: str) -> AgentRun:
+        agent = self.agents.get(name)
+        if agent is None:
+            raise RpcFailure(ErrorCode.AGENT_NOT_FOUND, f"no agent named {name!r}")
+        return agent
+
+    # -- spawn ------------------------------------------------------------------------
+
+    async def spawn(self, params: SpawnParams) -> tuple[AgentRun, asyncio.Future[Any] | None]:
+        """Start an agent and wait until it is ready; see the module docstring."""
+        name = params.name
+        if name in self.agents or name in self._spawning:
+            raise RpcFailure(ErrorCode.AGENT_EXISTS, f"an agent named {name!r} already exists")
+        self._spawning.add(name)
+        try:
+            return await self._spawn(params)
+        finally:
+            self._spawning.discard(name)
+
+    async def _spawn(self, p: SpawnParams) -> tuple[AgentRun, asyncio.Future[Any] | None]:
+        self._check_channel(p.channel_id)
+        command = self._command(p)
+        cwd = p.cwd or os.getcwd()
+        if not await asyncio.to_thread(os.path.isdir, cwd):
+            raise spawn_failed(f"cwd {cwd} is not a directory")
+        run = await asyncio.to_thread(create_run_dir, self.runs_root)
+        inbox = make_inbox(run, self.db)
+        mirror = RunMirror(run.run_id)
+        first_seq = self._write_task(mirror, run, p.task)
+        now = time.time()
+        deadline_at = None if p.deadline_s is None else now + math.ceil(p.deadline_s)
+        record = AgentRecord(
+            name=p.name,
+            run_dir=str(run.path),
+            state="starting",
+            task=p.task,
+            provider=p.provider,
+            model=p.model,
+            cwd=cwd,
+            argv=command,
+            channel_id=p.channel_id,
+            deadline_at=deadline_at,
+            created_at=now,
+        )
+        try:
+            self.registry.insert(record)
+        except AgentExists:
+            message = f"an agent named {p.name!r} already exists"
+            raise RpcFailure(ErrorCode.AGENT_EXISTS, message) from None
+        env = self._child_env(p, run, deadline_at)
+        try:
+            popen = await asyncio.to_thread(_launch, command, run, cwd, env)
+        except OSError as exc:
+            self._forget_row(p.name)
+            raise spawn_failed(f"cannot start the child ({shlex.join(command)}): {exc}") from None
+        record = self.registry.update(
+            p.name,
+            pid=popen.pid,
+            pid_start_time=proc_start_time(popen.pid),
+            started_at=time.time(),
+        )
+        agent = self._make_run(record, mirror, inbox=inbox, popen=popen)
+        answer = agent.expect_answer(first_seq) if p.wait and first_seq is not None else None
+        self.agents[p.name] = agent
+        agent.start()
+        await self._index_insert(agent)
+        await agent.wait_started(self.limits.start_s + 1.0)
+        if agent.ended or agent.mirror.state.value == "starting":
+            await self._spawn_failed(agent)
+        return agent, answer
+
+    def _check_channel(self, channel_id: str | None) -> None:
+        if channel_id is None:
+            return
+        channels = self.daemon.channels
+        if channels is None or channels.get(channel_id) is None:
+            raise RpcFailure(ErrorCode.CHANNEL_UNKNOWN, f"no channel with id {channel_id!r}")
+
+    def _command(self, p: SpawnParams) -> list[str]:
+        if p.argv is not None:
+            if not p.argv or not all(isinstance(a, str) and a for a in p.argv):
+                raise invalid("argv must be a non-empty list of non-empty strings")
+            if p.script is not None:
+                raise invalid("script goes with the built-in child, not with argv")
+            return list(p.argv)
+        from tether.agent.registry import ProviderSetupError, check_provider
+
+        try:
+            check_provider(p.provider or "scripted")
+        except ProviderSetupError as exc:
+            raise spawn_failed(str(exc)) from None
+        if p.script is not None:
+            _check_script(p.script)
+        command = default_argv(p.provider, p.model)
+        return [*command, "--script", p.script] if p.script is not None else command
+
+    def _write_task(self, mirror: RunMirror, run: RunDir, task: str | None) -> int | None:
+        if task is None:
+            return None
+        stamped = mirror.control(ControlKind.PROMPT, text=task)
+        if isinstance(stamped, Rejection):
+            raise invalid(f"the task cannot be sent: {stamped.reason}")
+        append_line(run.control, stamped[1])
+        return stamped[0]
+
+    def _child_env(self, p: SpawnParams, run: RunDir, deadline_at: float | None) -> dict[str, str]:
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith(_WIRE_PREFIXES)}
+        named = (("TETHER_PROVIDER", p.provider), ("TETHER_MODEL", p.model))
+        passed = {k: v for k, v in named if v}
+        return {
+            **inherited,
+            **passed,
+            **(p.env or {}),
+            **wire_env(run, deadline_at),
+            "TETHER_AGENT_NAME": p.name,
+        }
+
+    async def _spawn_failed(self, agent: AgentRun) -> None:
+        if not agent.ended:
+            await agent.kill("the child did not become ready")
+        self.agents.pop(agent.name, None)
+        self._forget_row(agent.name)
+        reason = agent.error or f"the child ended ({agent.state}) before it was ready"
+        raise spawn_failed(f"agent {agent.name!r} failed to start: {reason}")
+
+    def _forget_row(self, name: str) -> None:
+        with contextlib.suppress(AgentNotFound):
+            self.registry.delete(name)
+
+    def _make_run(
+        self,
+        record: AgentRecord,
+        mirror: RunMirror,
+        *,
+        inbox: Any,
+        popen: subprocess.Popen[bytes] | None = None,
+        adopted: bool = False,
+        watch: bool = True,
+    ) -> AgentRun:
+        return AgentRun(
+            record,
+            registry=self.registry,
+            hub=self.hub,
+            limits=self.limits,
+            mirror=mirror,
+            inbox=inbox,
+            popen=popen,
+            adopted=adopted,
+            watch=watch,
+            on_inbox=self._on_inbox,
+            on_end=self._on_end,
+        )
+
+    # -- reconcile --------------------------------------------------------------------
+
+    async def reconcile(self) -> dict[str, Any]:
+        """Adopt what a previous daemon left; see the module docstring."""
+        rows = self.registry.list()
+        skipped: list[str] = []
+        waits = []
+        for row in rows:
+            if row.name in self.agents or row.name in self._spawning:
+                skipped.append(row.name)
+                continue
+            try:
+                agent = self._adopt(row)
+            except Exception as exc:  # one bad row must not stop the others
+                log.exception("cannot recover agent %s", row.name)
+                self._adopt_failed(row, exc)
+                continue
+            if agent is None:
+                skipped.append(row.name)
+            elif agent.orphaned:
+                waits.append(agent.wait_ended(self.limits.exit_grace_s))
+        await asyncio.gather(*waits)
+        touched = {*self.recovered, *self.orphaned, *(e["name"] for e in self.errors)}
+        return {
+            "scanned": len(rows),
+            "recovered": list(self.recovered),
+            "orphaned": list(self.orphaned),
+            "skipped": [name for name in skipped if name not in touched],
+            "errors": list(self.errors),
+        }
+
+    def _adopt(self, row: AgentRecord) -> AgentRun | None:
+        """Supervise ``row`` again; None for an ended one (kept as history)."""
+        run = RunDir(Path(row.run_dir).name, Path(row.run_dir))
+        if not is_live_state(row.state):
+            agent = self._make_run(row, RunMirror(run.run_id), inbox=None, watch=False)
+            agent.mark_ended()
+            self.agents[row.name] = agent
+            return None
+        row, mirror = _restored(row, run)
+        alive = process_matches(row.pid, row.pid_start_time)
+        inbox = InboxTail(run.inbox, run.run_id, self.db) if run.inbox.exists() else None
+        agent = self._make_run(row, mirror, inbox=inbox, adopted=alive, watch=alive)
+        if alive:
+            self.recovered.append(row.name)
+        else:
+            agent.orphaned = True
+            agent.fail_soon("failed", f"its process (pid {row.pid}) was gone at recovery")
+            self.orphaned.append(row.name)
+        self.agents[row.name] = agent
+        agent.start()
+        return agent
+
+    def _adopt_failed(self, row: AgentRecord, exc: Exception) -> None:
+        error = f"cannot recover: {type(exc).__name__}: {exc}"
+        self.errors.append({"name": row.name, "error": error})
+        with contextlib.suppress(Exception):
+            self.registry.update(row.name, state="failed", detail=error)
+        with contextlib.suppress(Exception):
+            record = self.registry.require(row.name)
+            agent = self._make_run(record, RunMirror(Path(row.run_dir).name), inbox=None)
+            agent.mark_ended()
+            self.agents[row.name] = agent
+
+    # -- remove -----------------------------------------------------------------------
+
+    async def remove(self, name: str, *, force: bool) -> dict[str, Any]:
+        agent = self.require(name)
+        if not agent.ended:
+            if not force:
+                raise RpcFailure(
+                    ErrorCode.INVALID_STATUS,
+                    f"agent {name!r} is {agent.state}; stop it first or pass force",
+                )
+            await agent.kill("removed (rm --force)")
+        self.agents.pop(name, None)
+        forwarder = self._forwarders.pop(name, None)
+        if forwarder is not None:
+            forwarder.close()
+        self._forget_row(name)
+        return {"name": name, "removed": True, "state": agent.state, "run_dir": str(agent.run.path)}
+
+    # -- inbox -> channel -------------------------------------------------------------
+
+    def _on_inbox(self, agent: AgentRun, messages: list[dict[str, Any]]) -> None:
+        channel_id = agent.record.channel_id
+        if channel_id is None or self.daemon.channels is None:
+            return
+        forwarder = self._forwarders.get(agent.name)
+        if forwarder is None:
+            forwarder = self._forwarders[agent.name] = _Forwarder(self.daemon, agent, channel_id)
+        for message in messages:
+            forwarder.put(message)
+
+    # -- the run index ----------------------------------------------------------------
+
+    async def _index_insert(self, agent: AgentRun) -> None:
+        from tether.store.index import RunIndex, RunRecord
+
+        record = agent.record
+        row = RunRecord(
+            id=agent.run_id,
+            task=record.task or "",
+            status="running",
+            created_at=record.created_at,
+            run_dir=record.run_dir,
+            provider=record.provider,
+            model=record.model,
+            cwd=record.cwd,
+            argv=record.argv,
+            pid=agent.pid,
+            deadline=record.deadline_at,
+        )
+        try:
+            await asyncio.to_thread(RunIndex(self.db).insert, row)
+        except Exception as exc:  # noqa: BLE001 (the index only makes runs findable)
+            agent.notes.append(f"run index not updated: {exc}")
+
+    async def _on_end(self, agent: AgentRun) -> None:
+        from tether.store.index import RunIndex
+
+        result = agent.mirror.result
+        fields: dict[str, Any] = {
+            "status": agent.state,
+            "ended_at": agent.ended_at,
+            "usage": agent.usage,
+            "error": agent.error,
+        }
+        if result is not None:
+            fields["stop_reason"] = result.stop_reason
+        try:
+            await asyncio.to_thread(RunIndex(self.db).update, agent.run_id, **fields)
+        except Exception as exc:  # noqa: BLE001
+            agent.notes.append(f"run index not updated: {exc}")
+
+
+class _Forwarder:
+    """Pushes one agent's inbox messages to its channel, in order, one at a time."""
+
+    def __init__(self, daemon: Daemon, agent: AgentRun, channel_id: str) -> None:
+        self._daemon = daemon
+        self._agent = agent
+        self._channel_id = channel_id
+        self._queue: deque[dict[str, Any]] = deque()
+        self._ready = asyncio.Event()
+        self._task = asyncio.create_task(self._run(), name=f"tether-forward-{agent.name}")
+
+    def put(self, message: dict[str, Any]) -> None:
+        if len(self._queue) >= MAX_OUTBOX:
+            self._agent.channel_stats["failed"] += 1
+            self._agent.channel_stats["last_error"] = "too many messages waiting; dropped"
+            return
+        self._queue.append(message)
+        self._ready.set()
+
+    def close(self) -> None:
+        self._task.cancel()
+
+    async def _run(self) -> None:
+        stats = self._agent.channel_stats
+        while True:
+            await self._ready.wait()
+            while self._queue:
+                envelope = channel_envelope(self._agent, self._queue.popleft())
+                reason = await self._push(envelope)
+                if reason is None:
+                    stats["pushed"] += 1
+                else:
+                    stats["failed"] += 1
+                    stats["last_error"] = reason
+            self._ready.clear()
+
+    async def _push(self, envelope: dict[str, Any]) -> str | None:
+        channels = self._daemon.channels
+        if channels is None:
+            return "the daemon has no channels"
+        try:
+            result = await channels.push(self._channel_id, envelope)
+        except RpcFailure as exc:
+            return exc.message
+        return None if result.delivered else (result.reason or "not delivered")
+
+
+def channel_envelope(agent: AgentRun, message: dict[str, Any]) -> dict[str, Any]:
+    """The MCP channel notification for one inbox message of ``agent``."""
+    from tether.daemon.channels import make_channel_envelope
+
+    kind = message.get("type")
+    content = next(
+        (message[k] for k in _CONTENT_KEYS if isinstance(message.get(k), str)),
+        None,
+    )
+    if content is None:
+        content = json.dumps(message, ensure_ascii=False)
+    meta = {
+        "run_id": agent.run_id,
+        "agent": agent.name,
+        "type": kind if isinstance(kind, str) else "message",
+        "source": "tether_inbox",
+    }
+    return make_channel_envelope(content, meta)
+
+
+def _restored(row: AgentRecord, run: RunDir) -> tuple[AgentRecord, RunMirror]:
+    """The mirror at the row's snapshot; without a usable one, replay the log from 0."""
+    if row.snapshot is not None:
+        try:
+            return row, restore_mirror(run.run_id, row.snapshot, row.last_seq, run.control)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("agent %s: snapshot unusable (%s); replaying its log", row.name, exc)
+    row = msgspec.structs.replace(row, event_offset=0, last_seq=0, usage=None, turn=0)
+    return row, restore_mirror(run.run_id, None, 0, run.control)
+
+
+def _check_script(path: str) -> None:
+    from tether.agent.scripted import ScriptError, load_script
+
+    try:
+        load_script(path)
+    except ScriptError as exc:
+        raise spawn_failed(f"script {path}: {exc}") from None
+
+
+def _launch(
+    command: list[str], run: RunDir, cwd: str, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """Start the child in its own session: stdin /dev/null, stdout+stderr to ``stderr.log``.
+
+    (Not :func:`tether.runtime.launch.start_child`: the daemon watches every child with a
+    pidfd, including those a previous daemon started, so it owns no asyncio child watcher.)
+    """
+    fd = os.open(run.stderr, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    try:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            cwd=cwd,
+            env=env,
+            close_fds=True,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        append_line(run.stderr, f"tether: cannot start {shlex.join(command)}: {exc}".encode())
+        raise
+    finally:
+        os.close(fd)
