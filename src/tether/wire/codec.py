@@ -290,12 +290,14 @@ def _rejection(
         seq=seq,
         type=kind if type(kind) is str else None,
         run=run if type(run) is str else None,
-        errors=tuple([FieldError(f, m) for f, m in errors]) if errors else (),
+        errors=tuple([FieldError(*error) for error in errors]) if errors else (),
     )
 
 
 def _join(errors: list[tuple[str, str]]) -> str:
-    return "; ".join(f"{f} {m}" for f, m in errors)
+    if len(errors) == 1:
+        return f"{errors[0][0]} {errors[0][1]}"
+    return "; ".join([f"{f} {m}" for f, m in errors])
 
 
 def _json_text(value: object) -> str:
