@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -264,3 +265,74 @@ def test_adapter_and_command_go_together(make_child: Make, flags: list[str]) -> 
     assert done.returncode == 1
     assert "tether child --adapter resp -- CMD ARGS..." in done.stderr
     assert child.events()[-1]["status"] == "failed"
+
+
+def test_split_writes_a_large_answer_and_a_max_tokens_stop(
+    make_child: Make, program: Program
+) -> None:
+    body = r"""
+tether_read_msg
+printf '*2\r\n$4\r\nTE'
+sleep 0.1
+printf 'XT\r\n$7\r\nsplit '
+sleep 0.1
+printf 'X\r\n'
+big=$(head -c 100000 /dev/zero | tr '\0' 'y')
+tether_write_msg TEXT "$big"
+tether_write_msg STOP max_tokens
+exec cat >/dev/null
+"""
+    child = make_child(program("split.sh", body)).start()
+    child.send("prompt", text="go")
+    child.wait_type("turn-complete")
+    child.send("close")
+    code, events = child.finish()
+    assert code == 0
+    assert not of_type(events, "error"), child.describe()
+    assert of_type(events, "assistant-text-delta")[0]["delta"] == "split X"
+    assert of_type(events, "turn-complete")[0]["stop-reason"] == "length"
+    result = events[-2]
+    assert result["stop-reason"] == "length"
+    assert result["truncated?"] is True
+    path = Path(result["final-text-path"])
+    assert path.read_text() == "split X" + "y" * 100000
+    path.unlink()
+
+
+def test_cancel_kills_a_group_that_ignores_sigterm(make_child: Make, program: Program) -> None:
+    body = r"""
+trap '' TERM
+tether_read_msg
+tether_write_msg TEXT "ignoring SIGTERM"
+sleep 30 &
+sleep 30
+"""
+    child = make_child(program("stubborn.sh", body)).start()
+    child.send("prompt", text="go")
+    child.wait_type("assistant-text-delta")
+    pgid = child.program_pid()
+    child.send("cancel")
+    code, events = child.finish()
+    assert events[-1]["status"] == "cancelled"
+    assert code != 0
+    assert wait_group_gone(pgid), "SIGKILL did not follow the ignored SIGTERM"
+
+
+def test_an_exit_while_a_leftover_process_holds_stdout(make_child: Make, program: Program) -> None:
+    body = r"""
+tether_read_msg
+tether_write_msg TEXT "leaving a sleeper behind"
+sleep 30 &
+exit 7
+"""
+    child = make_child(program("leaver.sh", body)).start()
+    pgid = child.program_pid()
+    child.send("prompt", text="go")
+    turn = child.wait_type("turn-complete")
+    assert turn["stop-reason"] == "error"
+    error = of_type(child.events(), "error")[-1]["error"]
+    assert "exited with status 7" in error
+    child.send("close")
+    code, _ = child.finish()
+    assert code == 0
+    assert wait_group_gone(pgid), "the leftover sleeper outlived the run"

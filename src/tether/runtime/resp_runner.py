@@ -19,9 +19,10 @@ frame becomes display events at once (:func:`tether.framing.messages.to_wire_eve
 except that a model call's USAGE frames are summed and shown with its STOP in ONE
 ``llm-end`` (stop reason in the wire's words), after the call's whole ``assistant-text``
 / ``assistant-thinking`` blocks and ``assistant-stream-end``, as the built-in agent does.
-USAGE counts (and SUB_AGENT_RESULT's) go to the usage of the turn that next ends. Frames that arrive while nothing is owed and no
-turn runs are held for the next turn, so a program may write its answer before it
-reads its input (or without reading it at all).
+USAGE counts (and SUB_AGENT_RESULT's) go to the usage of the turn that next ends.
+Frames that arrive while nothing is owed and no turn runs are held for the next turn
+(up to :data:`MAX_HELD_FRAMES`), so a program may write its answer before it reads its
+input, or without reading it at all.
 
 The contract, counted per input
 -------------------------------
@@ -71,6 +72,7 @@ import asyncio
 import contextlib
 import os
 import shlex
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -118,6 +120,10 @@ DEATH_WAIT_S: Final = 0.5
 # The end of the program's stderr kept for error messages.
 STDERR_TAIL_BYTES: Final = 2048
 READ_CHUNK: Final = 64 * 1024
+# How often the program's exit is checked while waiting for it.
+EXIT_POLL_S: Final = 0.02
+# Frames held for the next turn at most; past this they are shown at once instead.
+MAX_HELD_FRAMES: Final = 1024
 # Error events carry one line of this many bytes (the wire's summary budget): the death
 # note keeps as many of stderr's last lines as fit.
 ERROR_LINE_BYTES: Final = SUMMARY_BYTES
@@ -213,9 +219,7 @@ class RespRunner:
         try:
             if proc.stdin is not None:
                 proc.stdin.close()
-            if proc.returncode is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(proc.wait(), EXIT_WAIT_S)
+            await _wait_exit(proc, EXIT_WAIT_S)
             await procs.terminate_group(proc, TERM_GRACE_S)
         except BaseException:
             procs.kill_group(proc)
@@ -248,7 +252,17 @@ class RespRunner:
         self._pumps = [
             asyncio.create_task(self._pump_stdout(proc.stdout)),
             asyncio.create_task(self._pump_stderr(proc.stderr)),
+            asyncio.create_task(self._watch_exit(proc)),
         ]
+
+    async def _watch_exit(self, proc: asyncio.subprocess.Process) -> None:
+        """The program exited: when its stdout stays open (a leftover process of its group
+        holds it), its output counts as ended anyway after a short wait."""
+        await _wait_exit(proc, None)
+        await asyncio.sleep(DEATH_WAIT_S)
+        if not self._eof:
+            self._eof = True
+            self._handle_pending()
 
     async def _terminate(self) -> None:
         proc = self._proc
@@ -297,7 +311,7 @@ class RespRunner:
     def _handle_pending(self) -> None:
         """Handle the frames read so far, unless they wait for the next turn."""
         try:
-            if self._active or self._owed:
+            if self._active or self._owed or len(self._pending) > MAX_HELD_FRAMES:
                 while self._pending:
                     self._on_frame(self._pending.popleft())
         finally:
@@ -441,8 +455,7 @@ class RespRunner:
         proc = self._proc
         if proc is None:
             return f"{self._model()} is not running"
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.wait(), DEATH_WAIT_S)
+        await _wait_exit(proc, DEATH_WAIT_S)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stderr_done.wait(), DEATH_WAIT_S)
         name = Path(self.argv[0]).name
@@ -462,6 +475,20 @@ class RespRunner:
         else:
             event["result"] = self._final_text
         self.emit(event)
+
+
+async def _wait_exit(proc: asyncio.subprocess.Process, seconds: float | None) -> bool:
+    """Wait until the program itself has exited (at most ``seconds``); True when it has.
+
+    Not ``proc.wait()``: on Python 3.11 that also waits for its pipes to close, which a
+    leftover process of its group can hold open.
+    """
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while proc.returncode is None:
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(EXIT_POLL_S)
+    return True
 
 
 def _add(total: dict[str, int], counts: Mapping[str, int]) -> None:
