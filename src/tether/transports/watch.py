@@ -30,7 +30,6 @@ nothing new. They are the ``Path`` objects built from what was passed to
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import os
@@ -41,7 +40,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["FileWatcher", "polling_forced"]
 
@@ -377,6 +379,8 @@ class FileWatcher:
 
     async def wait(self, timeout: float | None = None) -> set[Path]:  # noqa: ASYNC109
         """Wait (asyncio) until some watched files may have changed; empty set on timeout."""
+        import asyncio  # not at module level: a child imports this before it writes `ready`
+
         self._check_open()
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else time.monotonic() + timeout
