@@ -52,7 +52,7 @@ def test_example_agent_answers_with_a_real_tool_call(make_child: Make) -> None:
 
 
 def test_steer_mid_turn_is_written_as_another_input(make_child: Make) -> None:
-    child = make_child(env={"AGENT_STEP_DELAY": "0.3"}).start()
+    child = make_child(env={"AGENT_STEP_DELAY": "0.5"}).start()
     child.send("prompt", text="first task")
     child.wait_type("tool-call")
     steer = child.send("steer", text="also say hello")
@@ -71,7 +71,7 @@ def test_steer_mid_turn_is_written_as_another_input(make_child: Make) -> None:
 
 
 def test_follow_up_continues_the_turn_after_the_stop(make_child: Make) -> None:
-    child = make_child(env={"AGENT_STEP_DELAY": "0.2"}).start()
+    child = make_child(env={"AGENT_STEP_DELAY": "0.5"}).start()
     child.send("prompt", text="one")
     child.wait_type("tool-call")
     follow = child.send("follow-up", text="two")
@@ -177,9 +177,10 @@ cat >/dev/null
     code, events = child.finish()
     assert code == 0
     errors = of_type(events, "error")
-    assert len(errors) >= 5
+    assert len(errors) >= 4
     assert {e["source"] for e in errors} == {"adapter"}
-    assert any("BOGUS" in e["error"] for e in errors)
+    skipped = [e["summary"] for e in of_type(events, "info")]
+    assert skipped == ["skipped a frame: unknown message type 'BOGUS'"]
     assert of_type(events, "turn-complete")[0]["stop-reason"] == "stop"
     assert events[-2]["final-text"] == "still here"
 

@@ -56,7 +56,8 @@ Finalize, cancel, failures
 - the end of the run: stdin is closed (EOF), the program gets :data:`EXIT_WAIT_S` to
   leave, then whatever is left of its group is ended the same way.
 - a bad frame: an ``error`` event (source ``adapter``); the reader resyncs at the next
-  line that starts with ``*``. It does not end the turn.
+  line that starts with ``*``. It does not end the turn. A well-formed frame of an
+  unknown kind is skipped with an ``info`` event.
 - EOF on stdout with an answer still owed (the program exited, or closed stdout): the
   turn ends ``error`` with the exit status and the tail of stderr, and the run follows
   the state table. Every later turn ends ``error`` the same way at once. Only a program
@@ -79,6 +80,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tether.framing.messages import (
+    UNKNOWN_TYPE,
     Error,
     Message,
     Retry,
@@ -336,10 +338,14 @@ class RespRunner:
             self._adapter_error(f"bad frame from the program{where} ({item.code}): {item.reason}")
             return
         message = from_fields(item)
-        if isinstance(message, Rejection):
+        if isinstance(message, Rejection) and message.code == UNKNOWN_TYPE:
+            # A kind this side does not know (a newer writer's, or bash-agent's own
+            # AGENT_RESULT / SESSION_END) is skipped, as bash-agent's display does.
+            self.emit({"type": "info", "summary": f"skipped a frame: {message.reason}"})
+        elif isinstance(message, Rejection):
             self._adapter_error(f"bad message from the program ({message.code}): {message.reason}")
-            return
-        self._on_message(message)
+        else:
+            self._on_message(message)
 
     def _on_message(self, message: Message) -> None:
         if isinstance(message, Stop):
