@@ -655,18 +655,18 @@ class AgentRun:
             self._settle_ask(outcome)
         for seq in list(self._acks):
             self._settle_ack(seq, None)
-        for follower in self.followers:
-            follower.end()
-        self.followers.clear()
         self._persist(force=True, exit_code=self.exit_code, detail=error)
-        if self._inbox is not None:
-            with contextlib.suppress(Exception):
-                await self._drain_inbox()
-                await self._inbox.close()
         self._release()
         if not self._ended.done():
             self._ended.set_result(None)
         self._set_started()
+        for follower in self.followers:
+            follower.end()
+        self.followers.clear()
+        if self._inbox is not None:
+            with contextlib.suppress(Exception):
+                await self._drain_inbox()
+                await self._inbox.close()
         if self._on_end is not None:
             with contextlib.suppress(Exception):
                 await self._on_end(self)

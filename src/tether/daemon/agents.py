@@ -197,6 +197,7 @@ class AgentVerbs:
                     seq, future = _send(agent.ask, ControlKind.FOLLOW_UP, args.text)
                     outcome = await asyncio.wait_for(asyncio.shield(future), args.timeout_s)
         except TimeoutError:
+            agent.catch_up()
             return {
                 "name": agent.name,
                 "seq": seq,

@@ -1,0 +1,393 @@
+"""``tether agent``: long-lived agents supervised by the tether daemon.
+
+    tether agent spawn NAME [--task T] [--provider P] [--model M] [--script F] [--cwd D]
+                            [--deadline S] [--channel-id C] [--env K=V] [--wait] [-- ARGV...]
+    tether agent ask NAME TEXT [--timeout S]
+    tether agent list | status NAME | reconcile
+    tether agent stop NAME [--mode close|finalize|cancel] [--note N] [--timeout S]
+    tether agent rm NAME [--force]
+    tether agent events NAME [--after-seq N] [--follow] [--limit N]
+    tether agent steer|follow-up NAME TEXT | finalize NAME [--note N] | cancel NAME
+
+Human output by default, ``--json`` for scripts (one JSON document; ``events --json``
+prints one event per line). ``spawn`` starts the daemon when none is running; the other
+actions say how to start it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from tether.daemon.client import DaemonClient
+    from tether.daemon.protocol import Request
+
+EXIT_TIMED_OUT: Final = 124
+EXIT_INTERRUPTED: Final = 130
+CALL_TIMEOUT_S: Final = 60.0
+
+EPILOG: Final = """\
+exit status:
+  0 ok; 2 bad arguments (invalid_params, unknown_method); 3 no daemon is running;
+  13 agent_not_found, agent_exists, invalid_status, channel_unknown; 14 spawn_failed;
+  15 lock_timeout; 18 busy; 19 the daemon shut down or the connection was lost;
+  124 ask (or spawn --wait) timed out: the message was delivered and the turn goes on;
+  1 anything else
+
+events --follow prints the recorded events after --after-seq, then live ones until the
+run ends; reconnecting with the last seq printed loses nothing and repeats nothing.
+"""
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Agents supervised by the tether daemon.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--socket", type=Path, help="daemon socket (default: $TETHER_SOCKET ...)")
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(name: str, text: str, *, agent: bool = True) -> argparse.ArgumentParser:
+        command = sub.add_parser(name, help=text, description=text)
+        if agent:
+            command.add_argument("name", help="the agent's name")
+        command.add_argument("--json", action="store_true", help="print JSON for scripts")
+        return command
+
+    spawn = action("spawn", "start an agent (and the daemon, if needed); -- ARGV runs a program")
+    spawn.add_argument("--task", help="the first prompt")
+    spawn.add_argument("--provider", help="model provider of the built-in child")
+    spawn.add_argument("--model", help="model name")
+    spawn.add_argument("--script", help="replies for the scripted provider (a JSON list)")
+    spawn.add_argument("--cwd", help="working directory (default: this one)")
+    spawn.add_argument("--deadline", type=float, metavar="S", help="the run times out after S s")
+    spawn.add_argument("--channel-id", help="push the agent's inbox messages to this channel")
+    spawn.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    spawn.add_argument("--wait", action="store_true", help="wait for the task's answer")
+    spawn.add_argument("--timeout", type=float, metavar="S", help="with --wait: wait at most S s")
+    ask = action("ask", "send a message and print the answer of the turn that reads it")
+    ask.add_argument("text")
+    ask.add_argument("--timeout", type=float, metavar="S", help="wait at most S seconds")
+    action("list", "list the agents", agent=False)
+    action("status", "show one agent")
+    stop = action("stop", "end an agent's run (close, finalize or cancel)")
+    stop.add_argument("--mode", choices=("close", "finalize", "cancel"), default="close")
+    stop.add_argument("--note", help="with --mode finalize: the note for the last turn")
+    stop.add_argument("--timeout", type=float, default=10.0, metavar="S", help="wait for the end")
+    rm = action("rm", "forget an ended agent (its run directory stays)")
+    rm.add_argument("--force", action="store_true", help="kill a live agent first")
+    action("reconcile", "re-adopt agents left by a previous daemon", agent=False)
+    events = action("events", "print an agent's events")
+    events.add_argument("--after-seq", type=int, default=0, metavar="N")
+    events.add_argument("--follow", "-f", action="store_true", help="then live until it ends")
+    events.add_argument("--limit", type=int, default=1000, help="without --follow (max 10000)")
+    for name, text in (
+        ("steer", "inject TEXT at the next turn boundary"),
+        ("follow-up", "queue TEXT for after the current turn"),
+    ):
+        action(name, text).add_argument("text")
+    finalize = action("finalize", "ask for one last tool-free turn and the result")
+    finalize.add_argument("--note", help="the instruction for that turn")
+    action("cancel", "abort the run now")
+    return parser
+
+
+def _split_child_argv(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``spawn ... -- PROGRAM ARGS`` -> (the CLI's argv, the child's argv)."""
+    if "spawn" in argv and "--" in argv and argv.index("spawn") < argv.index("--"):
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1 :]
+    return argv, None
+
+
+def main(argv: list[str], prog: str) -> int:
+    own, child_argv = _split_child_argv(list(argv))
+    parser = _parser(prog)
+    args = parser.parse_args(own)
+    if child_argv is not None and not child_argv:
+        parser.error("-- must be followed by a program")
+    from tether.daemon.client import DaemonClientError
+
+    try:
+        if args.action == "spawn":
+            return _spawn(args, child_argv)
+        return _run(args)
+    except DaemonClientError as exc:
+        print(f"tether agent: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _connect(args: argparse.Namespace) -> DaemonClient:
+    from tether.daemon.client import DaemonClient
+
+    client = DaemonClient.connect(args.socket)
+    client.settimeout(CALL_TIMEOUT_S)
+    return client
+
+
+def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
+    print(json.dumps(data) if args.json else human)
+
+
+# -- actions --------------------------------------------------------------------------------
+
+
+def _spawn(args: argparse.Namespace, child_argv: list[str] | None) -> int:
+    from tether.daemon.lifecycle import DaemonSetupError, ensure_running
+
+    try:
+        ensure_running(args.socket)
+    except DaemonSetupError as exc:
+        print(f"tether agent: could not start the daemon: {exc}", file=sys.stderr)
+        return 1
+    params = _spawn_params(args, child_argv)
+    with _connect(args) as client:
+        client.settimeout(None)  # spawn waits for ready (bounded by the daemon)
+        result = client.call("agent.spawn", params)
+    answer = result.get("answer")
+    where = f"pid {result['pid']}, run {result['run_id']}"
+    human = f"spawned {result['name']} ({where}): {result['state']}"
+    if answer is not None and not answer.get("timed_out"):
+        human = answer["text"]
+        print(f"spawned {result['name']} ({where})", file=sys.stderr)
+    _emit(args, result, human)
+    return _timed_out(answer, result["name"]) if answer else 0
+
+
+def _spawn_params(args: argparse.Namespace, child_argv: list[str] | None) -> dict[str, Any]:
+    env: dict[str, str] = {}
+    for item in args.env:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise SystemExit(f"tether agent: --env expects KEY=VALUE, got {item!r}")
+        env[key] = value
+    params: dict[str, Any] = {
+        "name": args.name,
+        "cwd": os.path.abspath(args.cwd or os.getcwd()),
+        "wait": args.wait,
+    }
+    optional = {
+        "task": args.task,
+        "provider": args.provider,
+        "model": args.model,
+        "script": os.path.abspath(args.script) if args.script else None,
+        "deadline_s": args.deadline,
+        "channel_id": args.channel_id,
+        "argv": child_argv,
+        "env": env or None,
+        "timeout_s": args.timeout,
+    }
+    params.update({key: value for key, value in optional.items() if value is not None})
+    return params
+
+
+def _run(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        if args.action == "ask":
+            return _ask(client, args)
+        if args.action == "events":
+            return _events(client, args)
+        if args.action == "list":
+            result = client.call("agent.list")
+            _emit(args, result, _table(result["agents"]))
+            return 0
+        if args.action == "reconcile":
+            result = client.call("agent.reconcile")
+            _emit(args, result, _reconciled(result))
+            return 0
+        return _simple(client, args)
+
+
+def _simple(client: DaemonClient, args: argparse.Namespace) -> int:
+    name = args.name
+    if args.action == "status":
+        result = client.call("agent.status", {"name": name})
+        _emit(args, result, _status_text(result))
+        return 0
+    if args.action == "stop":
+        params: dict[str, Any] = {"name": name, "mode": args.mode, "timeout_s": args.timeout}
+        if args.note is not None:
+            params["note"] = args.note
+        client.settimeout(args.timeout + CALL_TIMEOUT_S)
+        result = client.call("agent.stop", params)
+        ended = "ended" if result["ended"] else "still ending"
+        _emit(args, result, f"{name}: {args.mode} {result['ack']}; {result['state']} ({ended})")
+        return 0
+    if args.action == "rm":
+        result = client.call("agent.rm", {"name": name, "force": args.force})
+        _emit(args, result, f"removed {name} (its run directory stays: {result['run_dir']})")
+        return 0
+    method, params = _control(args)
+    result = client.call(method, params)
+    human = f"{name}: {args.action} {result['ack']} (seq {result['seq']}); {result['state']}"
+    _emit(args, result, human)
+    return 0
+
+
+def _control(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    params: dict[str, Any] = {"name": args.name}
+    if args.action in ("steer", "follow-up"):
+        params["text"] = args.text
+    if args.action == "finalize" and args.note is not None:
+        params["note"] = args.note
+    return "agent." + args.action.replace("-", "_"), params
+
+
+def _ask(client: DaemonClient, args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"name": args.name, "text": args.text}
+    if args.timeout is not None:
+        params["timeout_s"] = args.timeout
+    client.settimeout(None if args.timeout is None else args.timeout + CALL_TIMEOUT_S)
+    result = client.call("agent.ask", params)
+    _emit(args, result, "" if result.get("timed_out") else result["text"])
+    return _timed_out(result, args.name)
+
+
+def _timed_out(result: dict[str, Any], name: str) -> int:
+    if not result.get("timed_out"):
+        return 0
+    print(
+        f"tether agent: {name} is still on it (message seq {result.get('seq')}); follow it with "
+        f"'tether agent events {name} --follow'",
+        file=sys.stderr,
+    )
+    return EXIT_TIMED_OUT
+
+
+def _events(client: DaemonClient, args: argparse.Namespace) -> int:
+    params = {"name": args.name, "after_seq": args.after_seq}
+    if not args.follow:
+        params["limit"] = args.limit
+        result = client.call("agent.events", params)
+        for event in result["events"]:
+            _print_event(args, event)
+        if not args.json and result["more"]:
+            print(f"(more: continue with --after-seq {result['last_seq']})", file=sys.stderr)
+        return 0
+
+    def on_request(request: Request) -> Any:
+        from tether.daemon.client import DaemonCallError
+        from tether.daemon.protocol import ErrorCode
+
+        if request.method != "agent.event" or not isinstance(request.params, dict):
+            raise DaemonCallError(ErrorCode.UNKNOWN_METHOD, f"no {request.method} here")
+        for event in request.params.get("events", []):
+            _print_event(args, event)
+        sys.stdout.flush()
+        return {}
+
+    client.on_request = on_request
+    client.settimeout(None)
+    params["follow"] = True
+    result = client.call("agent.events", params)
+    if not args.json:
+        print(f"({args.name} {result['state']}; last seq {result['last_seq']})", file=sys.stderr)
+    return 0
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def _print_event(args: argparse.Namespace, event: dict[str, Any]) -> None:
+    if args.json:
+        print(json.dumps(event))
+        return
+    kind = event.get("type", "?")
+    if kind in ("assistant-text-delta", "assistant-thinking-delta"):
+        return
+    print(f"{event.get('seq', 0):>6} {kind:<22} {_event_summary(event)}".rstrip())
+
+
+def _event_summary(event: dict[str, Any]) -> str:
+    kind = event.get("type")
+    if kind in ("turn-started", "turn-complete"):
+        return f"turn {event.get('turn')} {event.get('stop-reason', '')}".strip()
+    if kind == "control-ack":
+        return (
+            f"{event.get('status')} seq {event.get('ref', '?')} {event.get('reason', '')}".strip()
+        )
+    if kind == "exit":
+        return f"{event.get('status')} {event.get('error', '')}".strip()
+    text = event.get("summary") or event.get("text") or event.get("name") or ""
+    return str(text).splitlines()[0][:100] if text else ""
+
+
+def _usage_text(usage: Any) -> str:
+    if not isinstance(usage, dict) or not usage:
+        return "-"
+    return f"{usage.get('input', 0)}/{usage.get('output', 0)}"
+
+
+def _age(since: Any) -> str:
+    if not isinstance(since, int | float):
+        return "-"
+    seconds = max(0, int(time.time() - since))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _table(agents: list[dict[str, Any]]) -> str:
+    if not agents:
+        return "no agents (start one with 'tether agent spawn NAME --task ...')"
+    header = ("NAME", "STATE", "TURN", "PID", "TOKENS IN/OUT", "AGE", "RUN")
+    rows = [header] + [
+        (
+            a["name"],
+            a["state"],
+            str(a["turn"]),
+            str(a["pid"] or "-"),
+            _usage_text(a.get("usage")),
+            _age(a.get("created_at")),
+            a["run_id"],
+        )
+        for a in agents
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _status_text(status: dict[str, Any]) -> str:
+    keys = ("name", "state", "turn", "pid", "run_id", "run_dir", "last_seq", "provider", "model")
+    lines = [
+        f"{key + ':':<11}{status.get(key) if status.get(key) is not None else '-'}" for key in keys
+    ]
+    lines.append(f"{'usage:':<11}{_usage_text(status.get('usage'))} (tokens in/out)")
+    lines.append(f"{'started:':<11}{_age(status.get('started_at'))} ago")
+    if status.get("channel_id"):
+        lines.append(f"{'channel:':<11}{status['channel_id']} {status.get('channel', '')}")
+    if status.get("adopted"):
+        lines.append(f"{'adopted:':<11}yes (re-adopted after a daemon restart)")
+    if status.get("error"):
+        lines.append(f"{'error:':<11}{status['error']}")
+    for note in status.get("notes", []):
+        lines.append(f"{'note:':<11}{note}")
+    return "\n".join(lines)
+
+
+def _reconciled(result: dict[str, Any]) -> str:
+    def names(key: str) -> str:
+        return ", ".join(result[key]) or "-"
+
+    lines = [
+        f"scanned {result['scanned']} agents",
+        f"recovered: {names('recovered')}",
+        f"orphaned:  {names('orphaned')}",
+        f"skipped:   {names('skipped')}",
+    ]
+    lines += [f"error:     {e['name']}: {e['error']}" for e in result["errors"]]
+    return "\n".join(lines)

@@ -1,0 +1,142 @@
+"""A killed daemon leaves its agents running; a restarted one re-adopts them, nothing lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_agents_support import AgentDaemon, agentd, alive
+
+from tether.daemon.client import DaemonClientError
+
+__all__ = ["agentd"]
+
+
+def _registry_row(agentd: AgentDaemon, name: str) -> dict[str, Any]:
+    db = sqlite3.connect(Path(agentd.env["TETHER_HOME"]) / "tether.db")
+    db.row_factory = sqlite3.Row
+    try:
+        row = db.execute("SELECT * FROM daemon_agents WHERE name = ?", (name,)).fetchone()
+        return dict(row)
+    finally:
+        db.close()
+
+
+def _check_log(events: list[dict[str, Any]]) -> None:
+    seqs = [event["seq"] for event in events]
+    assert seqs == list(range(1, len(seqs) + 1))  # every event exactly once, in order
+
+
+def test_sigkill_mid_turn_then_restart_recovers_everything(agentd: AgentDaemon) -> None:
+    names = ["r0", "r1", "r2"]
+    pids = {}
+    for index, name in enumerate(names):
+        replies = [
+            {"text": f"answer {index} " + "word " * 40, "delay_ms": 700, "chunk_ms": 20},
+            {"text": f"second {index}"},
+        ]
+        pids[name] = agentd.spawn(name, replies, task=f"task {index}")["pid"]
+    before = {n: agentd.wait_for(n, lambda s: s["state"] == "running")["last_seq"] for n in names}
+    lost: list[BaseException] = []
+
+    def ask_in_flight() -> None:
+        try:
+            agentd.call("agent.ask", {"name": "r0", "text": "cut off"}, timeout=None)
+        except DaemonClientError as exc:
+            lost.append(exc)
+
+    asker = threading.Thread(target=ask_in_flight)
+    asker.start()
+    _wait_acked(agentd, "r0", 2)
+    agentd.kill()
+    asker.join(10)
+    assert lost, "the ask in flight should see the daemon go away"
+    assert all(alive(pid) for pid in pids.values())  # children survive the daemon
+
+    agentd.restart()
+    report = agentd.call("agent.reconcile")
+    assert sorted(report["recovered"]) == names
+    assert (report["orphaned"], report["skipped"], report["errors"]) == ([], [], [])
+    assert report["scanned"] == 3
+    assert agentd.call("agent.reconcile") == report  # idempotent
+    for name in names:
+        status = agentd.wait_for(name, lambda s: s["state"] == "ready" and s["turn"] >= 1)
+        assert status["adopted"] is True
+        assert status["pid"] == pids[name]
+        events = agentd.events(name)
+        _check_log(events)
+        tail = agentd.events(name, after_seq=before[name])
+        assert [e["seq"] for e in tail] == [e["seq"] for e in events[before[name] :]]
+        kinds = [e["type"] for e in events]
+        assert "turn-complete" in kinds
+        assert _registry_row(agentd, name)["event_offset"] > 0
+    # r0's cut-off follow-up was written before the kill: its turn still ran, once.
+    r0 = agentd.events("r0")
+    assert [e.get("ref") for e in r0 if e["type"] == "follow-up-injected"] == [2]
+    assert agentd.call("agent.ask", {"name": "r1", "text": "after"})["text"] == "second 1"
+    assert agentd.call("agent.stop", {"name": "r2"})["state"] == "done"
+    _check_log(agentd.events("r2"))
+
+
+def test_dead_children_are_orphaned_and_ended(agentd: AgentDaemon) -> None:
+    victim = agentd.spawn("victim", [{"text": "x"}])["pid"]
+    survivor = agentd.spawn("survivor", [{"text": "still here"}])["pid"]
+    agentd.spawn("timer", [{"text": "x"}], deadline_s=1)
+    agentd.kill()
+    os.killpg(victim, signal.SIGKILL)
+    _wait_gone(victim)
+    _wait_timer_exit(agentd)
+    agentd.restart()
+    report = agentd.call("agent.reconcile")
+    assert report["recovered"] == ["survivor"]
+    assert sorted(report["orphaned"]) == ["timer", "victim"]
+    assert report["errors"] == []
+    dead = agentd.status("victim")
+    assert dead["state"] == "failed"
+    assert "gone" in dead["error"]
+    assert agentd.status("timer")["state"] == "timed-out"  # it wrote its exit itself
+    assert agentd.call("agent.ask", {"name": "survivor", "text": "hi"})["text"] == "still here"
+    assert alive(survivor)
+    assert agentd.call("agent.reconcile")["orphaned"] == report["orphaned"]
+
+
+def test_graceful_stop_leaves_agents_for_the_next_daemon(agentd: AgentDaemon) -> None:
+    pid = agentd.spawn("calm", [{"text": "one"}, {"text": "two"}], task="go", wait=True)["pid"]
+    agentd.process.stop(signal.SIGTERM)
+    assert alive(pid)
+    agentd.restart()
+    assert agentd.status("calm")["adopted"] is True
+    assert agentd.call("agent.ask", {"name": "calm", "text": "again"})["text"] == "two"
+    _check_log(agentd.events("calm"))
+
+
+def _wait_acked(agentd: AgentDaemon, name: str, seq: int) -> None:
+    for _ in range(500):
+        if any(e.get("ref") == seq for e in agentd.events(name) if e["type"] == "control-ack"):
+            return
+        threading.Event().wait(0.01)
+    pytest.fail(f"control {seq} of {name} was never acknowledged")
+
+
+def _wait_gone(pid: int) -> None:
+    for _ in range(500):
+        if not alive(pid):
+            return
+        threading.Event().wait(0.01)
+    pytest.fail(f"pid {pid} did not die")
+
+
+def _wait_timer_exit(agentd: AgentDaemon) -> None:
+    """The ``timer`` agent's deadline passes while no daemon runs; it writes ``exit``."""
+    runs = Path(agentd.env["TETHER_HOME"]) / "runs"
+    for _ in range(500):
+        for events in runs.glob("*/events.jsonl"):
+            if '"status":"timed-out"' in events.read_text():
+                return
+        threading.Event().wait(0.01)
+    pytest.fail("the timer agent never timed out")
