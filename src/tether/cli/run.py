@@ -76,13 +76,23 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-stdin", action="store_true", help="do not read steering lines from stdin"
     )
+    parser.add_argument(
+        "--adapter",
+        choices=("resp",),
+        help="run the program after -- as the agent: it reads USER_INPUT frames on stdin and "
+        "writes RESP message frames on stdout (e.g. -- bash examples/bash-agent/agent.sh)",
+    )
     return parser
 
 
 def main(argv: list[str], prog: str = "tether run") -> int:
     parser = build_parser(prog)
+    argv, command = _split_command(argv)
     try:
         args = parser.parse_args(argv)
+        args.command = command
+        if (args.adapter is None) != (not command):
+            parser.error("--adapter resp and a program after -- go together")
         task = " ".join(args.task).strip()
         if not task:
             parser.error("the task is empty")
@@ -94,6 +104,14 @@ def main(argv: list[str], prog: str = "tether run") -> int:
         return asyncio.run(_main(args, task))
     except KeyboardInterrupt:
         return EXIT_CODES["cancelled"]
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``tether run`` arguments from the adapter's program (after the first ``--``)."""
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
 
 
 def finalize_after(deadline: float | None, before: float | None) -> float | None:
@@ -112,6 +130,8 @@ async def _main(args: argparse.Namespace, task: str) -> int:
     child_args = list(args.child_arg)
     if args.script is not None:
         child_args += ["--script", _absolute(args.script)]
+    if args.adapter is not None:
+        child_args += ["--adapter", args.adapter, "--", *args.command]  # `--` must come last
     try:
         handle = await spawn(
             task,

@@ -1,7 +1,8 @@
 """``tether shell-lib``: print the path of the bash helper library.
 
 Scripts source it: ``source "$(tether shell-lib)"`` gives ``tether_write_msg`` (one RESP-like
-frame per single write) and ``tether_inbox`` (one line appended to the run's inbox).
+frame per single write), ``tether_read_msg`` (read one frame from stdin into
+``TETHER_MSG``) and ``tether_inbox`` (one line appended to the run's inbox).
 """
 
 from __future__ import annotations
