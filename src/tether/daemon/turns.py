@@ -98,41 +98,36 @@ class _Ask:
 
 @dataclass(slots=True)
 class _Call:
-    """The text blocks of the model call in progress."""
+    """The text blocks of the model call in progress (each kind kept to one char past the cap,
+    so an answer that was longer is known to be cut)."""
 
     texts: dict[int, str] = field(default_factory=dict)
     deltas: dict[int, list[str]] = field(default_factory=dict)
-    cut: bool = False  # a block was cut for transport: prefer the deltas
-    overflow: bool = False  # more than MAX_ANSWER_CHARS arrived: the rest was not kept
+    cut: bool = False  # a block was cut for transport: prefer the streamed deltas
     order: list[int] = field(default_factory=list)
-    size: int = 0
-
-    def _room(self, text: str) -> bool:
-        self.size += len(text)
-        if self.size > 2 * MAX_ANSWER_CHARS:  # blocks and their deltas both count
-            self.overflow = True
-        return not self.overflow
+    text_size: int = 0
+    delta_size: int = 0
 
     def add_text(self, index: int, text: str, cut: bool) -> None:
-        if not self._room(text):
-            return
         if index not in self.texts:
             self.order.append(index)
-        self.texts[index] = self.texts.get(index, "") + text
+            self.texts[index] = ""
+        text = text[: max(0, MAX_ANSWER_CHARS + 1 - self.text_size)]
+        self.texts[index] += text
+        self.text_size += len(text)
         self.cut = self.cut or cut
 
     def add_delta(self, index: int, delta: str) -> None:
-        if self._room(delta):
+        delta = delta[: max(0, MAX_ANSWER_CHARS + 1 - self.delta_size)]
+        if delta:
             self.deltas.setdefault(index, []).append(delta)
+            self.delta_size += len(delta)
 
     def compose(self) -> str:
         parts = []
         for index in self.order:
             streamed = self.deltas.get(index)
-            if self.cut and streamed:
-                parts.append("".join(streamed))
-            else:
-                parts.append(self.texts[index])
+            parts.append("".join(streamed) if self.cut and streamed else self.texts[index])
         return "".join(parts)
 
     @property
@@ -222,7 +217,7 @@ class TurnTracker:
         call, self._call = self._call, _Call()
         if call.empty:
             return
-        text, truncated = _clip(call.compose(), call.overflow)
+        text, truncated = _clip(call.compose())
         for ask in self._asks.values():
             if ask.phase is Phase.COLLECT:
                 ask.text, ask.truncated = text, truncated
@@ -248,7 +243,7 @@ class TurnTracker:
         return settled
 
 
-def _clip(text: str, cut: bool) -> tuple[str, bool]:
+def _clip(text: str) -> tuple[str, bool]:
     if len(text) > MAX_ANSWER_CHARS:
         return text[:MAX_ANSWER_CHARS], True
-    return text, cut
+    return text, False
