@@ -43,6 +43,8 @@ from typing import Any, ClassVar, Final, TypeAlias
 import msgspec
 
 from tether.framing.resp import Rejection, encode_frame
+from tether.wire.limits import SUMMARY_BYTES
+from tether.wire.text import first_line_summary
 
 # Rejection codes of this layer.
 EMPTY_FRAME: Final = "empty-frame"
@@ -50,8 +52,6 @@ MALFORMED: Final = "malformed"
 UNKNOWN_TYPE: Final = "unknown-type"
 INVALID_PAYLOAD: Final = "invalid-payload"
 
-# Wire `summary`: the first line of a text, cut to this many UTF-8 bytes.
-SUMMARY_BYTES: Final = 160
 
 
 class _Message(msgspec.Struct, frozen=True, kw_only=True):
@@ -532,12 +532,8 @@ def _sub_agent_info(result: SubAgentResult) -> dict[str, Any]:
 
 
 def _summary(text: str) -> str:
-    """First line, cut to SUMMARY_BYTES at a character boundary."""
-    line = text.split("\n", 1)[0].rstrip("\r")
-    raw = line.encode("utf-8", "replace")
-    if len(raw) <= SUMMARY_BYTES:
-        return line
-    return raw[:SUMMARY_BYTES].decode("utf-8", "ignore")
+    """The wire's ``summary``: the first line, cut at a character boundary."""
+    return first_line_summary(text, SUMMARY_BYTES)
 
 
 def _json_text(value: Any) -> str:
