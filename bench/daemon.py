@@ -1,17 +1,18 @@
 """Benchmark the daemon socket against a bare length-prefixed echo server, same run.
 
-    .venv/bin/python bench/daemon.py [--seconds 1] [--repeats 5] [--idle-seconds 5]
+    .venv/bin/python bench/daemon.py [--seconds 1] [--repeats 5] [--idle-seconds 5] [--agents 200]
 
 Both servers run as separate processes on the same event loop (uvloop when installed);
 the same client code drives both: send one pre-encoded request frame, wait for one frame,
 decode it with ``decode_message``. The echo server only frames (no JSON), so the ratio is
 what JSON decoding, dispatch and encoding cost on top of the socket round trip.
 
-The request is ``agent.status`` when the daemon has an ``agent.*`` handler installed,
-else ``daemon.status`` (a cheap built-in method: no I/O, a small dict). The script says
-which one it used. Idle CPU is measured on the daemon process with no clients, and with
-200 connected clients each holding a registered channel (the ``agent.*`` runtime is not
-in this build, so "200 idle agents" is approximated by 200 idle channel connections).
+The request is ``agent.status`` of a live agent (a ``tether child --provider scripted``
+spawned first) when the daemon has ``agent.*``, else ``daemon.status`` (a cheap built-in
+method: no I/O, a small dict). The script says which one it used. Idle CPU is measured on
+the daemon process with no clients, with 200 connected clients each holding a registered
+channel, and with ``--agents`` idle agents (real ``tether child`` processes, ready and
+waiting for controls): the daemon's CPU, and separately the children's summed CPU and RSS.
 
 Targets (issue 7): >= 0.5x the echo rate with one client; p99 <= 10 ms with 100 clients;
 idle CPU < 2% of a core.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -32,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tether.daemon.aclient import AsyncDaemonClient
 from tether.daemon.protocol import (
     NEED_DATA,
     FrameDecoder,
@@ -148,15 +151,13 @@ async def _load(path: Path, payload: bytes, clients: int, seconds: float) -> dic
     }
 
 
-async def _idle_connections(path: Path, count: int) -> list[asyncio.Transport]:
-    from tether.daemon.aclient import AsyncDaemonClient
-
+async def _idle_connections(path: Path, count: int) -> list[AsyncDaemonClient]:
     clients = []
     for index in range(count):
         client = await AsyncDaemonClient.open(path)
         await client.call("channel.register_channel", {"session_id": f"idle{index}"})
         clients.append(client)
-    return clients  # type: ignore[return-value]
+    return clients
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -177,21 +178,111 @@ def _wait_for(path: Path, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 15
     while not path.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"server did not start ({proc.args})")
+            raise SystemExit(f"server did not start ({proc.args!r})")
         time.sleep(0.02)
 
 
-def _pick_method(path: Path) -> tuple[str, Any]:
+def _pick_method(path: Path, root: Path) -> tuple[str, Any]:
     from tether.daemon.client import DaemonCallError, DaemonClient
     from tether.daemon.protocol import ErrorCode
 
-    with DaemonClient.connect(path) as client:
+    with DaemonClient.connect(path, timeout=60) as client:
         try:
             client.call("agent.status", {"name": "bench"})
         except DaemonCallError as exc:
             if exc.code is ErrorCode.UNKNOWN_METHOD:
                 return "daemon.status", None
+        client.call("agent.spawn", _spawn_params("bench", root))
         return "agent.status", {"name": "bench"}
+
+
+def _spawn_params(name: str, root: Path) -> dict[str, Any]:
+    script = root / "idle.json"
+    if not script.exists():
+        script.write_text('[{"text": "ok"}]')
+    return {"name": name, "provider": "scripted", "script": str(script), "cwd": str(root)}
+
+
+def _group_stats(pids: list[int]) -> tuple[float, int]:
+    """Summed CPU seconds and RSS (KiB) of ``pids`` (gone ones count 0)."""
+    cpu, rss = 0.0, 0
+    for pid in pids:
+        try:
+            cpu += _cpu_seconds(pid)
+            status = Path(f"/proc/{pid}/status").read_text()
+        except (OSError, IndexError, ValueError):
+            continue
+        rss += next(
+            (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0
+        )
+    return cpu, rss
+
+
+async def _spawn_agents(path: Path, root: Path, count: int, parallel: int = 8) -> list[int]:
+    client = await AsyncDaemonClient.open(path)
+    gate = asyncio.Semaphore(parallel)
+
+    async def one(index: int) -> int:
+        async with gate:
+            result = await client.call("agent.spawn", _spawn_params(f"idle{index}", root))
+            pid: int = result["pid"]
+            return pid
+
+    try:
+        return list(await asyncio.gather(*(one(i) for i in range(count))))
+    finally:
+        await client.close()
+
+
+async def _remove_agents(path: Path, names: list[str]) -> None:
+    client = await AsyncDaemonClient.open(path)
+    try:
+        await asyncio.gather(*(client.call("agent.rm", {"name": n, "force": True}) for n in names))
+    finally:
+        await client.close()
+
+
+def _idle_agents(args: argparse.Namespace, path: Path, root: Path, daemon_pid: int) -> None:
+    """Spawn ``args.agents`` idle agents; report daemon and children idle CPU and memory."""
+    began = time.perf_counter()
+    pids = _run(_spawn_agents(path, root, args.agents))
+    spawn_s = time.perf_counter() - began
+    time.sleep(3.0)  # let every child finish building its agent (after `ready`)
+    children_before, rss = _group_stats(pids)
+    daemon_before = _cpu_seconds(daemon_pid)
+    time.sleep(args.idle_seconds)
+    daemon_pct = (_cpu_seconds(daemon_pid) - daemon_before) / args.idle_seconds * 100
+    children_pct = (_group_stats(pids)[0] - children_before) / args.idle_seconds * 100
+    status = Path(f"/proc/{daemon_pid}/status").read_text()
+    daemon_rss = next(int(x.split()[1]) for x in status.splitlines() if x.startswith("VmRSS:"))
+    n = len(pids)
+    print(f"{n} agents spawned in {spawn_s:.1f} s ({spawn_s / n * 1000:.0f} ms each, 8 at a time)")
+    print(
+        f"idle CPU, {n} idle agents: daemon {daemon_pct:.2f}% of a core (target < 2%); "
+        f"children {children_pct:.2f}% of a core in all ({args.idle_seconds:g}s)"
+    )
+    print(
+        f"memory: daemon RSS {daemon_rss / 1024:.0f} MiB; children RSS {rss / 1024:.0f} MiB "
+        f"in all ({rss / 1024 / n:.1f} MiB each)"
+    )
+    _run(_remove_agents(path, [f"idle{i}" for i in range(n)]))
+
+
+def _measure(
+    args: argparse.Namespace, servers: dict[str, tuple[Path, int]], payload: bytes
+) -> dict[tuple[str, int], list[dict[str, float]]]:
+    results: dict[tuple[str, int], list[dict[str, float]]] = {}
+    for repeat in range(args.repeats):
+        for clients in (1, 100):
+            # Alternate the order so drifting background load hits both alike.
+            order = ("echo", "daemon") if repeat % 2 == 0 else ("daemon", "echo")
+            for name in order:
+                path, pid = servers[name]
+                cpu_before = _cpu_seconds(pid)
+                run = _run(_load(path, payload, clients, args.seconds))
+                run["cpu_us"] = (_cpu_seconds(pid) - cpu_before) / run["count"] * 1e6
+                results.setdefault((name, clients), []).append(run)
+    return results
 
 
 def main() -> None:
@@ -199,6 +290,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--idle-seconds", type=float, default=5.0)
+    parser.add_argument("--agents", type=int, default=200, help="idle agents (0: skip)")
     parser.add_argument("--echo-server", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:
@@ -214,24 +306,13 @@ def main() -> None:
         env=env,
     )
     echo = subprocess.Popen([sys.executable, __file__, "--echo-server", str(echo_path)])
+    method = ""
     try:
         _wait_for(daemon_path, daemon)
         _wait_for(echo_path, echo)
-        method, params = _pick_method(daemon_path)
-        payload = encode_call(1, method, params)
-        results: dict[tuple[str, int], list[dict[str, float]]] = {}
+        method, params = _pick_method(daemon_path, root)
         servers = {"echo": (echo_path, echo.pid), "daemon": (daemon_path, daemon.pid)}
-        for repeat in range(args.repeats):
-            for clients in (1, 100):
-                # Alternate the order so drifting background load hits both alike.
-                order = ("echo", "daemon") if repeat % 2 == 0 else ("daemon", "echo")
-                for name in order:
-                    path, pid = servers[name]
-                    cpu_before = _cpu_seconds(pid)
-                    run = _run(_load(path, payload, clients, args.seconds))
-                    run["cpu_us"] = (_cpu_seconds(pid) - cpu_before) / run["count"] * 1e6
-                    results.setdefault((name, clients), []).append(run)
-        _report(method, results)
+        _report(method, _measure(args, servers, encode_call(1, method, params)))
         idle = _idle_cpu_percent(daemon.pid, args.idle_seconds)
 
         async def with_idle_clients() -> float:
@@ -242,17 +323,38 @@ def main() -> None:
                 None, _idle_cpu_percent, daemon.pid, args.idle_seconds
             )
             for client in clients:
-                await client.close()  # type: ignore[attr-defined]
+                await client.close()
             return percent
 
         idle_200 = _run(with_idle_clients())
         print(f"idle CPU, no clients:               {idle:.2f}% of a core ({args.idle_seconds:g}s)")
         print(f"idle CPU, 200 idle channel clients: {idle_200:.2f}% of a core (target < 2%)")
+        if method == "agent.status" and args.agents > 0:
+            _idle_agents(args, daemon_path, root, daemon.pid)
     finally:
+        if method == "agent.status":
+            with contextlib.suppress(Exception):
+                _run(_remove_agents(daemon_path, ["bench"]))
         for proc in (daemon, echo):
             proc.send_signal(signal.SIGTERM)
             proc.wait(10)
+        _kill_leftover_agents(root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _kill_leftover_agents(root: Path) -> None:
+    """Agents outlive the daemon on purpose; end any this run left behind."""
+    marker = f"TETHER_HOME={root / 'home'}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in environ and any(v.startswith(b"TETHER_AGENT_NAME=") for v in environ):
+            with contextlib.suppress(OSError):
+                os.killpg(int(entry), signal.SIGKILL)
 
 
 def _median(runs: list[dict[str, float]], key: str) -> float:

@@ -111,7 +111,7 @@ def test_ask_timeout_is_a_result_and_the_turn_goes_on(agentd: AgentDaemon) -> No
     result = agentd.call("agent.ask", {"name": "t", "text": "hurry", "timeout_s": 0.05})
     assert result["timed_out"] is True
     assert result["state"] in ("ready", "running")  # the child may not have read it yet
-    agentd.wait_for("t", lambda s: s["state"] == "ready")
+    agentd.wait_for("t", lambda s: s["state"] == "ready" and s["turn"] == 1)
     texts = [e.get("text") for e in agentd.events("t") if e["type"] == "assistant-text"]
     assert texts == ["late"]
 

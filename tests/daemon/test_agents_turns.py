@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from tether.daemon.agent_run import restore_mirror, snapshot
+from tether.daemon.agent_state import restore_mirror, snapshot
 from tether.daemon.registry import AgentRecord, AgentRegistry
 from tether.daemon.turns import MAX_ANSWER_CHARS, AskFailed, TurnAnswer, TurnTracker
 from tether.runtime.mirror import RunMirror

@@ -44,132 +44,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from tether.daemon.agent_state import Follower, Limits, snapshot
 from tether.daemon.registry import AgentRecord, AgentRegistry
-from tether.daemon.turns import AskFailed, Outcome, TurnTracker
+from tether.daemon.turns import Outcome, TurnTracker
 from tether.runtime import procs
 from tether.runtime.finaltext import full_text
 from tether.runtime.hub import WatchHub
-from tether.runtime.mirror import ChannelError, Pending, RunMirror
+from tether.runtime.mirror import ChannelError, RunMirror
 from tether.runtime.rundir import RunDir, append_line, read_tail, write_private_text
 from tether.transports.tail import FileTail, TailStatus
 from tether.wire import AnyEvent, ControlAck, Ready, Rejection, TooLarge, TurnComplete
-from tether.wire.session import ControlKind, State, is_terminal
+from tether.wire.session import ControlKind, State
 
 log = logging.getLogger("tether.daemon.agents")
 
 STDERR_TAIL_BYTES: Final = 2000
 MAX_NOTES: Final = 20
 READS_PER_WAKE: Final = 32  # bounded reads (<= 64 lines each) before yielding to the loop
-MAX_FOLLOWER_BACKLOG: Final = 100_000  # events queued for one slow follower
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """How long the daemon waits before it decides a child broke a promise."""
-
-    start_s: float = 20.0  # start -> ready
-    cancel_grace_s: float = 3.0  # cancel or deadline -> exit, then the group is ended
-    kill_grace_s: float = 2.0  # SIGTERM -> SIGKILL
-    exit_grace_s: float = 3.0  # exit event -> the process is gone
-    idle_tick_s: float = 5.0  # re-check the files at least this often
-    persist_every_s: float = 1.0  # persist the offset at most this often when only it moved
-
-
-# -- the mirror snapshot ------------------------------------------------------------------
-
-
-def snapshot(mirror: RunMirror) -> dict[str, Any]:
-    """The mirror's state as JSON-safe data (see :func:`restore_mirror`)."""
-    return {
-        "state": mirror.state.value,
-        "turn": mirror.turn,
-        "pending": {str(seq): p.kind.value for seq, p in mirror.pending.items()},
-        "final_next": mirror._final_turn_next,
-        "sender_seq": mirror.sender.seq,
-    }
-
-
-def restore_mirror(
-    run_id: str, snap: dict[str, Any] | None, last_seq: int, control: Path
-) -> RunMirror:
-    """A mirror in the state ``snap`` recorded at receiver seq ``last_seq``.
-
-    Controls appended after the snapshot was taken (the daemon died between writing a
-    control and persisting) are read back from the control file and expected again.
-    Raises ``ValueError`` for a snapshot that does not parse.
-    """
-    mirror = RunMirror(run_id)
-    if snap is not None:
-        mirror.state = State(snap["state"])
-        mirror.turn = int(snap["turn"])
-        mirror.pending = {
-            int(seq): Pending(int(seq), ControlKind(kind)) for seq, kind in snap["pending"].items()
-        }
-        mirror._final_turn_next = bool(snap["final_next"])
-        mirror.sender.seq = int(snap["sender_seq"])
-    mirror.receiver.seq = last_seq
-    known = mirror.sender.seq
-    with FileTail(control) as tail:
-        while (read := tail.read()).items:
-            for item in read.items:
-                if not isinstance(item, TooLarge):
-                    _expect_after(mirror, item.data, known)
-    return mirror
-
-
-def _expect_after(mirror: RunMirror, line: bytes, known: int) -> None:
-    from tether.wire import decode
-
-    message = decode(line, "control")
-    if not isinstance(message, Rejection) and message.seq > known:
-        mirror.expect(line)
-
-
-# -- followers ----------------------------------------------------------------------------
-
-
-class Follower:
-    """A live reader of one agent's events: everything after ``last_seq``, in order."""
-
-    def __init__(self, after_seq: int) -> None:
-        self.last_seq = after_seq  # the last seq handed out (or skipped as already sent)
-        self._queue: deque[tuple[int, bytes]] = deque()
-        self._event = asyncio.Event()
-        self.ended = False
-        self.overflowed = False
-
-    def push(self, seq: int, raw: bytes) -> None:
-        if self.ended:
-            return
-        if len(self._queue) >= MAX_FOLLOWER_BACKLOG:
-            self.overflowed = True
-            self.end()
-            return
-        self._queue.append((seq, raw))
-        self._event.set()
-
-    def end(self) -> None:
-        self.ended = True
-        self._event.set()
-
-    async def wait(self) -> None:
-        await self._event.wait()
-
-    def take(self, limit: int) -> list[tuple[int, bytes]]:
-        """Up to ``limit`` queued events newer than :attr:`last_seq`."""
-        out: list[tuple[int, bytes]] = []
-        while self._queue and len(out) < limit:
-            seq, raw = self._queue.popleft()
-            if seq > self.last_seq:
-                out.append((seq, raw))
-                self.last_seq = seq
-        if not self._queue and not self.ended:
-            self._event.clear()
-        return out
-
-    @property
-    def drained(self) -> bool:
-        return not self._queue
 
 
 # -- the agent ----------------------------------------------------------------------------
@@ -299,6 +190,11 @@ class AgentRun:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._ended), timeout)
         return self.ended
+
+    def poke_if_changed(self) -> None:
+        """Wake the pump when the event file grew (a safety net under the watcher)."""
+        if not self.ended and self._tail.size_changed():
+            self._wake.set()
 
     def catch_up(self) -> None:
         """Read what the child wrote so far, so the mirror is current (before a decision)."""
@@ -641,7 +537,8 @@ class AgentRun:
         if not self._proc_done and self.pid is not None:
             await asyncio.sleep(0.05)  # the pidfd reports the exit on the next loop turn
             self._check_pid()
-        self._read_events()
+        while self._read_events():  # all of it: an exit may follow a long backlog
+            pass
         status, error = self._outcome()
         result = self.mirror.result
         if result is not None:
@@ -698,20 +595,4 @@ class AgentRun:
         self._tail.close()
 
 
-def is_live_state(state: str) -> bool:
-    """True for states of a run that has not ended."""
-    try:
-        return not is_terminal(State(state))
-    except ValueError:
-        return False
-
-
-__all__ = [
-    "AgentRun",
-    "AskFailed",
-    "Follower",
-    "Limits",
-    "is_live_state",
-    "restore_mirror",
-    "snapshot",
-]
+__all__ = ["AgentRun"]

@@ -50,7 +50,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import msgspec
 
-from tether.daemon.agent_run import AgentRun, Follower
+from tether.daemon.agent_run import AgentRun
+from tether.daemon.agent_state import Follower
 from tether.daemon.methods import RpcFailure, decode_params
 from tether.daemon.protocol import ErrorCode
 from tether.daemon.supervisor import SpawnParams, Supervisor
