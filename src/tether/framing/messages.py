@@ -53,7 +53,6 @@ UNKNOWN_TYPE: Final = "unknown-type"
 INVALID_PAYLOAD: Final = "invalid-payload"
 
 
-
 class _Message(msgspec.Struct, frozen=True, kw_only=True):
     KIND: ClassVar[str] = ""
 
