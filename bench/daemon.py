@@ -203,6 +203,25 @@ def _spawn_params(name: str, root: Path) -> dict[str, Any]:
     return {"name": name, "provider": "scripted", "script": str(script), "cwd": str(root)}
 
 
+def _uses_inotify(pid: int) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify":
+                return True
+    return False
+
+
+def _inotify_limit() -> str:
+    try:
+        return Path("/proc/sys/fs/inotify/max_user_instances").read_text().strip()
+    except OSError:
+        return "?"
+
+
 def _group_stats(pids: list[int]) -> tuple[float, int]:
     """Summed CPU seconds and RSS (KiB) of ``pids`` (gone ones count 0)."""
     cpu, rss = 0.0, 0
@@ -247,7 +266,7 @@ def _idle_agents(args: argparse.Namespace, path: Path, root: Path, daemon_pid: i
     began = time.perf_counter()
     pids = _run(_spawn_agents(path, root, args.agents))
     spawn_s = time.perf_counter() - began
-    time.sleep(3.0)  # let every child finish building its agent (after `ready`)
+    time.sleep(10.0)  # let every child finish building its agent (after `ready`)
     children_before, rss = _group_stats(pids)
     daemon_before = _cpu_seconds(daemon_pid)
     time.sleep(args.idle_seconds)
@@ -264,6 +283,11 @@ def _idle_agents(args: argparse.Namespace, path: Path, root: Path, daemon_pid: i
     print(
         f"memory: daemon RSS {daemon_rss / 1024:.0f} MiB; children RSS {rss / 1024:.0f} MiB "
         f"in all ({rss / 1024 / n:.1f} MiB each)"
+    )
+    polling = sum(not _uses_inotify(pid) for pid in pids)
+    print(
+        f"children without an inotify instance (they poll their control file every 0.3 s): "
+        f"{polling} of {n} (fs.inotify.max_user_instances = {_inotify_limit()} per user)"
     )
     _run(_remove_agents(path, [f"idle{i}" for i in range(n)]))
 
