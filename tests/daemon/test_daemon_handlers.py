@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from tether.daemon.aclient import AsyncDaemonClient
+from tether.daemon.channels import ChannelHub
 from tether.daemon.client import DaemonCallError
 from tether.daemon.lifecycle import bind_socket, ensure_socket_dir
 from tether.daemon.protocol import MAX_FRAME_BYTES, ErrorCode
@@ -22,7 +23,6 @@ from tether.daemon.server import (
     RpcFailure,
     ServerConfig,
     decode_params,
-    install_handlers,
 )
 
 
@@ -68,7 +68,8 @@ def serve_with(tmp: Path, body: Callable[[Daemon, AsyncDaemonClient], Awaitable[
         ensure_socket_dir(tmp / "rt")
         path = tmp / "rt" / "d.sock"
         daemon = Daemon(ServerConfig(socket_path=path, shutdown_grace_s=2.0))
-        install_handlers(daemon)
+        # channel.* only: the fakes below stand where tether.daemon.agents' handlers would
+        ChannelHub().install(daemon)
         for method, handler in [
             ("agent.status", status),
             ("agent.boom", boom),
