@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
@@ -61,8 +61,6 @@ from tether.wire import Rejection, TooLarge, decode
 from tether.wire.session import AckStatus, ControlKind, State, decide
 
 if TYPE_CHECKING:
-    import socket
-
     from tether.daemon.server import CallContext, Daemon
 
 NAME_RULE: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -404,27 +402,7 @@ def install(daemon: Daemon) -> None:
     supervisor = Supervisor(daemon)
     AgentVerbs(supervisor).register(daemon)
     daemon.on_shutdown(supervisor.shutdown)
-    _before_serving(daemon, supervisor.start)
-
-
-def _before_serving(daemon: Daemon, hook: Callable[[], Awaitable[None]]) -> None:
-    """Run ``hook`` on the daemon's loop before it accepts connections.
-
-    The server has no start-up hook, so ``serve`` is wrapped: the listening socket already
-    queues connections, which are accepted once the hook is done (or has failed).
-    """
-    serve = daemon.serve
-
-    async def serve_after_hook(sock: socket.socket) -> None:
-        try:
-            await hook()
-        except Exception:
-            import logging
-
-            logging.getLogger("tether.daemon.agents").exception("agent recovery failed")
-        await serve(sock)
-
-    daemon.serve = serve_after_hook  # type: ignore[method-assign]
+    daemon.on_start(supervisor.start)
 
 
 __all__ = ["NAME_RULE", "AgentVerbs", "check_name", "install", "read_events"]

@@ -408,9 +408,18 @@ class Daemon:
         self._server: asyncio.AbstractServer | None = None
         self._stopped: asyncio.Event | None = None
         self._shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
+        self._start_hooks: list[Callable[[], Awaitable[None]]] = []
         self.methods.register("daemon.status", self._status, extension=True)
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    def on_start(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Await ``hook()`` on the daemon's loop before it accepts connections.
+
+        Clients that connect meanwhile wait in the listen queue. A failing hook is logged
+        and the daemon serves anyway (it must stay reachable to be repaired).
+        """
+        self._start_hooks.append(hook)
 
     def on_shutdown(self, hook: Callable[[], Awaitable[None]]) -> None:
         """Await ``hook()`` during shutdown, after in-flight calls are cut."""
@@ -420,6 +429,11 @@ class Daemon:
         """Serve on the bound, listening ``sock`` until :meth:`request_stop`."""
         loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
+        for hook in self._start_hooks:
+            try:
+                await hook()
+            except Exception:
+                log.exception("a start-up hook failed; serving anyway")
         # asyncio listens again with its own backlog (default 100, too few for a burst of
         # clients: an AF_UNIX connect then fails with EAGAIN, which asyncio mistakes for
         # "in progress" and the client sees ENOTCONN on its first write).
