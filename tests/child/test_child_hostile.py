@@ -251,3 +251,24 @@ def test_missing_environment(tmp_path: Path) -> None:
         "error": "FEN_WIRE_CONTROL_PATH and FEN_WIRE_EVENT_PATH are required",
     }
     assert events.stat().st_mode & 0o777 == 0o600
+
+
+def test_removed_control_file_ends_the_run(make_child: MakeChild) -> None:
+    """A parent that died and took its run directory with it: the child must not linger."""
+    child = make_child(script="hello.json").start()
+    child.ack(child.send("prompt", text="hi"))  # the child has the file open now
+    child.control.unlink()
+    code, events = child.finish()
+    assert code == 1
+    assert events[-1] == {**events[-1], "type": "exit", "status": "failed"}
+    assert events[-1]["error"] == "control file was removed"
+
+
+def test_removed_control_file_is_read_to_its_end_first(make_child: MakeChild) -> None:
+    child = make_child(script="hello.json").start()
+    child.ack(child.send("prompt", text="hi"))  # the child has the file open now
+    child.send("close")
+    child.control.unlink()
+    code, events = child.finish()
+    assert code == 0, child.describe()
+    assert types(events)[-2:] == ["result", "exit"]

@@ -256,6 +256,10 @@ class Presenter:
             self._channel_dead = True
             self.fail(f"control file truncated below offset {self.feed.offset}")
             return False
+        if got.removed:  # the parent is gone with its files: no control can ever arrive
+            self._channel_dead = True
+            self.fail("control file was removed")
+            return False
         for line in got.controls:
             self._on_line(line)
             if self._channel_dead:

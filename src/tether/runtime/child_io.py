@@ -180,6 +180,7 @@ class FeedRead(NamedTuple):
     controls: list[ControlLine]
     truncated: bool = False
     missing: bool = False
+    removed: bool = False
 
 
 class ControlFeed:
@@ -200,6 +201,8 @@ class ControlFeed:
             return FeedRead([], truncated=True)
         if got.status is TailStatus.MISSING:
             return FeedRead([], missing=True)
+        if got.status is TailStatus.REMOVED:
+            return FeedRead([], removed=True)
         return FeedRead([self._decode(item) for item in got.items])
 
     def more(self) -> bool:

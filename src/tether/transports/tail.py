@@ -4,7 +4,8 @@ Each :meth:`FileTail.read` reads at most one budget (64 KiB) from the file at th
 current offset and hands out at most 64 complete lines; a partial last line waits for
 its newline; a line too long for one read is reported once and skipped. The file may
 not exist yet (``missing``). A file that shrinks below what was read is ``truncated``:
-the stream cannot continue, and callers treat it as fatal.
+the stream cannot continue, and callers treat it as fatal. A file deleted while open is
+read to its end, then reported ``removed`` (its writer can no longer reach the reader).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class TailStatus(enum.StrEnum):
     OK = "ok"
     MISSING = "missing"
     TRUNCATED = "truncated"
+    REMOVED = "removed"  # read to its end after it was deleted: nobody can append any more
 
 
 @dataclass(slots=True)
@@ -68,10 +70,13 @@ class FileTail:
         fd = self._open()
         if fd is None:
             return TailRead(TailStatus.MISSING)
-        size = os.fstat(fd).st_size
+        info = os.fstat(fd)
+        size = info.st_size
         position = self._splitter.fed
         if size < position:
             return TailRead(TailStatus.TRUNCATED)
+        if size == position and info.st_nlink == 0:
+            return TailRead(TailStatus.REMOVED)
         if size > position:
             self._splitter.feed(os.pread(fd, min(self._budget, size - position), position))
         return TailRead(TailStatus.OK, self._splitter.read())
