@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Any, Union
+from typing import Any, Final, Union
 
 import msgspec
 
@@ -249,16 +249,20 @@ def _validate_object(obj: dict[str, Any], direction: str) -> AnyMessage | Reject
     return message
 
 
+_SEQ_NOT_INTEGER: Final = ("seq", "must be a positive integer")
+_SEQ_OUT_OF_RANGE: Final = ("seq", f"must be between 1 and {MAX_SAFE_INTEGER}")
+
+
 def _envelope_errors(obj: dict[str, Any]) -> list[tuple[str, str]]:
     errors: list[tuple[str, str]] = []
     if "seq" not in obj:
         errors.append(("seq", "is required"))
     else:
         seq = obj["seq"]
-        if not schema.is_integer(seq):
-            errors.append(("seq", "must be a positive integer"))
+        if not (type(seq) is int or schema.is_integer(seq)):
+            errors.append(_SEQ_NOT_INTEGER)
         elif not 1 <= seq <= MAX_SAFE_INTEGER:
-            errors.append(("seq", f"must be between 1 and {MAX_SAFE_INTEGER}"))
+            errors.append(_SEQ_OUT_OF_RANGE)
     for key in ("type", "run"):
         if key not in obj:
             errors.append((key, "is required"))
