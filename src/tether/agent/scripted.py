@@ -269,7 +269,8 @@ class ScriptedProvider:
         self.calls += 1
         if self._default and self.calls > len(self.replies):
             # the built-in first try answers every later turn (a follow-up) the same way
-            self.replies += default_replies(_last_user_text(request))[1:]
+            text = f"You asked: {_last_user_text(request)}\n\n{DEFAULT_SCRIPT_NOTE}"
+            self.replies += load_script([{"text": text, "chunk_ms": 15}])
         if self.calls > len(self.replies):
             raise ProviderError(
                 f"scripted provider: the script's {len(self.replies)} replies are used up "
