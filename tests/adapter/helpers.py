@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tether.runtime import procs
+from tether import procs
 from tether.wire import Receiver, Rejection
 
 ROOT = Path(__file__).resolve().parents[2]

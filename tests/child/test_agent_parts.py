@@ -32,8 +32,8 @@ from tether.agent.tools import (
     cap_output,
     select_tools,
 )
+from tether.procs import NEW_GROUP, group_alive, terminate_group, terminate_group_sync
 from tether.runtime.child_io import result_fields
-from tether.runtime.procs import NEW_GROUP, group_alive, terminate_group, terminate_group_sync
 from tether.wire import Result, Sender
 
 # -- tools ------------------------------------------------------------------------------

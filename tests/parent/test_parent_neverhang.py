@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.runtime import procs
+from tether import procs
 from tether.runtime.mirror import ChannelError
 from tether.runtime.parent import Result, RunHandle, Timeouts, spawn
 from tether.store.index import RunIndex

@@ -1,7 +1,7 @@
 """The built-in agent loop: history, streaming model calls, tools, display events.
 
 Theory of operation: :class:`Agent` keeps the conversation for the whole run and runs
-one turn at a time for the presenter (it is a :class:`tether.runtime.runner.TurnRunner`).
+one turn at a time for the presenter (it is a :class:`tether.agent.runner.TurnRunner`).
 A turn adds its opening message, then loops: inject queued steering, call the model
 (streaming deltas out as they arrive), run the tool calls it asked for, and go round
 again; when the model stops without tool calls, queued steering or follow-ups keep the
@@ -42,8 +42,8 @@ from tether.agent.provider import (
     Usage,
     UserTurn,
 )
+from tether.agent.runner import EmitFn, Injection, TurnControl, TurnOutcome, TurnRequest
 from tether.agent.tools import ToolContext, ToolRegistry
-from tether.runtime.runner import EmitFn, Injection, TurnControl, TurnOutcome, TurnRequest
 
 __all__ = ["DEFAULT_SYSTEM", "Agent", "wire_stop_reason"]
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from tether.agent.provider import ToolSpec
-from tether.runtime.procs import NEW_GROUP, kill_group, terminate_group
+from tether.procs import NEW_GROUP, kill_group, terminate_group
 
 __all__ = [
     "BUILTIN_TOOLS",

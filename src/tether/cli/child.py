@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import asyncio
 
-    from tether.runtime.runner import EmitFn, TurnControl, TurnOutcome, TurnRequest, TurnRunner
+    from tether.agent.runner import EmitFn, TurnControl, TurnOutcome, TurnRequest, TurnRunner
 
 MISSING_ENV = "FEN_WIRE_CONTROL_PATH and FEN_WIRE_EVENT_PATH are required"
 _PREFIXES = ("FEN_WIRE_", "TETHER_WIRE_")
@@ -214,7 +214,7 @@ class _LazyAgent:
     async def _prepare(self) -> None:
         import asyncio
 
-        from tether.runtime.runner import RunnerSetupError
+        from tether.agent.runner import RunnerSetupError
 
         args, emit, cwd, env, options = self._build
         interval = sys.getswitchinterval()

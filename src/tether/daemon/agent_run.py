@@ -44,10 +44,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from tether import procs
 from tether.daemon.agent_state import Follower, Limits, snapshot
 from tether.daemon.registry import AgentRecord, AgentRegistry
 from tether.daemon.turns import Outcome, TurnTracker
-from tether.runtime import procs
 from tether.runtime.finaltext import full_text
 from tether.runtime.hub import WatchHub
 from tether.runtime.mirror import ChannelError, RunMirror

@@ -2,7 +2,8 @@
 
 Kept import-light: ``tether child`` must reach ``ready`` quickly, so nothing here is
 imported until a submodule is asked for (:mod:`tether.runtime.child`,
-:mod:`tether.runtime.procs`).
+:mod:`tether.runtime.parent`). The turn-runner interface the presenter drives lives one
+layer down in :mod:`tether.agent.runner`; process-group handling in :mod:`tether.procs`.
 """
 
 from __future__ import annotations

@@ -33,15 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
-from tether.runtime.child_io import (
-    ControlFeed,
-    ControlLine,
-    EventLog,
-    first_line,
-    result_fields,
-    utc_now,
-)
-from tether.runtime.runner import (
+from tether.agent.runner import (
     Injection,
     InjectionKind,
     RunnerFactory,
@@ -49,6 +41,14 @@ from tether.runtime.runner import (
     TurnOutcome,
     TurnRequest,
     TurnRunner,
+)
+from tether.runtime.child_io import (
+    ControlFeed,
+    ControlLine,
+    EventLog,
+    first_line,
+    result_fields,
+    utc_now,
 )
 from tether.transports.watch import FileWatcher
 from tether.wire import (

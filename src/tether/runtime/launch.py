@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from tether.runtime import procs
+from tether import procs
 from tether.runtime.outcome import SpawnError
 from tether.runtime.rundir import RunDir, append_line
 from tether.runtime.sidecars import InboxTail

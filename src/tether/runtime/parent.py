@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from tether.runtime import procs
+from tether import procs
 from tether.runtime.finaltext import full_text
 from tether.runtime.hub import WatchHub, shared_hub
 from tether.runtime.launch import absolute_cwd, default_argv, make_inbox, start_child, wire_env

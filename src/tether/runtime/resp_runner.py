@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-:class:`RespRunner` is a :class:`tether.runtime.runner.TurnRunner` for any program that
+:class:`RespRunner` is a :class:`tether.agent.runner.TurnRunner` for any program that
 reads ``USER_INPUT`` frames on stdin and writes message frames (TEXT, THINKING,
 TOOL_CALL, TOOL_RESULT, USAGE, STOP, ...; see :mod:`tether.framing.messages`) on stdout.
 
@@ -62,7 +62,7 @@ Finalize, cancel, failures
   turn ends ``error`` with the exit status and the tail of stderr, and the run follows
   the state table. Every later turn ends ``error`` the same way at once. Only a program
   that cannot be started at all ends the run ``failed``
-  (:class:`~tether.runtime.runner.RunnerSetupError` from :meth:`RespRunner.prepare`).
+  (:class:`~tether.agent.runner.RunnerSetupError` from :meth:`RespRunner.prepare`).
 
 NUL characters cannot travel in bash strings, so they are written as U+FFFD.
 """
@@ -79,6 +79,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from tether import procs
+from tether.agent.runner import (
+    EmitFn,
+    Injection,
+    RunnerSetupError,
+    TurnControl,
+    TurnOutcome,
+    TurnRequest,
+)
 from tether.framing.messages import (
     UNKNOWN_TYPE,
     Error,
@@ -93,15 +102,6 @@ from tether.framing.messages import (
     to_wire_events,
 )
 from tether.framing.resp import Frame, Rejection, encode_frame, open_reader
-from tether.runtime import procs
-from tether.runtime.runner import (
-    EmitFn,
-    Injection,
-    RunnerSetupError,
-    TurnControl,
-    TurnOutcome,
-    TurnRequest,
-)
 from tether.wire.limits import POLL_BUSY_S, SUMMARY_BYTES
 
 __all__ = [

@@ -24,7 +24,7 @@ During a turn the runner pulls from the presenter through :class:`TurnControl`:
 
 Abort (cancel, deadline, a fatal error) is asyncio cancellation of the task running
 :meth:`TurnRunner.run_turn`: the runner must stop at once, ending any tool's process
-group (see :mod:`tether.runtime.procs`), and let the CancelledError propagate.
+group (see :mod:`tether.procs`), and let the CancelledError propagate.
 """
 
 from __future__ import annotations
