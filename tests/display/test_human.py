@@ -238,3 +238,11 @@ def test_several_top_level_runs_get_a_header_at_each_switch() -> None:
     assert err.getvalue() == (
         "» user: first\n━ run-b\n» user: second\n» user: again\n━ run-a\n» user: back\n"
     )
+
+
+def test_a_done_run_whose_last_turn_failed_says_so() -> None:
+    from tether.display import ended_label
+
+    assert ended_label("done", "error") == "done, last turn failed"
+    assert ended_label("done", "end_turn") == "done"
+    assert ended_label("failed", "error") == "failed"

@@ -274,6 +274,7 @@ def replay(record: RunRecord | None, path: Path, display: Any) -> str:
             truncated=record.truncated,
             elapsed_s=record.elapsed_s or 0.0,
             error=record.error,
+            stop_reason=end.stop_reason,
         )
         return record.status
     presenter.end(
@@ -283,5 +284,6 @@ def replay(record: RunRecord | None, path: Path, display: Any) -> str:
         truncated=end.truncated,
         elapsed_s=0.0,
         error=end.error,
+        stop_reason=end.stop_reason,
     )
     return end.status

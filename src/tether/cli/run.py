@@ -167,6 +167,7 @@ async def _main(args: argparse.Namespace, task: str) -> int:
         truncated=result.truncated,
         elapsed_s=result.elapsed_s,
         error=result.error,
+        stop_reason=result.stop_reason,
     )
     display.close()
     return exit_code(result.status, result.stop_reason)
@@ -209,11 +210,14 @@ class Presenter:
         truncated: bool,
         elapsed_s: float,
         error: str | None,
+        stop_reason: str | None = None,
     ) -> None:
+        from tether.display import ended_label
+
         if status != "done" and error:
             self.display.notice(f"run {status}: {error}", level="error")
         self.display.final(
-            status=status,
+            status=ended_label(status, stop_reason),
             final_text=final_text,
             usage=usage,
             truncated=truncated,

@@ -35,7 +35,24 @@ from tether.display.boundary import Boundary, Item, Notice, UserInput
 if TYPE_CHECKING:
     from tether.wire import AnyEvent
 
-__all__ = ["Display", "Item", "Notice", "Output", "Renderer", "UserInput", "open_display"]
+__all__ = [
+    "Display",
+    "Item",
+    "Notice",
+    "Output",
+    "Renderer",
+    "UserInput",
+    "ended_label",
+    "open_display",
+]
+
+
+def ended_label(status: str, stop_reason: str | None) -> str:
+    """How the footer names a run's end: a `done` run whose last turn failed says so."""
+    if status == "done" and stop_reason == "error":
+        return "done, last turn failed"
+    return status
+
 
 Output = Literal["human", "stream-json", "wire"]
 DEFAULT_WIDTH = 80

@@ -88,6 +88,8 @@ class WireReplay:
         """Draw the final answer if the top run ended; True when it did."""
         from msgspec import UNSET
 
+        from tether.display import ended_label
+
         result, exit_ = self._result, self._exit
         if result is None and exit_ is None:
             return False
@@ -97,12 +99,14 @@ class WireReplay:
             self._display.notice(f"run {status}: {error}", level="error")
         text = usage = None
         truncated = False
+        stop_reason = None
         if result is not None:
+            stop_reason = result.stop_reason
             text = None if result.final_text is UNSET else result.final_text
             usage = None if result.usage is UNSET else result.usage
             truncated = result.truncated is True
         self._display.final(
-            status=status,
+            status=ended_label(status, stop_reason),
             final_text=text or "",
             usage=usage,
             truncated=truncated,
