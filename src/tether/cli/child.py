@@ -85,6 +85,17 @@ def wire_env(env: Mapping[str, str], name: str) -> str | None:
     return None
 
 
+def _lifeline(env: dict[str, str]) -> int | None:
+    """The read end of the parent's lifeline pipe (``TETHER_LIFELINE_FD``), if any.
+
+    The variable is removed from ``env`` and this process's environment: a number that
+    names our descriptor means nothing (or something else) in the processes we start.
+    """
+    raw = env.pop("TETHER_LIFELINE_FD", "")
+    os.environ.pop("TETHER_LIFELINE_FD", None)
+    return int(raw) if raw.isdigit() else None
+
+
 def _options(pairs: list[str]) -> dict[str, str] | str:
     options: dict[str, str] = {}
     for pair in pairs:
@@ -116,6 +127,7 @@ def main(argv: list[str], prog: str) -> int:
     args = _build_parser(prog).parse_args(argv)
     command = command or args.command
     env = dict(os.environ)
+    lifeline = _lifeline(env)
     control = wire_env(env, "CONTROL_PATH")
     events = wire_env(env, "EVENT_PATH")
     run = wire_env(env, "RUN_ID") or "run"
@@ -176,6 +188,7 @@ def main(argv: list[str], prog: str) -> int:
         force_polling=polling_forced(env),
         ready_sent=True,
         early_signals=early,
+        lifeline_fd=lifeline,
     )
     return run_child(child, log)
 

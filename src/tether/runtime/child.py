@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import signal
 import sys
 import time
@@ -102,6 +103,7 @@ class ChildOptions(NamedTuple):
     force_polling: bool = False
     ready_sent: bool = False  # the caller already wrote `ready` (before importing asyncio)
     early_signals: list[int] | None = None  # signals caught before the loop took over
+    lifeline_fd: int | None = None  # EOF on it: the parent process is gone
 
 
 class _TurnControl:
@@ -175,6 +177,7 @@ class Presenter:
             self.log.emit(Ready)
         self.state = advance(self.state, Internal.STARTED).next_state
         self._arm(loop)
+        self._watch_lifeline(loop)
         if self.options.early_signals:
             self.fail(f"terminated by {signal.Signals(self.options.early_signals[0]).name}")
         self._reader = asyncio.create_task(self._guard(self._read_controls()))
@@ -193,6 +196,29 @@ class Presenter:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 loop.add_signal_handler(sig, self.fail, f"terminated by {sig.name}")
+
+    def _watch_lifeline(self, loop: asyncio.AbstractEventLoop) -> None:
+        fd = self.options.lifeline_fd
+        if fd is None:
+            return
+        try:
+            os.set_blocking(fd, False)
+            os.set_inheritable(fd, False)  # tools and programs we start must not hold it
+            loop.add_reader(fd, self._on_lifeline, loop, fd)
+        except (OSError, ValueError):
+            return  # not a usable descriptor: run without a lifeline
+
+    def _on_lifeline(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        try:
+            data = os.read(fd, 64)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            return  # nothing is ever written; ignore stray bytes
+        loop.remove_reader(fd)
+        self.fail("the parent went away (its lifeline pipe closed)")
 
     async def _close(self) -> None:
         if self._timer is not None:

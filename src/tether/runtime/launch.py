@@ -54,22 +54,37 @@ def make_inbox(run: RunDir, db: Path | None) -> InboxTail | None:
     return InboxTail(run.inbox, run.run_id, db)
 
 
+LIFELINE_ENV = "TETHER_LIFELINE_FD"
+
+
 async def start_child(
     command: list[str], run: RunDir, cwd: str | os.PathLike[str] | None, env: dict[str, str]
-) -> asyncio.subprocess.Process:
+) -> tuple[asyncio.subprocess.Process, int]:
+    """Start the child in its own process group; returns it and the lifeline's write end.
+
+    The lifeline is a pipe whose read end the child holds (``TETHER_LIFELINE_FD``): the
+    parent keeps the write end open for the run's life, so if the parent process dies the
+    kernel closes it, the child reads EOF and ends its run instead of waiting forever.
+    (The daemon starts its children without one: they must outlive it.)
+    """
     fd = os.open(run.stderr, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    lifeline_read, lifeline_write = os.pipe()
     try:
-        return await asyncio.create_subprocess_exec(
+        proc = await asyncio.create_subprocess_exec(
             *command,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=fd,
             stderr=fd,
             cwd=cwd,
-            env=env,
+            env={**env, LIFELINE_ENV: str(lifeline_read)},
+            pass_fds=(lifeline_read,),
             **procs.NEW_GROUP,
         )
     except OSError as exc:
+        os.close(lifeline_write)
         append_line(run.stderr, f"tether: cannot start {shlex.join(command)}: {exc}".encode())
         raise SpawnError(f"cannot start the child ({shlex.join(command)}): {exc}") from exc
     finally:
         os.close(fd)
+        os.close(lifeline_read)
+    return proc, lifeline_write

@@ -123,6 +123,7 @@ class RunHandle:
         run: RunDir,
         task: str,
         proc: asyncio.subprocess.Process,
+        lifeline: int | None,
         mirror: RunMirror,
         timeouts: Timeouts,
         hub: WatchHub,
@@ -138,6 +139,7 @@ class RunHandle:
         self.mirror = mirror
         self.timeouts = timeouts
         self._proc = proc
+        self._lifeline = lifeline  # closed when the run has ended (see launch.start_child)
         self._hub = hub
         self._close_when_idle = close_when_idle
         self._clock = clock
@@ -453,6 +455,9 @@ class RunHandle:
 
     async def _finish(self) -> None:
         self._ended = True
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
         self._hub.unsubscribe(self.run_dir.events, self._token)
         self._tail.close()
         if self._nested is not None:
@@ -591,7 +596,7 @@ async def spawn(
         )
         await recorder.start(row)
     try:
-        proc = await start_child(command, run, cwd, child_env)
+        proc, lifeline = await start_child(command, run, cwd, child_env)
     except SpawnError as exc:
         if recorder is not None:
             await recorder.finish(Result("failed", error=str(exc), run_id=run.run_id))
@@ -602,6 +607,7 @@ async def spawn(
         run=run,
         task=task,
         proc=proc,
+        lifeline=lifeline,
         mirror=mirror,
         timeouts=timeouts or Timeouts(),
         hub=hub or shared_hub(),
