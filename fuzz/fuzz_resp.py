@@ -11,8 +11,11 @@ else a bounded random loop: ``python fuzz/fuzz_resp.py [iterations]``.
 
 from __future__ import annotations
 
-import random
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
 
 from tether.framing import messages
 from tether.framing.resp import HiredisReader, PureReader, Rejection, encode_frame
@@ -61,39 +64,9 @@ def one_input(data: bytes) -> None:
                 messages.to_wire_events(message)
 
 
-def mutate(rng: random.Random, data: bytes) -> bytes:
-    buf = bytearray(data)
-    for _ in range(rng.randint(1, 8)):
-        op = rng.randrange(4)
-        pos = rng.randrange(len(buf) + 1)
-        if op == 0 and buf:
-            del buf[min(pos, len(buf) - 1)]
-        elif op == 1:
-            buf.insert(pos, rng.randrange(256))
-        elif op == 2:
-            buf[pos:pos] = rng.choice(TOKENS)
-        elif buf:
-            buf[min(pos, len(buf) - 1)] = rng.randrange(256)
-    return bytes(buf)
-
-
 def random_loop(iterations: int, seed: int = 0) -> int:
-    rng = random.Random(seed)
-    for _ in range(iterations):
-        one_input(mutate(rng, rng.choice(SEEDS)))
-    return iterations
-
-
-def main() -> None:
-    try:
-        import atheris  # type: ignore[import-not-found]
-    except ImportError:
-        count = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-        print(f"atheris not installed; random loop over {random_loop(count)} inputs: ok")
-        return
-    atheris.Setup(sys.argv, one_input)
-    atheris.Fuzz()
+    return harness.random_loop(one_input, SEEDS, TOKENS, iterations, seed)
 
 
 if __name__ == "__main__":
-    main()
+    harness.main(one_input, SEEDS, TOKENS, 100_000)

@@ -6,12 +6,16 @@ else a bounded random loop: ``python fuzz/fuzz_wire.py [iterations]``.
 
 from __future__ import annotations
 
-import random
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
 
 from tether.wire import Receiver, Rejection, decode, normalize
 from tether.wire.lines import LineSplitter
 
+TOKENS = [b"{", b"}", b'"', b"\\u", b"1e999", b"\n", b"[", b"null", b"\xff"]
 SEEDS = [
     b'{"v":1,"seq":1,"type":"prompt","run":"r","text":"x"}',
     b'{"v":1,"seq":2,"type":"control-ack","run":"r","ref":1,"status":"accepted"}',
@@ -41,41 +45,9 @@ def one_input(data: bytes) -> None:
     normalize({"type": "tool-call", "name": text, "arguments": text})
 
 
-def mutate(rng: random.Random, data: bytes) -> bytes:
-    buf = bytearray(data)
-    for _ in range(rng.randint(1, 8)):
-        op = rng.randrange(4)
-        pos = rng.randrange(len(buf) + 1)
-        if op == 0 and buf:
-            del buf[min(pos, len(buf) - 1)]
-        elif op == 1:
-            buf.insert(pos, rng.randrange(256))
-        elif op == 2:
-            buf[pos:pos] = rng.choice(
-                [b"{", b"}", b'"', b"\\u", b"1e999", b"\n", b"[", b"null", b"\xff"]
-            )
-        elif buf:
-            buf[min(pos, len(buf) - 1)] = rng.randrange(256)
-    return bytes(buf)
-
-
 def random_loop(iterations: int, seed: int = 0) -> int:
-    rng = random.Random(seed)
-    for _ in range(iterations):
-        one_input(mutate(rng, rng.choice(SEEDS)))
-    return iterations
-
-
-def main() -> None:
-    try:
-        import atheris  # type: ignore[import-not-found]
-    except ImportError:
-        count = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
-        print(f"atheris not installed; random loop over {random_loop(count)} inputs: ok")
-        return
-    atheris.Setup(sys.argv, one_input)
-    atheris.Fuzz()
+    return harness.random_loop(one_input, SEEDS, TOKENS, iterations, seed)
 
 
 if __name__ == "__main__":
-    main()
+    harness.main(one_input, SEEDS, TOKENS, 200_000)
