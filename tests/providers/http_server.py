@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tether.agent.provider import ModelRequest, Provider, ProviderError, StreamEvent
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
@@ -158,3 +160,18 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+async def collect(
+    provider: Provider, request: ModelRequest
+) -> tuple[list[StreamEvent], ProviderError | None]:
+    """Every event the provider streams for ``request``, and the error that ended it, if any."""
+    events: list[StreamEvent] = []
+    try:
+        async for event in provider.stream(request):
+            events.append(event)
+    except ProviderError as exc:
+        return events, exc
+    finally:
+        await provider.aclose()
+    return events, None

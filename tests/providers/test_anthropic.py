@@ -28,7 +28,7 @@ from tether.agent.provider import (
 from tether.agent.providers import InvalidToolUse, ProviderHTTPError
 from tether.agent.providers.anthropic import AnthropicProvider
 
-from .http_server import LocalServer, Reply, fixture, free_port
+from .http_server import LocalServer, Reply, collect, fixture, free_port
 
 KEY_ENV = {"ANTHROPIC_API_KEY": "sk-ant-test"}
 HELLO = ModelRequest(model="claude-sonnet-4-5", messages=(UserTurn("Hi"),), max_tokens=1024)
@@ -39,20 +39,6 @@ def provider(url: str, env: dict[str, str] | None = None, **options: str) -> Ant
     return AnthropicProvider(
         model="claude-sonnet-4-5", env=KEY_ENV if env is None else env, options=opts
     )
-
-
-async def collect(
-    p: AnthropicProvider, request: ModelRequest
-) -> tuple[list[StreamEvent], ProviderError | None]:
-    events: list[StreamEvent] = []
-    try:
-        async for event in p.stream(request):
-            events.append(event)
-    except ProviderError as exc:
-        return events, exc
-    finally:
-        await p.aclose()
-    return events, None
 
 
 def run(

@@ -28,7 +28,7 @@ from tether.agent.provider import (
 from tether.agent.providers import InvalidToolUse, ProviderHTTPError
 from tether.agent.providers.openai import OpenAIProvider
 
-from .http_server import LocalServer, Reply, fixture, free_port
+from .http_server import LocalServer, Reply, collect, fixture, free_port
 
 HELLO = ModelRequest(model="gpt-4o-mini", messages=(UserTurn("Hi"),), max_tokens=256)
 
@@ -37,20 +37,6 @@ def provider(url: str, env: dict[str, str] | None = None, **options: str) -> Ope
     opts = {"base_url": url + "/v1", "retry_delay": "0.01", **options}
     env = {"OPENAI_API_KEY": "sk-test"} if env is None else env
     return OpenAIProvider(model="gpt-4o-mini", env=env, options=opts)
-
-
-async def collect(
-    p: OpenAIProvider, request: ModelRequest
-) -> tuple[list[StreamEvent], ProviderError | None]:
-    events: list[StreamEvent] = []
-    try:
-        async for event in p.stream(request):
-            events.append(event)
-    except ProviderError as exc:
-        return events, exc
-    finally:
-        await p.aclose()
-    return events, None
 
 
 def run(
