@@ -14,7 +14,6 @@ from tether.framing.resp import (
     Code,
     Frame,
     FrameReader,
-    HiredisReader,
     NeedData,
     PureReader,
     ReaderStatistics,
@@ -24,6 +23,7 @@ from tether.framing.resp import (
     hiredis_available,
     open_reader,
 )
+from tether.framing.resp_hiredis import HiredisReader
 
 __all__ = [
     "NEED_DATA",
