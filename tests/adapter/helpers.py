@@ -20,15 +20,14 @@ from typing import Any
 
 import pytest
 
+from tests.event_files import Event, read_events, wait_for_event
 from tether import procs
-from tether.wire import Receiver, Rejection
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "examples" / "bash-agent" / "agent.sh"
 LIB = ROOT / "src" / "tether" / "framing" / "tether.sh"
 WAIT_S = 20.0
 
-Event = dict[str, Any]
 
 # bash-agent's writer, verbatim from the spec (message-protocol-and-display.md).
 SPEC_WRITER = r"""
@@ -106,32 +105,21 @@ class AdapterChild:
     # -- events -----------------------------------------------------------------------
 
     def events(self) -> list[Event]:
-        if not self.events_path.exists():
-            return []
-        lines = self.events_path.read_bytes().split(b"\n")[:-1]
-        receiver = Receiver("event")
-        out = []
-        for line in lines:
-            result = receiver.receive(line)
-            assert not isinstance(result, Rejection), f"bad event line {line!r}: {result}"
-            out.append(json.loads(line))
-        return out
+        """The complete event lines so far, each validated (type, envelope, seq order)."""
+        return read_events(self.events_path)
 
     def wait_for(
         self, predicate: Callable[[Event], bool], *, count: int = 1, timeout: float = WAIT_S
     ) -> Event:
-        deadline = time.monotonic() + timeout
-        while True:
-            matches = [e for e in self.events() if predicate(e)]
-            if len(matches) >= count:
-                return matches[count - 1]
-            exited = self.proc is not None and self.proc.poll() is not None
-            if exited or time.monotonic() > deadline:
-                matches = [e for e in self.events() if predicate(e)]
-                if len(matches) >= count:
-                    return matches[count - 1]
-                pytest.fail(f"no matching event (exited={exited})\n{self.describe()}")
-            time.sleep(0.01)
+        """Wait for the ``count``-th event that matches; returns it."""
+        return wait_for_event(
+            self.events,
+            predicate,
+            proc=self.proc,
+            describe=self.describe,
+            count=count,
+            timeout=timeout,
+        )
 
     def wait_type(self, kind: str, *, count: int = 1) -> Event:
         return self.wait_for(lambda e: e["type"] == kind, count=count)

@@ -13,19 +13,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tether.wire import Receiver, Rejection
+from tests.event_files import Event, read_events, wait_for_event
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 WAIT_S = 20.0
-
-Event = dict[str, Any]
 
 
 class Child:
@@ -128,35 +124,20 @@ class Child:
 
     def events(self) -> list[Event]:
         """The complete event lines so far, each validated (type, envelope, seq order)."""
-        if not self.events_path.exists():
-            return []
-        data = self.events_path.read_bytes()
-        lines = data.split(b"\n")[:-1]  # a partial last line is not an event yet
-        receiver = Receiver("event")
-        out = []
-        for line in lines:
-            result = receiver.receive(line)
-            assert not isinstance(result, Rejection), f"bad event line {line!r}: {result}"
-            out.append(json.loads(line))
-        return out
+        return read_events(self.events_path)
 
     def wait_for(
         self, predicate: Callable[[Event], bool], *, count: int = 1, timeout: float = WAIT_S
     ) -> Event:
         """Wait for the ``count``-th event that matches; returns it."""
-        deadline = time.monotonic() + timeout
-        while True:
-            matches = [e for e in self.events() if predicate(e)]
-            if len(matches) >= count:
-                return matches[count - 1]
-            if time.monotonic() > deadline:
-                pytest.fail(f"no matching event within {timeout}s\n{self.describe()}")
-            if self.proc is not None and self.proc.poll() is not None:
-                matches = [e for e in self.events() if predicate(e)]
-                if len(matches) >= count:
-                    return matches[count - 1]
-                pytest.fail(f"child exited before the event\n{self.describe()}")
-            time.sleep(0.01)
+        return wait_for_event(
+            self.events,
+            predicate,
+            proc=self.proc,
+            describe=self.describe,
+            count=count,
+            timeout=timeout,
+        )
 
     def ack(self, ref: int) -> Event:
         return self.wait_for(lambda e: e["type"] == "control-ack" and e.get("ref") == ref)
