@@ -85,28 +85,37 @@ class ToolResult(DisplayEvent, tag="tool-result", frozen=True, kw_only=True):
     result: Any | UnsetType = UNSET
 
 
-class AssistantText(DisplayEvent, tag="assistant-text", frozen=True, kw_only=True):
+class _ContentBlock(DisplayEvent, frozen=True, kw_only=True):
+    """What whole text and thinking blocks share."""
+
     final: bool = field(name="final?")
     content_index: SafeInt | UnsetType = field(default=UNSET, name="content-index")
     text: str | UnsetType = UNSET
 
 
-class AssistantThinking(DisplayEvent, tag="assistant-thinking", frozen=True, kw_only=True):
-    final: bool = field(name="final?")
-    content_index: SafeInt | UnsetType = field(default=UNSET, name="content-index")
-    text: str | UnsetType = UNSET
+class AssistantText(_ContentBlock, tag="assistant-text", frozen=True, kw_only=True):
+    pass
 
 
-class AssistantTextDelta(DisplayEvent, tag="assistant-text-delta", frozen=True, kw_only=True):
+class AssistantThinking(_ContentBlock, tag="assistant-thinking", frozen=True, kw_only=True):
+    pass
+
+
+class _ContentDelta(DisplayEvent, frozen=True, kw_only=True):
+    """What text and thinking deltas share."""
+
     content_index: SafeInt | UnsetType = field(default=UNSET, name="content-index")
     delta: str | UnsetType = UNSET
+
+
+class AssistantTextDelta(_ContentDelta, tag="assistant-text-delta", frozen=True, kw_only=True):
+    pass
 
 
 class AssistantThinkingDelta(
-    DisplayEvent, tag="assistant-thinking-delta", frozen=True, kw_only=True
+    _ContentDelta, tag="assistant-thinking-delta", frozen=True, kw_only=True
 ):
-    content_index: SafeInt | UnsetType = field(default=UNSET, name="content-index")
-    delta: str | UnsetType = UNSET
+    pass
 
 
 class AssistantStreamEnd(DisplayEvent, tag="assistant-stream-end", frozen=True, kw_only=True):
@@ -117,19 +126,28 @@ class User(DisplayEvent, tag="user", frozen=True, kw_only=True):
     text: str | UnsetType = UNSET
 
 
-class SteeringInjected(DisplayEvent, tag="steering-injected", frozen=True, kw_only=True):
+class _Injected(DisplayEvent, frozen=True, kw_only=True):
+    """Queued text the agent took in; ``ref`` is the seq of the control that queued it."""
+
     text: str | UnsetType = UNSET
     ref: PositiveInt | UnsetType = UNSET
 
 
-class FollowUpInjected(DisplayEvent, tag="follow-up-injected", frozen=True, kw_only=True):
-    text: str | UnsetType = UNSET
-    ref: PositiveInt | UnsetType = UNSET
+class SteeringInjected(_Injected, tag="steering-injected", frozen=True, kw_only=True):
+    pass
 
 
-class LlmStart(DisplayEvent, tag="llm-start", frozen=True, kw_only=True):
+class FollowUpInjected(_Injected, tag="follow-up-injected", frozen=True, kw_only=True):
+    pass
+
+
+class _ModelNamed(DisplayEvent, frozen=True, kw_only=True):
     provider: str | UnsetType = UNSET
     model: str | UnsetType = UNSET
+
+
+class LlmStart(_ModelNamed, tag="llm-start", frozen=True, kw_only=True):
+    pass
 
 
 class LlmEnd(DisplayEvent, tag="llm-end", frozen=True, kw_only=True):
@@ -137,9 +155,8 @@ class LlmEnd(DisplayEvent, tag="llm-end", frozen=True, kw_only=True):
     usage: Object | UnsetType = UNSET
 
 
-class AgentStarted(DisplayEvent, tag="agent-started", frozen=True, kw_only=True):
-    provider: str | UnsetType = UNSET
-    model: str | UnsetType = UNSET
+class AgentStarted(_ModelNamed, tag="agent-started", frozen=True, kw_only=True):
+    pass
 
 
 class AgentTurnComplete(DisplayEvent, tag="agent-turn-complete", frozen=True, kw_only=True):
