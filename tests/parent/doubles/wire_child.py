@@ -209,7 +209,8 @@ class Child:
             cut = text[:60_000]
             fields: dict[str, object] = {"truncated": True}
             if self.mode == "long-result":
-                fd, path = tempfile.mkstemp(prefix="tether-final-", suffix=".txt")
+                spill = os.path.dirname(self.event_path)  # the run dir, as the real child does
+                fd, path = tempfile.mkstemp(prefix="final-text-", suffix=".txt", dir=spill)
                 os.write(fd, text.encode())
                 os.close(fd)
                 fields["final_text_path"] = path
@@ -258,6 +259,10 @@ class Child:
         if self.mode == "ignore-cancel":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             subprocess.Popen(["sleep", "3600"])  # a grandchild in our process group
+        self.serve()
+
+    def serve(self) -> None:
+        """Answer controls and run turns until the run is over (the deadline included)."""
         while not is_terminal(self.state):
             if self.deadline is not None and time.time() >= self.deadline:
                 self.state = advance(self.state, Internal.DEADLINE).next_state

@@ -1,0 +1,25 @@
+"""Test doubles shared by every test package: ``hostile_child.py`` (one program, many modes)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HOSTILE = Path(__file__).parent / "hostile_child.py"
+
+
+def hostile(
+    mode: str,
+    *,
+    arg: str | Path = "",
+    size: int | None = None,
+    count: int | None = None,
+    turn_ms: int = 50,
+) -> list[str]:
+    """argv of the hostile TEST DOUBLE child in ``mode`` (see ``hostile_child.py --list``)."""
+    argv = [sys.executable, str(HOSTILE), mode, "--arg", str(arg), "--turn-ms", str(turn_ms)]
+    if size is not None:
+        argv += ["--size", str(size)]
+    if count is not None:
+        argv += ["--count", str(count)]
+    return argv
