@@ -243,7 +243,14 @@ def test_registry(tmp_path: Path) -> None:
 def test_result_fits_or_spills(tmp_path: Path) -> None:
     usage = {"input": 1, "output": 2}
     short = result_fields("short", "stop", usage, run="r", spill_dirs=[tmp_path])
-    assert short == {"final_text": "short", "stop_reason": "stop", "usage": usage}
+    assert short == {
+        "final_text": "short",
+        "stop_reason": "stop",
+        "usage": usage,
+        "context": "complete",
+    }
+    partial = result_fields("cut", "aborted", usage, run="r", spill_dirs=[], context="partial")
+    assert partial["context"] == "partial"
     text = "\x01" * 60_000  # escapes to six bytes each: the cut must halve to fit
     long = result_fields(text, "stop", usage, run="r", spill_dirs=[tmp_path])
     assert long["truncated"] is True

@@ -100,6 +100,7 @@ def test_ready_finalize_runs_the_tool_free_turn(make_child: MakeChild) -> None:
     assert user["text"].startswith("Stop working now. Without calling tools")
     assert "tool-call" not in types(events)  # tool choice none drops the scripted call
     assert events[-2]["final-text"] == "The final answer."
+    assert events[-2]["context"] == "partial"  # a forced answer, from what it had so far
     assert [e["turn"] for e in events if e["type"] == "turn-started"] == [1]
 
 

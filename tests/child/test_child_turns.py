@@ -29,6 +29,8 @@ def test_streaming_deltas_then_whole_blocks(make_child: MakeChild) -> None:
     assert whole["text"] == "Streamed."
     assert whole["final?"] is True
     assert whole["content-index"] == 1
+    assert events[-2]["type"] == "result"
+    assert events[-2]["context"] == "complete"
     lifecycle = {"ready", "turn-started", "turn-complete", "control-ack", "result", "exit"}
     for event in events:
         if event["type"] not in lifecycle:
@@ -54,6 +56,7 @@ def test_provider_error_ends_the_turn_with_error_and_the_run_goes_on(
     assert done["status"] == "error"
     assert events[-2]["final-text"] == "recovered"
     assert events[-2]["stop-reason"] == "stop"
+    assert events[-2]["context"] == "complete"  # the last turn decides
 
 
 def test_exhausted_script_is_a_clear_provider_error(make_child: MakeChild) -> None:
@@ -72,6 +75,7 @@ def test_exhausted_script_is_a_clear_provider_error(make_child: MakeChild) -> No
     # the result comes from the run's last assistant message, with the run's usage
     assert events[-2]["final-text"] == "Hello from the scripted agent."
     assert events[-2]["stop-reason"] == "error"
+    assert events[-2]["context"] == "partial"  # the last turn failed
 
 
 def test_long_final_text_spills_to_a_private_file(make_child: MakeChild) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from msgspec import UNSET
 
 from tether.wire import (
     MAX_LINE_BYTES,
@@ -11,6 +12,8 @@ from tether.wire import (
     ControlAck,
     Prompt,
     Rejection,
+    Result,
+    Sender,
     ToolResult,
     decode,
     encode,
@@ -162,7 +165,17 @@ def test_validate_dicts_and_structs() -> None:
 
 
 def test_extra_fields_are_accepted_and_recoverable() -> None:
-    line = '{"v":1,"seq":1,"type":"result","run":"r","stop-reason":"s","context":"complete"}'
+    line = '{"v":1,"seq":1,"type":"result","run":"r","stop-reason":"s","next":[1]}'
     assert not isinstance(decode(line, "event"), Rejection)
-    assert extra_fields(line, "event") == {"context": "complete"}
+    assert extra_fields(line, "event") == {"next": [1]}
     assert extra_fields("{", "event") == {}
+
+
+@pytest.mark.parametrize("context", [None, "complete", "partial", "later-value"])
+def test_result_decodes_with_and_without_context(context: str | None) -> None:
+    extra = "" if context is None else f',"context":"{context}"'
+    line = '{"v":1,"seq":1,"type":"result","run":"r","stop-reason":"s"' + extra + "}"
+    message = decode(line, "event")
+    assert isinstance(message, Result)
+    assert message.context == (UNSET if context is None else context)
+    assert isinstance(Sender("r").next(Result, stop_reason="s", context="partial"), bytes)

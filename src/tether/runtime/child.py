@@ -86,6 +86,8 @@ DEADLINE_ERROR: Final = "run deadline exceeded"
 UNWIND_GRACE_S: Final = 1.0
 # Reads of control lines already in the file when the run exits (each <= 64 lines).
 FINAL_DRAIN_READS: Final = 16
+# A last turn that stopped this way leaves a partial answer (``result.context``).
+PARTIAL_STOPS: Final = frozenset({"aborted", "error"})
 
 _INJECTION_KINDS: Final[dict[str, InjectionKind]] = {
     "prompt": "user",
@@ -492,8 +494,15 @@ class Presenter:
             {"input": 0, "output": 0} | self.usage,
             run=self.log.run,
             spill_dirs=spill,
+            context=self._answer_context(),
         )
         self.log.emit(Result, **fields)
+
+    def _answer_context(self) -> str:
+        """``partial`` when the answer was forced (finalize) or its turn was cut short."""
+        if self.turn_final or self.last_stop in PARTIAL_STOPS:
+            return "partial"
+        return "complete"
 
     # -- display events ---------------------------------------------------------------
 

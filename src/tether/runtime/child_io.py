@@ -112,7 +112,13 @@ class EventLog:
 
 
 def result_fields(
-    text: str, stop_reason: str, usage: Mapping[str, Any], *, run: str, spill_dirs: list[Path]
+    text: str,
+    stop_reason: str,
+    usage: Mapping[str, Any],
+    *,
+    run: str,
+    spill_dirs: list[Path],
+    context: str = "complete",
 ) -> dict[str, Any]:
     """The ``result`` fields for ``text``: whole when it fits one line, else cut and spilled.
 
@@ -120,7 +126,12 @@ def result_fields(
     of ``spill_dirs`` that works, named by ``final_text_path``; the line carries a UTF-8
     prefix of at most RESULT_TEXT_BYTES, halved until the line fits, with ``truncated``.
     """
-    fields: dict[str, Any] = {"final_text": text, "stop_reason": stop_reason, "usage": dict(usage)}
+    fields: dict[str, Any] = {
+        "final_text": text,
+        "stop_reason": stop_reason,
+        "usage": dict(usage),
+        "context": context,
+    }
     if _fits(fields, run):
         return fields
     path = spill_text(text, spill_dirs)

@@ -206,6 +206,9 @@ class Result(Event, tag="result", frozen=True, kw_only=True):
     usage: Object | UnsetType = UNSET
     truncated: bool | UnsetType = field(default=UNSET, name="truncated?")
     final_text_path: str | UnsetType = field(default=UNSET, name="final-text-path")
+    # Fen's revision of the schema: "complete", or "partial" when the answer was forced
+    # (finalize) or the last turn did not end normally. Any string decodes (open objects).
+    context: str | UnsetType = UNSET
 
 
 class Exit(Event, tag="exit", frozen=True, kw_only=True):
