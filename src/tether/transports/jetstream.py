@@ -1,0 +1,190 @@
+"""Channels over NATS JetStream (``pip install 'tether[nats]'``).
+
+Theory of operation: one JetStream stream (``TETHER_<PREFIX>``) holds every channel of a
+cluster, one subject per channel (``<prefix>.ch.<name>``). The stream sequence is the
+offset: strictly increasing, opaque to callers, never reused. An append is a JetStream
+publish that waits for the server's acknowledgement; with ``msg_id`` it carries the
+``Nats-Msg-Id`` header, so a retry inside the stream's duplicate window (two minutes) is
+answered with the first sequence and stores nothing. A tail is an ordered consumer that
+starts at ``after + 1`` and filters on the channel's subject: it redelivers nothing and
+recreates itself after a lost connection. Commits live in a KV bucket
+(``<prefix>_offsets``), one key per (consumer, channel), updated with a revision check so
+they only move forward even with two writers.
+
+Durability: JetStream acknowledges a publish once the stream's leader has it in memory
+and, with ``replicas > 1``, once a quorum of nodes has it; it fsyncs on an interval
+(``sync_interval`` in the server's configuration, two minutes by default). A single node
+that must not lose an acknowledged line needs ``sync_interval: always``; a cluster should
+use ``replicas=3``. See ``docs/scale-out.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from tether.transports.channel import (
+    ChannelError,
+    Entry,
+    Skipped,
+    check_consumer,
+    check_line,
+    check_msg_id,
+    check_name,
+)
+from tether.wire.limits import MAX_LINE_BYTES
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from nats.js.client import JetStreamContext
+    from nats.js.kv import KeyValue
+
+__all__ = ["JetStreamChannel", "open_jetstream"]
+
+DUPLICATE_WINDOW_S = 120.0
+# A tail holds at most this many undelivered messages (and bytes) in memory.
+TAIL_PENDING_MSGS = 1024
+TAIL_PENDING_BYTES = 16 * 1024 * 1024
+
+
+async def open_jetstream(
+    url: str = "nats://127.0.0.1:4222",
+    *,
+    prefix: str = "tether",
+    replicas: int = 1,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    connect_options: dict[str, Any] | None = None,
+) -> JetStreamChannel:
+    """Connect, make sure the stream and the commit bucket exist, and return the channel.
+
+    ``connect_options`` go to ``nats.connect`` as they are (``user_credentials``, ``tls``,
+    ``nkeys_seed``, reconnect settings). Close the result with :meth:`JetStreamChannel.aclose`.
+    """
+    import nats
+
+    check_consumer(prefix)
+    options: dict[str, Any] = {"max_reconnect_attempts": -1, "reconnect_time_wait": 0.2}
+    options.update(connect_options or {})
+    try:
+        client = await nats.connect(url, **options)
+    except Exception as error:  # nats raises many unrelated types here
+        raise ChannelError(f"cannot reach NATS at {url}: {error}") from error
+    channel = JetStreamChannel(client, prefix=prefix, max_line_bytes=max_line_bytes)
+    try:
+        await channel.ensure(replicas=replicas)
+    except BaseException:
+        await client.close()
+        raise
+    return channel
+
+
+class JetStreamChannel:
+    """The :class:`tether.transports.channel.Channel` interface over one JetStream stream."""
+
+    def __init__(self, client: Client, *, prefix: str, max_line_bytes: int) -> None:
+        self.client = client
+        self.js: JetStreamContext = client.jetstream()
+        self.prefix = prefix
+        self.stream = f"TETHER_{prefix.upper().replace('-', '_')}"
+        self.max_line_bytes = max_line_bytes
+        self._offsets: KeyValue | None = None
+
+    async def ensure(self, *, replicas: int = 1) -> None:
+        """Create the stream and the commit bucket if they are missing."""
+        from nats.js.api import KeyValueConfig, StorageType, StreamConfig
+        from nats.js.errors import BucketNotFoundError, NotFoundError
+
+        config = StreamConfig(
+            name=self.stream,
+            subjects=[f"{self.prefix}.ch.>"],
+            storage=StorageType.FILE,
+            num_replicas=replicas,
+            duplicate_window=DUPLICATE_WINDOW_S,
+            max_msg_size=self.max_line_bytes,
+        )
+        try:
+            await self.js.stream_info(self.stream)
+        except NotFoundError:
+            await self.js.add_stream(config)
+        bucket = f"{self.prefix}_offsets"
+        try:
+            self._offsets = await self.js.key_value(bucket)
+        except BucketNotFoundError:
+            self._offsets = await self.js.create_key_value(
+                KeyValueConfig(bucket=bucket, history=1, replicas=replicas)
+            )
+
+    def subject(self, name: str) -> str:
+        return f"{self.prefix}.ch.{check_name(name)}"
+
+    async def append(self, name: str, line: bytes, *, msg_id: str | None = None) -> int:
+        from nats.errors import Error as NatsError
+
+        check_line(line, self.max_line_bytes)
+        headers = None if check_msg_id(msg_id) is None else {"Nats-Msg-Id": msg_id}
+        try:
+            ack = await self.js.publish(self.subject(name), line, headers=headers)
+        except NatsError as error:
+            raise ChannelError(f"append to {name!r} failed: {error}") from error
+        return int(ack.seq)
+
+    async def tail(self, name: str, *, after: int | None = None) -> AsyncIterator[Entry | Skipped]:
+        from nats.js.api import ConsumerConfig, DeliverPolicy
+
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=(after or 0) + 1,
+        )
+        subscription = await self.js.subscribe(
+            self.subject(name),
+            ordered_consumer=True,
+            config=config,
+            pending_msgs_limit=TAIL_PENDING_MSGS,
+            pending_bytes_limit=TAIL_PENDING_BYTES,
+        )
+        try:
+            async for message in subscription.messages:
+                yield Entry(int(message.metadata.sequence.stream), message.data)
+        finally:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+
+    async def commit(self, name: str, consumer: str, offset: int) -> None:
+        from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+
+        kv = self._bucket()
+        key = f"{check_consumer(consumer)}.{check_name(name)}"
+        while True:
+            try:
+                entry = await kv.get(key)
+            except KeyNotFoundError:
+                with contextlib.suppress(KeyWrongLastSequenceError):
+                    await kv.create(key, b"%d" % offset)
+                    return
+                continue
+            if entry.value is not None and int(entry.value) >= offset:
+                return
+            with contextlib.suppress(KeyWrongLastSequenceError):
+                await kv.update(key, b"%d" % offset, last=entry.revision)
+                return
+
+    async def committed(self, name: str, consumer: str) -> int | None:
+        from nats.js.errors import KeyNotFoundError
+
+        key = f"{check_consumer(consumer)}.{check_name(name)}"
+        try:
+            entry = await self._bucket().get(key)
+        except KeyNotFoundError:
+            return None
+        return None if entry.value is None else int(entry.value)
+
+    def _bucket(self) -> KeyValue:
+        if self._offsets is None:
+            raise ChannelError("the channel is not set up: call ensure() first")
+        return self._offsets
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.client.drain()
+        await self.client.close()
