@@ -11,40 +11,16 @@ import os
 import signal
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from tests.nats_server import NatsServer, run_nats_server
+from tests.channels import backend, nats_server, open_channel
 
 from tether.transports.channel import Channel, ChannelError, Entry, FileChannel, Skipped
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    with run_nats_server(tmp_path_factory.mktemp("nats")) as server:
-        yield server
-
-
-@pytest.fixture(params=["file", "jetstream"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    """(kind, where): a directory for files, a server URL and a fresh prefix for NATS."""
-    if request.param == "file":
-        return "file", str(tmp_path / "channels")
-    server: NatsServer = request.getfixturevalue("nats_server")
-    prefix = "t" + os.urandom(4).hex()
-    return "jetstream", f"{server.url} {prefix}"
-
-
-async def open_channel(kind: str, where: str) -> Channel:
-    if kind == "file":
-        return FileChannel(where)
-    from tether.transports.jetstream import open_jetstream
-
-    url, prefix = where.split()
-    return await open_jetstream(url, prefix=prefix)
+__all__ = ["backend", "nats_server"]  # fixtures
 
 
 Body = Callable[[Channel], Awaitable[None]]
@@ -181,7 +157,7 @@ READER = textwrap.dedent(
     """
     import asyncio, sys
     sys.path.insert(0, {root!r})
-    from tests.transports.test_channel_conformance import open_channel
+    from tests.channels import open_channel
 
     async def main():
         channel = await open_channel({kind!r}, {where!r})

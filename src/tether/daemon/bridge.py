@@ -1,0 +1,142 @@
+"""Carrying a local run's files over a channel, both ways, idempotently.
+
+Theory of operation: a child always talks to files on its own host (``control.jsonl``
+down, ``events.jsonl`` and ``inbox.jsonl`` up), so children, shell agents and
+``echo >> "$TETHER_INBOX_PATH"`` work the same everywhere. When its host joins a cluster,
+the host daemon bridges those files to channels (``run.<id>.control``, ``.events``,
+``.inbox``) on a :class:`~tether.transports.channel.Channel`:
+
+- :class:`Outbound` forwards a local file into a channel. Every line goes with
+  ``msg_id = "<run>:<local byte offset>"``, so forwarding a line twice (a bridge killed
+  between publish and commit) stores it once; the bridge's progress (the local offset just
+  past the last forwarded line) is committed on the channel under the ``bridge`` consumer,
+  so a restarted bridge resumes there.
+- :class:`Inbound` appends a channel's control lines to the local control file. A line is
+  written only if its ``seq`` is above the highest already in the file (read at start), so
+  a redelivery after a crash never doubles a control; progress is committed as the
+  channel offset.
+
+Lines are moved as they are: the bridge never re-encodes or judges them (the child and the
+parent validate); a local line over the channel's bound is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import msgspec
+
+from tether.transports.channel import Channel, Entry
+from tether.transports.tail import FileTail, TailStatus
+from tether.wire.lines import Line
+
+__all__ = ["BRIDGE_CONSUMER", "Inbound", "Outbound", "last_seq"]
+
+BRIDGE_CONSUMER = "bridge"
+
+
+class _Seq(msgspec.Struct):
+    seq: int = -1
+
+
+_decode_seq = msgspec.json.Decoder(_Seq)
+
+
+def seq_of(line: bytes) -> int:
+    """The line's ``seq`` (-1 when it has none or is not a JSON object)."""
+    try:
+        return _decode_seq.decode(line).seq
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return -1
+
+
+def last_seq(path: Path) -> int:
+    """The highest ``seq`` among the complete lines of a local file we own (-1 if none)."""
+    highest = -1
+    with FileTail(path) as tail:
+        while True:
+            read = tail.read()
+            if read.status is not TailStatus.OK or not read.items:
+                return highest
+            for item in read.items:
+                if isinstance(item, Line):
+                    highest = max(highest, seq_of(item.data))
+
+
+class Outbound:
+    """Forwards the complete lines of a local file into ``channel_name``."""
+
+    def __init__(self, channel: Channel, channel_name: str, path: Path, *, run_id: str) -> None:
+        self.channel = channel
+        self.name = channel_name
+        self.path = path
+        self.run_id = run_id
+        self.forwarded = 0
+        self.skipped = 0
+        self._tail: FileTail | None = None
+
+    async def start(self) -> None:
+        """Resume just past the last line a previous bridge committed."""
+        offset = await self.channel.committed(self.name, BRIDGE_CONSUMER)
+        self._tail = FileTail(self.path, offset=offset or 0)
+
+    async def pump(self) -> int:
+        """Forward one bounded batch of new lines; how many were forwarded."""
+        assert self._tail is not None, "call start() first"
+        read = self._tail.read()
+        if read.status is TailStatus.TRUNCATED:
+            raise OSError(f"{self.path} shrank: the bridge cannot continue")
+        count = 0
+        for item in read.items:
+            if not isinstance(item, Line) or len(item.data) >= self.channel.max_line_bytes:
+                self.skipped += 1
+                continue
+            msg_id = f"{self.run_id}:{item.offset}"
+            await self.channel.append(self.name, item.data, msg_id=msg_id)
+            count += 1
+        if read.items:
+            await self.channel.commit(self.name, BRIDGE_CONSUMER, self._tail.offset)
+        self.forwarded += count
+        return count
+
+    def close(self) -> None:
+        if self._tail is not None:
+            self._tail.close()
+
+
+class Inbound:
+    """Appends the control lines of ``channel_name`` to a local control file, once each."""
+
+    def __init__(self, channel: Channel, channel_name: str, path: Path) -> None:
+        self.channel = channel
+        self.name = channel_name
+        self.path = path
+        self.appended = 0
+        self.duplicates = 0
+        self.moved = asyncio.Event()  # set after each line is handled (for watchers)
+
+    async def run(self) -> None:
+        """Forward until cancelled."""
+        from tether.runtime.rundir import append_line
+
+        highest = last_seq(self.path)
+        after = await self.channel.committed(self.name, BRIDGE_CONSUMER)
+        async for item in self.channel.tail(self.name, after=after):
+            if not isinstance(item, Entry):
+                continue
+            seq = seq_of(item.data)
+            if seq > highest:
+                append_line(self.path, item.data)
+                highest = seq
+                self.appended += 1
+            else:
+                self.duplicates += 1
+            await self.channel.commit(self.name, BRIDGE_CONSUMER, item.offset)
+            self.moved.set()
+
+    async def wait_handled(self, count: int) -> None:
+        """Until ``count`` lines (appended or duplicate) have been handled."""
+        while self.appended + self.duplicates < count:
+            self.moved.clear()
+            await self.moved.wait()

@@ -1,0 +1,38 @@
+"""Channel backends for tests: files, and NATS JetStream on a real nats-server."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.nats_server import NatsServer, run_nats_server
+from tether.transports.channel import Channel, FileChannel
+
+BACKENDS = ["file", "jetstream"]
+
+
+@pytest.fixture(scope="module")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    with run_nats_server(tmp_path_factory.mktemp("nats")) as server:
+        yield server
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(kind, where): a directory for files, a server URL and a fresh prefix for NATS."""
+    if request.param == "file":
+        return "file", str(tmp_path / "channels")
+    server: NatsServer = request.getfixturevalue("nats_server")
+    return "jetstream", f"{server.url} t{os.urandom(4).hex()}"
+
+
+async def open_channel(kind: str, where: str) -> Channel:
+    if kind == "file":
+        return FileChannel(where)
+    from tether.transports.jetstream import open_jetstream
+
+    url, prefix = where.split()
+    return await open_jetstream(url, prefix=prefix)
