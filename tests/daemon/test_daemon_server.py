@@ -84,6 +84,21 @@ def test_a_response_with_both_result_and_error_is_malformed(daemon: DaemonProces
         assert read_frame(sock) is None
 
 
+@pytest.mark.parametrize("method", ["agent.spawn", None], ids=["request", "response"])
+def test_a_frame_nested_100000_deep_is_answered_with_its_id(
+    daemon: DaemonProcess, method: str | None
+) -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    body = b'{"id":7,' + (b'"method":"%s","params":' % method.encode() if method else b'"result":')
+    body += deep + b"}"
+    with daemon.connect() as sock:
+        sock.sendall(struct.pack("<I", len(body)) + body)
+        message = assert_error(read_frame(sock), 7, ErrorCode.MALFORMED_FRAME)
+        assert "nested deeper than" in message
+    assert_serving(daemon)
+    assert "Traceback" not in daemon.stderr()
+
+
 def test_truncated_frame_then_close_leaves_the_daemon_up(daemon: DaemonProcess) -> None:
     with daemon.connect() as sock:
         sock.sendall(struct.pack("<I", 100) + b'{"id":1,')

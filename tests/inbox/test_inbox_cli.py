@@ -105,6 +105,28 @@ def test_reading_a_run_drains_its_inbox_from_the_state_dir(tmp_path: Path) -> No
     assert tether("run-9", "--no-drain", "--json", env=env).stdout == result.stdout
 
 
+def test_a_line_nested_100000_deep_is_a_rejected_row_not_a_crash(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    inbox = home / "runs" / "run-deep" / "inbox.jsonl"
+    inbox.parent.mkdir(parents=True)
+    create_inbox(inbox)
+    with inbox.open("ab") as f:
+        f.write(b'{"type":"progress","text":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n")
+    append_inbox(inbox, MESSAGES[0])
+    env = {**os.environ, "TETHER_HOME": str(home)}
+    drained = tether("drain", str(inbox), "--run", "run-deep", env=env)
+    assert drained.returncode == 0, drained.stderr
+    assert "2 new, 0 duplicates skipped, 1 rejected" in drained.stdout
+    for _ in range(2):  # every later read works too
+        shown = tether("run-deep", "--json", env=env)
+        assert shown.returncode == 0, shown.stderr
+        rows = [json.loads(line) for line in shown.stdout.splitlines()]
+        assert rows[0]["body"] is None
+        assert rows[0]["rejected_reason"].startswith("not_json: JSON nested deeper than")
+        assert rows[1]["body"] == MESSAGES[0]
+        assert "Traceback" not in shown.stderr
+
+
 class LineReader:
     """Read a child's stdout lines on a thread, so a test can wait with a limit."""
 

@@ -79,3 +79,41 @@ def test_inbox_messages_arrive_alongside_events(tmp_path: Path) -> None:
     ]
     assert messages[2]["type"] == "rejected"
     assert stat.S_IMODE(os.stat(inbox).st_mode) == 0o600
+
+
+def test_an_inbox_line_nested_100000_deep_is_rejected_and_draining_goes_on(
+    tmp_path: Path,
+) -> None:
+    deep = tmp_path / "deep.jsonl"
+    deep.write_bytes(b'{"type":"progress","text":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n")
+    command = (
+        f'cat {deep} >> "$TETHER_INBOX_PATH"; '
+        'echo \'{"type":"progress","text":"after"}\' >> "$TETHER_INBOX_PATH"'
+    )
+    script = tmp_path / "s.json"
+    script.write_text(
+        json.dumps(
+            [
+                {
+                    "text": "Go.",
+                    "tool_calls": [{"name": "bash", "arguments": {"command": command}}],
+                },
+                {"text": "Gone."},
+            ]
+        )
+    )
+
+    async def go() -> list[object]:
+        handle = await spawn(
+            "deep", provider="scripted", child_args=["--script", str(script)], cwd=tmp_path
+        )
+        seen = Collector(handle)
+        result = await handle.wait()
+        await seen.done()
+        assert result.status == "done"
+        return seen.items
+
+    messages = [i.message for i in asyncio.run(go()) if isinstance(i, InboxItem)]
+    assert [m["type"] for m in messages] == ["rejected", "progress"]
+    assert "nested deeper than" in messages[0]["reason"]
+    assert messages[1]["text"] == "after"

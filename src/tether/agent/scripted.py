@@ -25,13 +25,13 @@ The file is checked when the provider is built: a malformed script is a
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from tether import jsondepth
 from tether.agent.provider import (
     BlockEnd,
     Finished,
@@ -146,10 +146,10 @@ def _read_json(path: Path) -> object:
         size = path.stat().st_size
         if size > MAX_SCRIPT_BYTES:
             raise ScriptError(f"script {path} is {size} bytes (limit {MAX_SCRIPT_BYTES})")
-        return json.loads(path.read_bytes())
+        return jsondepth.loads(path.read_bytes())
     except OSError as exc:
         raise ScriptError(f"cannot read script {path}: {exc.strerror or exc}") from None
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:
         raise ScriptError(f"script {path} is not valid JSON: {exc}") from None
 
 

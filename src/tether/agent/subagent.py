@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 from collections.abc import Mapping
 from typing import Any, Final
 
+from tether import jsondepth
 from tether.agent.tools import ToolContext, ToolOutput
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_CONCURRENT", "MAX_DEPTH", "SubagentTool", "subagent_tool"]
@@ -152,7 +152,7 @@ def _child_command(env: Mapping[str, str]) -> dict[str, Any]:
     raw = env.get("TETHER_SUBAGENT_ARGV")
     if raw:
         with contextlib.suppress(ValueError):
-            argv = json.loads(raw)
+            argv = jsondepth.loads(raw)
             if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
                 return {"argv": argv}
     options: dict[str, Any] = {

@@ -63,6 +63,7 @@ def main(argv: list[str], prog: str) -> int:
 
 
 def _envelope(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    from tether import jsondepth
     from tether.daemon.channels import make_channel_envelope
 
     if (args.envelope is None) == (args.content is None):
@@ -71,7 +72,7 @@ def _envelope(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
         if args.meta:
             parser.error("--meta goes with --content")
         try:
-            return json.loads(args.envelope)
+            return jsondepth.loads(args.envelope)
         except ValueError as exc:
             parser.error(f"ENVELOPE_JSON is not JSON: {exc}")
     meta: dict[str, str] = {}

@@ -130,6 +130,7 @@ def _resp(stream: BinaryIO, display: Display) -> int:
 def _stream_json(stream: BinaryIO, display: Display) -> int:
     import msgspec
 
+    from tether import jsondepth
     from tether.display import UserInput
     from tether.framing.messages import from_stream_json
     from tether.framing.resp import Rejection
@@ -144,8 +145,8 @@ def _stream_json(stream: BinaryIO, display: Display) -> int:
             continue
         else:
             try:
-                obj = msgspec.json.decode(item.data)
-            except (msgspec.DecodeError, RecursionError):
+                obj = jsondepth.decode_any(item.data)
+            except msgspec.DecodeError:
                 obj = None
             if not isinstance(obj, dict):
                 problem = "malformed: not a JSON object"

@@ -207,12 +207,14 @@ def summarise(record: RunRecord | None, path: Path) -> dict[str, Any]:
 
 
 def _controls(path: Path) -> dict[str, int]:
+    from tether import jsondepth
+
     counts: Counter[str] = Counter()
     try:
         with path.open("rb") as handle:
             for line in handle:
                 try:
-                    kind = json.loads(line).get("type")
+                    kind = jsondepth.loads(line).get("type")
                 except (ValueError, AttributeError):
                     continue
                 counts[str(kind)] += 1

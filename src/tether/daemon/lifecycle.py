@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from tether import paths
+from tether import jsondepth, paths
 
 if TYPE_CHECKING:
     from tether.daemon.server import ServerConfig
@@ -139,7 +139,7 @@ class DaemonLock:
 
 def read_lock_pid(lock_path: Path) -> int | None:
     try:
-        info = json.loads(lock_path.read_text())
+        info = jsondepth.loads(lock_path.read_text())
     except (OSError, ValueError):
         return None
     pid = info.get("pid") if isinstance(info, dict) else None

@@ -25,10 +25,13 @@ This module must stay cheap to import: no asyncio, no sockets, no clock.
 from __future__ import annotations
 
 import enum
+import re
 from typing import Annotated, Any, Final
 
 import msgspec
 from msgspec import UNSET, UnsetType
+
+from tether import jsondepth
 
 __all__ = [
     "MAX_FRAME_BYTES",
@@ -342,14 +345,14 @@ _ENCODER: Final = msgspec.json.Encoder()
 
 def decode_request(body: bytes) -> Request | ProtocolError:
     try:
-        return _REQUEST_DECODER.decode(body)
+        return jsondepth.decode(_REQUEST_DECODER, body)
     except msgspec.DecodeError as exc:
         return ProtocolError.json(str(exc))
 
 
 def decode_response(body: bytes) -> Response | ProtocolError:
     try:
-        return _RESPONSE_DECODER.decode(body)
+        return jsondepth.decode(_RESPONSE_DECODER, body)
     except msgspec.DecodeError as exc:
         return ProtocolError.json(str(exc))
 
@@ -361,7 +364,10 @@ def decode_message(body: bytes) -> Request | Response | ProtocolError:
     are the common case, so they are tried first.
     """
     try:
+        jsondepth.check_depth(body)
         return _REQUEST_DECODER.decode(body)
+    except jsondepth.TooDeep as exc:
+        return ProtocolError.json(str(exc))
     except msgspec.DecodeError:
         pass
     try:
@@ -383,12 +389,19 @@ class _IdOnly(msgspec.Struct):
 
 
 _ID_DECODER: Final = msgspec.json.Decoder(_IdOnly)
+_LEADING_ID: Final = re.compile(rb'\s*\{\s*"id"\s*:\s*(\d{1,19})\s*[,}]')
 
 
 def recover_id(body: bytes) -> int:
-    """Best effort: the ``id`` of an otherwise malformed frame, or 0 when unreadable."""
+    """Best effort: the ``id`` of an otherwise malformed frame, or 0 when unreadable.
+
+    A frame nested too deep to decode still names its id when ``id`` is its first key.
+    """
     try:
-        return _ID_DECODER.decode(body).id
+        return jsondepth.decode(_ID_DECODER, body).id
+    except jsondepth.TooDeep:
+        leading = _LEADING_ID.match(body)
+        return int(leading[1]) if leading and int(leading[1]) <= 2**63 - 1 else 0
     except msgspec.DecodeError:
         return 0
 

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import msgspec
 
-from tether import paths
+from tether import jsondepth, paths
 
 SCHEMA_VERSION: Final = 1
 BUSY_TIMEOUT_MS: Final = 5000
@@ -263,7 +263,7 @@ def _from_row(row: sqlite3.Row) -> AgentRecord:
     for column in _JSON_COLUMNS:
         if values.get(column) is not None:
             try:
-                values[column] = json.loads(values[column])
+                values[column] = jsondepth.loads(values[column])
             except ValueError:
                 values[column] = None
     return AgentRecord(**values)

@@ -42,6 +42,7 @@ from typing import Any, ClassVar, Final, TypeAlias
 
 import msgspec
 
+from tether import jsondepth
 from tether.framing.resp import Rejection, encode_frame
 from tether.wire.limits import SUMMARY_BYTES
 from tether.wire.text import first_line_summary
@@ -91,7 +92,7 @@ class ToolCall(_Message, frozen=True, kw_only=True):
     def arguments(self) -> Any:
         """``input`` decoded; the raw text when it is not valid JSON."""
         try:
-            return msgspec.json.decode(self.input)
+            return jsondepth.decode_any(self.input)
         except msgspec.DecodeError:
             return self.input
 

@@ -3,7 +3,8 @@
 An inbox line is one JSON object. ``parse_line`` is total: it returns a typed
 message, an :class:`OtherMessage` (any other JSON object, kept with its
 ``type``), or an :class:`InboxRejection`, checked in a fixed order, one code
-per stage: size (``too_long``), JSON (``empty``, ``not_utf8``, ``not_json``),
+per stage: size (``too_long``), JSON (``empty``, ``not_utf8``, ``not_json``, which includes
+nesting deeper than :data:`tether.jsondepth.MAX_JSON_DEPTH`),
 object (``not_object``), UTF-8 of skipped keys (``not_utf8``), payload
 (``bad_payload``: a known type whose text field is missing or not a string).
 It never raises.
@@ -15,11 +16,12 @@ Structs, returning ``(type, rejection)``.
 from __future__ import annotations
 
 import enum
-import json
 from operator import attrgetter
 from typing import Any, Final
 
 import msgspec
+
+from tether import jsondepth
 
 __all__ = [
     "KNOWN_TYPES",
@@ -139,7 +141,7 @@ def classify(line: bytes) -> tuple[str | None, str | None, RejectCode | None, st
     the drain's hot path: one msgspec pass that builds only the probed keys.
     """
     try:
-        probe = _probe_decoder.decode(line)
+        probe = jsondepth.decode(_probe_decoder, line)
         body = line.decode("utf-8")  # msgspec does not check keys it skips
     except msgspec.ValidationError as exc:
         return None, None, RejectCode.NOT_OBJECT, str(exc)
@@ -193,10 +195,10 @@ def decode_body(body: str, kind: str | None) -> InboxMessage:
     """
     obj: Any
     try:
-        obj = _object_decoder.decode(body)
+        obj = jsondepth.decode(_object_decoder, body)
     except msgspec.MsgspecError:
         try:
-            obj = json.loads(body)
+            obj = jsondepth.loads(body)
         except ValueError:
             obj = None
     if not isinstance(obj, dict):

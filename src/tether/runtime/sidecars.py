@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
+from tether import jsondepth
 from tether.store.index import RunIndex, RunRecord
 
 
@@ -93,7 +93,7 @@ def _inbox_dict(stored: Any) -> dict[str, Any]:
     """A stored inbox row as the message object (a rejected line says why)."""
     if stored.body is not None:
         with contextlib.suppress(ValueError):
-            obj = json.loads(stored.body)
+            obj = jsondepth.loads(stored.body)
             if isinstance(obj, dict):
                 return obj
     reason = stored.rejected_reason or "unreadable message"

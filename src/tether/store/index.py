@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
+from tether import jsondepth
 from tether.paths import FILE_MODE, db_path, ensure_private_dir
 
 SCHEMA_VERSION: Final = 1
@@ -103,7 +104,7 @@ def _from_row(row: sqlite3.Row) -> RunRecord:
         value = row[name]
         if name in _JSON_COLUMNS and value is not None:
             try:
-                value = json.loads(value)
+                value = jsondepth.loads(value)
             except ValueError:
                 value = None
         if name == "truncated":

@@ -20,6 +20,7 @@ from typing import Any, Final, Union
 
 import msgspec
 
+from tether import jsondepth
 from tether.wire import schema
 from tether.wire.limits import MAX_LINE_BYTES, MAX_SAFE_INTEGER, VERSION
 from tether.wire.messages import (
@@ -106,7 +107,7 @@ def _class_decoder(cls: type[Message]) -> msgspec.json.Decoder[Any]:
 
 _GENERIC = msgspec.json.Decoder(float_hook=float)
 _ENCODER = msgspec.json.Encoder()
-_DECODE_ERRORS = (msgspec.DecodeError, RecursionError, UnicodeError)
+_DECODE_ERRORS = (msgspec.DecodeError, UnicodeError)
 
 
 def decode(line: bytes | bytearray | memoryview | str, direction: str) -> AnyMessage | Rejection:
@@ -120,7 +121,9 @@ def decode(line: bytes | bytearray | memoryview | str, direction: str) -> AnyMes
     if size >= MAX_LINE_BYTES:
         return Rejection(code=Code.TOO_LARGE, reason=f"line exceeds {MAX_LINE_BYTES} bytes")
     try:
-        message: AnyMessage = fast.decode(line)
+        message: AnyMessage = jsondepth.decode(fast, line)
+    except jsondepth.TooDeep as exc:
+        return Rejection(code=Code.MALFORMED, reason=f"malformed JSON: {exc}")
     except _DECODE_ERRORS:
         return _explain(line, direction)
     return message
@@ -168,7 +171,7 @@ def encode(message: Message) -> bytes | Rejection:
             msgspec.structs.asdict(message) | {"type": type(message).__struct_config__.tag},
         )
     try:
-        _class_decoder(type(message)).decode(line)
+        jsondepth.decode(_class_decoder(type(message)), line)
     except _DECODE_ERRORS:
         check = decode(line, message.direction)
         return check if isinstance(check, Rejection) else line

@@ -148,8 +148,10 @@ def decode_json(data: str | bytes) -> Any:
     """The JSON value, or ``_INVALID`` when the text is not JSON (never raises)."""
     import msgspec
 
+    from tether import jsondepth
+
     try:
-        return msgspec.json.decode(data)
+        return jsondepth.decode_any(data)
     except (msgspec.DecodeError, UnicodeDecodeError):
         return _INVALID
 

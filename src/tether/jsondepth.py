@@ -1,0 +1,105 @@
+"""Depth-checked JSON decoding: one helper for every decoder that reads untrusted input.
+
+msgspec and the stdlib parser recurse once per nesting level and raise ``RecursionError``
+somewhere between a few hundred and a thousand levels, depending on how deep the caller's
+own stack already is. So the depth is checked first, without recursion, and a value
+nested deeper than :data:`MAX_JSON_DEPTH` is refused with :class:`TooDeep`, a
+``msgspec.DecodeError`` (hence a ``ValueError``): every caller's existing "not JSON"
+branch answers it with its normal code.
+
+Theory of the scan (every pass runs in C, none per byte in Python):
+
+1. At most ``limit`` opening brackets in all: nothing to do (the common case).
+2. Remove the strings (a bracket inside a string is text), then every byte but brackets,
+   writing ``(`` for ``[``/``{`` and ``)`` for ``]``/``}``: the depth of a prefix does not
+   depend on the bracket kinds.
+3. Delete the adjacent ``()`` pairs, once per level (``bytes.replace`` does not match the
+   pairs its own deletions create): after ``k`` passes every subtree at most ``k`` deep
+   is gone, so a value still standing after ``limit`` passes is deeper than ``limit``.
+4. A remainder that stops shrinking first reads ``)...)(...(`` and is not valid JSON.
+   A leading ``)`` is where a parser stops, at a depth of at most the passes made;
+   otherwise it is that many unclosed brackets, on top of what the passes removed.
+
+Invalid JSON may be over-counted (then it is refused as too deep rather than as
+malformed), never under-counted: a parser stops at its first error, and up to there
+its strings and ours agree.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+__all__ = ["MAX_JSON_DEPTH", "TooDeep", "check_depth", "decode", "decode_any", "loads"]
+
+MAX_JSON_DEPTH: Final = 128
+"""The deepest nesting of arrays and objects any tether decoder accepts."""
+
+T = TypeVar("T")
+
+_STRING_B: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_STRING_S: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_ANY: Final = msgspec.json.Decoder()
+_OPEN: Final = ord("(")
+_AS_PARENS: Final = bytes.maketrans(b"[{]}", b"(())")
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+class TooDeep(msgspec.DecodeError):
+    """JSON nested deeper than the limit; raised before any recursive decoding."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"JSON nested deeper than {limit} levels")
+        self.limit = limit
+
+
+def check_depth(data: bytes | bytearray | memoryview | str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Raise :class:`TooDeep` when ``data`` nests arrays/objects deeper than ``limit``."""
+    if isinstance(data, str):
+        if data.count("[") + data.count("{") <= limit:
+            return
+        raw = _STRING_S.sub("", data).encode("utf-8", "surrogatepass")
+    else:
+        raw = bytes(data)
+        if raw.count(b"[") + raw.count(b"{") <= limit:
+            return
+        raw = _STRING_B.sub(b"", raw)
+    if _deeper_than(raw.translate(_AS_PARENS, _NOT_BRACKETS), limit):
+        raise TooDeep(limit)
+
+
+def _deeper_than(brackets: bytes, limit: int) -> bool:
+    done = 0
+    while brackets:
+        if done == limit:
+            return True
+        shorter = brackets.replace(b"()", b"")
+        if len(shorter) == len(brackets):
+            return shorter[0] == _OPEN and len(shorter) + done > limit
+        brackets, done = shorter, done + 1
+    return False
+
+
+def decode(
+    decoder: msgspec.json.Decoder[T],
+    data: bytes | bytearray | memoryview | str,
+    limit: int = MAX_JSON_DEPTH,
+) -> T:
+    """``decoder.decode(data)`` after the depth check (raises ``msgspec.DecodeError``)."""
+    check_depth(data, limit)
+    return decoder.decode(data)
+
+
+def decode_any(data: bytes | bytearray | memoryview | str, limit: int = MAX_JSON_DEPTH) -> Any:
+    """``msgspec.json.decode(data)`` after the depth check (raises ``msgspec.DecodeError``)."""
+    check_depth(data, limit)
+    return _ANY.decode(data)
+
+
+def loads(data: bytes | bytearray | str, limit: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads(data)`` after the depth check (raises ``ValueError``)."""
+    check_depth(data, limit)
+    return json.loads(data)
