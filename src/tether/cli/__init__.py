@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inbox": ("tether.cli.inbox", "read or drain a run's inbox"),
     "daemon": ("tether.cli.daemon", "run or control the tether daemon"),
     "agent": ("tether.cli.agent", "talk to agents supervised by the daemon"),
+    "agents": ("tether.cli.agents", "the agent CLIs tether can run and their controls"),
+    "model-server": ("tether.cli.model_server", "serve scripted replies as provider APIs"),
     "channel": ("tether.cli.channel", "register and push to daemon channels"),
     "wire": ("tether.cli.wire", "validate wire lines and print the state table"),
     "shell-lib": ("tether.cli.shell_lib", "print the path of the bash helper library"),

@@ -5,9 +5,11 @@ The files come from the environment (``FEN_WIRE_*``, or the same names with
 (default ``run``) and ``DEADLINE`` (Unix seconds). The task arrives as the first
 ``prompt`` control. Exit status 0 only after ``exit done``.
 
-``tether child --adapter resp -- CMD ARGS...`` runs CMD as the agent instead of the
-built-in one: a program that reads ``USER_INPUT`` frames on stdin and writes RESP
-message frames on stdout (see :mod:`tether.runtime.resp_runner`).
+``tether child --agent NAME [--agent-arg ARG]... [-- CMD ARGS...]`` runs an external
+agent instead of the built-in one, through its adapter (see
+:mod:`tether.runtime.adapters`): ``claude``, ``codex``, ``pi``, ``gemini`` (their CLI looked
+up on PATH unless a command follows ``--``), ``acp`` and ``resp`` (the command after
+``--``). ``--adapter resp`` is ``--agent resp``.
 """
 
 from __future__ import annotations
@@ -53,19 +55,42 @@ def _build_parser(prog: str) -> argparse.ArgumentParser:
     tools.add_argument("--no-tools", action="store_true", help="offer no tools")
     parser.add_argument("--system", help="system prompt ({cwd} is replaced)")
     parser.add_argument("--max-tokens", type=int, default=8192, help="per model call")
-    parser.add_argument(
-        "--adapter",
-        choices=("resp",),
-        help="run the program after -- as the agent (it speaks RESP frames on stdin/stdout); "
-        "the model and tool flags do not apply",
-    )
+    add_agent_flags(parser)
     # The program may also follow the flags without `--` (what `tether run --child-arg`
     # can pass); everything from its first word on belongs to it.
     parser.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
 
-ADAPTER_USAGE = "the RESP adapter is used as: tether child --adapter resp -- CMD ARGS..."
+ADAPTER_USAGE = "a command after -- goes with --agent NAME (e.g. --agent resp -- CMD ARGS...)"
+
+
+def add_agent_flags(parser: argparse.ArgumentParser) -> None:
+    """``--agent NAME``, ``--agent-arg ARG`` (repeatable) and ``--adapter resp``."""
+    from tether.runtime.adapters.registry import AGENTS, DEFAULT_AGENT
+
+    parser.add_argument(
+        "--agent",
+        choices=tuple(AGENTS),
+        help=f"the agent to run (default {DEFAULT_AGENT}); see `tether agents`. The command "
+        "after -- runs it instead of its CLI on PATH (required for acp and resp)",
+    )
+    parser.add_argument(
+        "--agent-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra argument for the agent's CLI (repeatable; write --agent-arg=--flag)",
+    )
+    parser.add_argument("--adapter", choices=("resp",), help="the same as --agent resp")
+
+
+def agent_name(args: argparse.Namespace) -> str | None:
+    """The ``--agent`` name (``--adapter`` is its alias); an error message when both differ."""
+    if args.adapter is not None and args.agent not in (None, args.adapter):
+        raise ValueError(f"--adapter {args.adapter} and --agent {args.agent} disagree")
+    name: str | None = args.agent or args.adapter
+    return name
 
 
 def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -74,6 +99,12 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
         return argv, []
     at = argv.index("--")
     return argv[:at], argv[at + 1 :]
+
+
+def _default_command(agent: str) -> tuple[str, ...]:
+    from tether.runtime.adapters.registry import AGENTS, DEFAULT_AGENT
+
+    return ("",) if agent == DEFAULT_AGENT else AGENTS[agent].command
 
 
 def wire_env(env: Mapping[str, str], name: str) -> str | None:
@@ -145,8 +176,14 @@ def main(argv: list[str], prog: str) -> int:
     options = _options(args.provider_option)
     if isinstance(options, str):
         return _fail_early(events, run, options)
-    if (args.adapter is None) != (not command):
+    try:
+        agent = agent_name(args)
+    except ValueError as exc:
+        return _fail_early(events, run, str(exc))
+    if command and agent in (None, "builtin"):
         return _fail_early(events, run, ADAPTER_USAGE)
+    if agent is not None and not command and not _default_command(agent):
+        return _fail_early(events, run, f"--agent {agent} needs the agent's command after --")
     cwd = Path(args.cwd or os.getcwd()).resolve()
     if not cwd.is_dir():
         return _fail_early(events, run, f"--cwd {cwd} is not a directory")
@@ -173,10 +210,18 @@ def main(argv: list[str], prog: str) -> int:
     from tether.transports.watch import polling_forced
 
     async def factory(emit: EmitFn) -> TurnRunner:
-        if command:
-            from tether.runtime.resp_runner import RespRunner
+        if agent not in (None, "builtin"):
+            from tether.runtime.adapters import open_runner
 
-            return RespRunner(command, emit, cwd=cwd, env=env)
+            return open_runner(
+                agent,
+                emit,
+                command=command,
+                agent_args=args.agent_arg,
+                cwd=cwd,
+                env=env,
+                run_dir=Path(events).parent,
+            )
         return _LazyAgent(args, emit, cwd=cwd, env=env, options=options)
 
     child = ChildOptions(

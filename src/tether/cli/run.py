@@ -76,12 +76,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-stdin", action="store_true", help="do not read steering lines from stdin"
     )
-    parser.add_argument(
-        "--adapter",
-        choices=("resp",),
-        help="run the program after -- as the agent: it reads USER_INPUT frames on stdin and "
-        "writes RESP message frames on stdout (e.g. -- bash examples/bash-agent/agent.sh)",
-    )
+    from tether.cli.child import add_agent_flags
+
+    add_agent_flags(parser)
     return parser
 
 
@@ -91,8 +88,10 @@ def main(argv: list[str], prog: str = "tether run") -> int:
     try:
         args = parser.parse_args(argv)
         args.command = command
-        if (args.adapter is None) != (not command):
-            parser.error("--adapter resp and a program after -- go together")
+        try:
+            args.agent = _agent_name(args)
+        except ValueError as exc:
+            parser.error(str(exc))
         task = " ".join(args.task).strip()
         if not task:
             parser.error("the task is empty")
@@ -104,6 +103,17 @@ def main(argv: list[str], prog: str = "tether run") -> int:
         return asyncio.run(_main(args, task))
     except KeyboardInterrupt:
         return EXIT_CODES["cancelled"]
+
+
+def _agent_name(args: argparse.Namespace) -> str | None:
+    from tether.cli.child import agent_name
+
+    name = agent_name(args)
+    if args.command and name in (None, "builtin"):
+        raise ValueError("a program after -- goes with --agent NAME (e.g. --agent resp)")
+    if name in ("acp", "resp") and not args.command:
+        raise ValueError(f"--agent {name} needs the agent's command after --")
+    return name
 
 
 def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -130,11 +140,12 @@ async def _main(args: argparse.Namespace, task: str) -> int:
     child_args = list(args.child_arg)
     if args.script is not None:
         child_args += ["--script", _absolute(args.script)]
-    if args.adapter is not None:
-        child_args += ["--adapter", args.adapter, "--", *args.command]  # `--` must come last
     try:
         handle = await spawn(
             task,
+            agent=args.agent,
+            agent_args=args.agent_arg,
+            argv=args.command or None,
             provider=args.provider,
             model=args.model,
             child_args=child_args,

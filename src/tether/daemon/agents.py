@@ -2,9 +2,12 @@
 
 Verbs (params -> result; errors are ``RpcError`` codes):
 
-- ``agent.spawn {name, task?, provider?, model?, cwd?, argv?, deadline_s?, channel_id?,
-  script?, env?, wait?, timeout_s?}`` -> the agent's status (plus ``answer`` with ``wait``:
-  the first turn's answer, as ``ask`` returns it). ``name`` is 1-64 characters of
+- ``agent.spawn {name, task?, agent?, agent_args?, provider?, model?, cwd?, argv?,
+  deadline_s?, channel_id?, script?, env?, wait?, timeout_s?}`` -> the agent's status (plus
+  ``answer`` with ``wait``: the first turn's answer, as ``ask`` returns it). ``agent``
+  names the agent (``tether agents``; fno-agents' ``provider: "claude" | "codex"`` is read
+  as ``agent``); with an external agent ``argv`` is its CLI's command, else the wire
+  child's. ``name`` is 1-64 characters of
   ``[A-Za-z0-9_-]`` (else ``invalid_params``); a taken name is ``agent_exists``; a child
   that cannot be started, an unknown provider, a bad script or a child that ends before
   ``ready`` is ``spawn_failed``; an unknown ``channel_id`` is ``channel_unknown``.

@@ -71,6 +71,8 @@ _CONTENT_KEYS: Final = ("text", "q", "note", "summary", "reason")
 class SpawnParams(msgspec.Struct, frozen=True):
     name: str
     task: str | None = None
+    agent: str | None = None  # see `tether agents`; fno-agents' provider: "claude" works too
+    agent_args: list[str] | None = None
     provider: str | None = None
     model: str | None = None
     cwd: str | None = None
@@ -239,6 +241,16 @@ class Supervisor:
             raise RpcFailure(ErrorCode.CHANNEL_UNKNOWN, f"no channel with id {channel_id!r}")
 
     def _command(self, p: SpawnParams) -> list[str]:
+        from tether.runtime.adapters.registry import agent_child_args, resolve_agent
+
+        try:
+            agent = resolve_agent(p.agent, p.provider)
+        except ValueError as exc:
+            raise invalid(str(exc)) from None
+        if agent != "builtin":
+            return self._agent_command(p, agent, agent_child_args)
+        if p.agent_args:
+            raise invalid("agent_args go with an external agent (agent: NAME)")
         if p.argv is not None:
             if not p.argv or not all(isinstance(a, str) and a for a in p.argv):
                 raise invalid("argv must be a non-empty list of non-empty strings")
@@ -255,6 +267,16 @@ class Supervisor:
             _check_script(p.script)
         command = default_argv(p.provider, p.model)
         return [*command, "--script", p.script] if p.script is not None else command
+
+    def _agent_command(self, p: SpawnParams, agent: str, child_args: Any) -> list[str]:
+        """``tether child --agent NAME ...``; ``argv`` is then the agent's own command."""
+        if p.script is not None:
+            raise invalid("script goes with the built-in child; point the CLI at a model server")
+        for name, values in (("argv", p.argv), ("agent_args", p.agent_args)):
+            if values is not None and not all(isinstance(a, str) and a for a in values):
+                raise invalid(f"{name} must be a list of non-empty strings")
+        command: list[str] = child_args(agent, p.agent_args or [], p.argv or [])
+        return [*default_argv(None, None), *command]
 
     def _write_task(self, mirror: RunMirror, run: RunDir, task: str | None) -> int | None:
         if task is None:

@@ -525,9 +525,25 @@ class RunHandle:
 # -- spawn ----------------------------------------------------------------------------
 
 
+def _agent_args(
+    agent: str | None, agent_args: Sequence[str], argv: Sequence[str] | None
+) -> list[str]:
+    """``tether child``'s arguments for ``agent`` (a ``SpawnError`` for a bad name)."""
+    from tether.runtime.adapters.registry import agent_child_args, resolve_agent
+
+    try:
+        name = resolve_agent(agent)
+        command = list(argv or ()) if name != "builtin" else []
+        return agent_child_args(name, list(agent_args), command)
+    except ValueError as exc:
+        raise SpawnError(str(exc)) from None
+
+
 async def spawn(
     task: str,
     *,
+    agent: str | None = None,
+    agent_args: Sequence[str] = (),
     provider: str | None = None,
     model: str | None = None,
     argv: Sequence[str] | None = None,
@@ -548,8 +564,12 @@ async def spawn(
 ) -> RunHandle:
     """Start a child on ``task`` and return its live handle (see the module docstring).
 
-    ``argv`` runs any program that speaks the wire (default ``tether child`` with
-    ``--provider``/``--model`` and then ``child_args``). ``env`` is merged over this
+    ``agent`` names the agent (see ``tether agents``: ``builtin``, the default,
+    ``claude``, ``codex``, ``pi``, ``gemini``, ``acp``, ``resp``, ...) and ``agent_args``
+    are extra arguments for its CLI; with an external ``agent``, ``argv`` is the agent's
+    own command (instead of its CLI on PATH; required for ``acp`` and ``resp``).
+    Without one, ``argv`` runs any program that speaks the wire (default ``tether
+    child`` with ``--provider``/``--model`` and then ``child_args``). ``env`` is merged over this
     process's environment. ``deadline_s`` sets ``FEN_WIRE_DEADLINE`` to now +
     ceil(deadline_s); ``finalize_after_s`` makes the parent send ``finalize`` at that
     point, so the run answers before its deadline. With ``close_when_idle`` the parent
@@ -558,6 +578,10 @@ async def spawn(
     ``follow_nested`` also hands out the updates of the runs it starts (subagents), with
     ``depth`` >= 1.
     """
+    if agent is not None or agent_args:
+        child_args = [*child_args, *_agent_args(agent, agent_args, argv)]
+        if agent not in (None, "builtin"):
+            argv = None
     loop = asyncio.get_running_loop()
     run = await loop.run_in_executor(None, create_run_dir, runs_root)
     mirror = RunMirror(run.run_id)

@@ -53,7 +53,7 @@ Finalize, cancel, failures
   note (the default note asks for an answer without tools).
 - cancel, the deadline, a fatal error (asyncio cancellation of the turn): the program's
   process group gets SIGTERM, then SIGKILL after :data:`TERM_GRACE_S`.
-- the end of the run: stdin is closed (EOF), the program gets :data:`EXIT_WAIT_S` to
+- the end of the run: stdin is closed (EOF), the program gets a moment to
   leave, then whatever is left of its group is ended the same way.
 - a bad frame: an ``error`` event (source ``adapter``); the reader resyncs at the next
   line that starts with ``*``. It does not end the turn. A well-formed frame of an
@@ -73,17 +73,14 @@ import asyncio
 import contextlib
 import os
 import shlex
-import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from tether import procs
 from tether.agent.runner import (
     EmitFn,
     Injection,
-    RunnerSetupError,
     TurnControl,
     TurnOutcome,
     TurnRequest,
@@ -102,34 +99,21 @@ from tether.framing.messages import (
     to_wire_events,
 )
 from tether.framing.resp import Frame, Rejection, encode_frame, open_reader
-from tether.wire.limits import POLL_BUSY_S, SUMMARY_BYTES
+from tether.runtime.adapters.base import STDERR_TAIL_BYTES, TERM_GRACE_S, CliProcess
+from tether.wire.limits import POLL_BUSY_S
+
+if TYPE_CHECKING:
+    from tether.runtime.adapters import AdapterOptions
 
 __all__ = [
-    "EXIT_WAIT_S",
     "STDERR_TAIL_BYTES",
     "TERM_GRACE_S",
     "RespRunner",
     "user_input_frame",
 ]
 
-# Between SIGTERM and SIGKILL for the program's group. The presenter allows an aborted
-# turn and `aclose` about a second each, so this stays well below that.
-TERM_GRACE_S: Final = 0.3
-# At the end of the run: how long the program may take to leave after stdin's EOF.
-EXIT_WAIT_S: Final = 0.2
-# How long a turn waits for the exit status and stderr after EOF on stdout.
-DEATH_WAIT_S: Final = 0.5
-# The end of the program's stderr kept for error messages.
-STDERR_TAIL_BYTES: Final = 2048
-READ_CHUNK: Final = 64 * 1024
-# How often the program's exit is checked while waiting for it.
-EXIT_POLL_S: Final = 0.02
 # Frames held for the next turn at most; past this they are shown at once instead.
 MAX_HELD_FRAMES: Final = 1024
-# Error events carry one line of this many bytes (the wire's summary budget): the death
-# note keeps as many of stderr's last lines as fit.
-ERROR_LINE_BYTES: Final = SUMMARY_BYTES
-STDERR_LABEL: Final = "; stderr: "
 
 USER_INPUT: Final = b"USER_INPUT"
 # STOP reasons that end a model call but not the answer (tools run next).
@@ -160,12 +144,12 @@ class RespRunner:
         self.cwd = os.fspath(cwd) if cwd is not None else os.getcwd()
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault("TETHER_SHELL_LIB", str(_shell_lib()))
-        self._proc: asyncio.subprocess.Process | None = None
+        self._cli = CliProcess(
+            self.argv, cwd=self.cwd, env=self.env, on_data=self._on_data, on_eof=self._on_eof
+        )
+        self._reader = open_reader()
         self._start: asyncio.Future[None] | None = None
-        self._pumps: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
-        self._stderr_done = asyncio.Event()
-        self._stderr_tail = b""
         self._eof = False
         self._pending: deque[Frame | Rejection] = deque()  # read, not yet handled
         self._active = False  # a turn is running
@@ -178,12 +162,17 @@ class RespRunner:
         self._last_stop = "end_turn"
         self._last_error: str | None = None
 
+    @classmethod
+    def for_agent(cls, options: AdapterOptions, emit: EmitFn) -> RespRunner:
+        """``--agent resp -- CMD ARGS...``: the command, then any ``--agent-arg`` values."""
+        return cls([*options.argv, *options.agent_args], emit, cwd=options.cwd, env=options.env)
+
     # -- the runner interface --------------------------------------------------------
 
     async def prepare(self) -> None:
         """Start the program (once); a start failure is a :class:`RunnerSetupError`."""
         if self._start is None:
-            self._start = asyncio.ensure_future(self._launch())
+            self._start = asyncio.ensure_future(self._cli.start())
         await asyncio.shield(self._start)
 
     async def run_turn(self, request: TurnRequest, control: TurnControl) -> TurnOutcome:
@@ -213,102 +202,41 @@ class RespRunner:
 
     async def aclose(self) -> None:
         """Close stdin, give the program a moment to leave, then end its whole group."""
-        proc = self._proc
-        if proc is None:
+        if self._cli.proc is None:
             if self._start is not None and not self._start.done():
                 self._start.cancel()
             return
-        try:
-            if proc.stdin is not None:
-                proc.stdin.close()
-            await _wait_exit(proc, EXIT_WAIT_S)
-            await procs.terminate_group(proc, TERM_GRACE_S)
-        except BaseException:
-            procs.kill_group(proc)
-            raise
-        finally:
-            for task in self._pumps:
-                task.cancel()
-            if self._pumps:
-                await asyncio.wait(self._pumps, timeout=DEATH_WAIT_S)
+        await self._cli.aclose()
 
     # -- the program -----------------------------------------------------------------
 
-    async def _launch(self) -> None:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=self.cwd,
-                env=self.env,
-                **procs.NEW_GROUP,
-            )
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise RunnerSetupError(f"cannot start {shlex.join(self.argv)}: {reason}") from exc
-        self._proc = proc
-        assert proc.stdout is not None
-        assert proc.stderr is not None
-        self._pumps = [
-            asyncio.create_task(self._pump_stdout(proc.stdout)),
-            asyncio.create_task(self._pump_stderr(proc.stderr)),
-            asyncio.create_task(self._watch_exit(proc)),
-        ]
-
-    async def _watch_exit(self, proc: asyncio.subprocess.Process) -> None:
-        """The program exited: when its stdout stays open (a leftover process of its group
-        holds it), its output counts as ended anyway after a short wait."""
-        await _wait_exit(proc, None)
-        await asyncio.sleep(DEATH_WAIT_S)
-        if not self._eof:
-            self._eof = True
-            self._handle_pending()
-
     async def _terminate(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        try:
-            await procs.terminate_group(proc, TERM_GRACE_S)
-        except BaseException:
-            procs.kill_group(proc)
-            raise
+        await self._cli.terminate(TERM_GRACE_S)
 
     def _model(self) -> str:
         return shlex.join(self.argv)[:_MODEL_CUT]
 
     def _write(self, text: str) -> bool:
         """Write one input; False when the program's stdin is gone."""
-        proc = self._proc
-        stdin = None if proc is None else proc.stdin
-        if stdin is None or stdin.is_closing():
-            return False
-        try:
-            stdin.write(user_input_frame(text))
-        except (OSError, RuntimeError, ValueError):
-            return False
-        return True
+        return self._cli.write(user_input_frame(text))
 
-    async def _pump_stdout(self, stream: asyncio.StreamReader) -> None:
-        reader = open_reader()
+    def _on_data(self, data: bytes) -> None:
         try:
-            while data := await stream.read(READ_CHUNK):
-                reader.feed(data)
-                self._pending.extend(reader)
-                self._handle_pending()
-            cut = reader.eof()
-            if cut is not None:
-                self._pending.append(cut)
-        except (OSError, ValueError) as exc:
-            self._pending.append(Rejection("read-error", f"reading stdout failed: {exc}"))
+            self._reader.feed(data)
+            self._pending.extend(self._reader)
         except Exception as exc:  # noqa: BLE001 - a bug here must end the turn, not hang it
             error = f"internal error in the RESP adapter: {type(exc).__name__}: {exc}"
             self._pending.append(Rejection("internal", error))
-        finally:
-            self._eof = True
-            self._handle_pending()
+        self._handle_pending()
+
+    def _on_eof(self) -> None:
+        if self._eof:
+            return
+        cut = self._reader.eof()
+        if cut is not None:
+            self._pending.append(cut)
+        self._eof = True
+        self._handle_pending()
 
     def _handle_pending(self) -> None:
         """Handle the frames read so far, unless they wait for the next turn."""
@@ -318,17 +246,6 @@ class RespRunner:
                     self._on_frame(self._pending.popleft())
         finally:
             self._wake.set()
-
-    async def _pump_stderr(self, stream: asyncio.StreamReader) -> None:
-        try:
-            while data := await stream.read(READ_CHUNK):
-                self._stderr_tail = (self._stderr_tail + data)[-STDERR_TAIL_BYTES:]
-                with contextlib.suppress(OSError):
-                    os.write(2, data)
-        except (OSError, ValueError):
-            pass
-        finally:
-            self._stderr_done.set()
 
     # -- frames -> display events ----------------------------------------------------
 
@@ -452,27 +369,9 @@ class RespRunner:
         if text:
             self.emit({"type": "assistant-text", "final?": False, "text": text})
             self._final_text = text
-        error = await self._death_note("in the middle of a turn")
+        error = await self._cli.death_note("in the middle of a turn")
         self._adapter_error(error)
         return self._outcome("error", error)
-
-    async def _death_note(self, when: str) -> str:
-        """What happened to the program, with its exit status and the tail of its stderr."""
-        proc = self._proc
-        if proc is None:
-            return f"{self._model()} is not running"
-        await _wait_exit(proc, DEATH_WAIT_S)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stderr_done.wait(), DEATH_WAIT_S)
-        name = Path(self.argv[0]).name
-        code = proc.returncode
-        if code is None:
-            note = f"{name} closed its stdout {when} (it is still running)"
-        elif code < 0:
-            note = f"{name} was killed by signal {-code} {when}"
-        else:
-            note = f"{name} exited with status {code} {when}"
-        return _with_stderr(note, self._stderr_tail.decode("utf-8", "replace"))
 
     def _complete(self, status: str, error: str | None) -> None:
         event: dict[str, Any] = {"type": "agent-turn-complete", "status": status}
@@ -483,36 +382,10 @@ class RespRunner:
         self.emit(event)
 
 
-async def _wait_exit(proc: asyncio.subprocess.Process, seconds: float | None) -> bool:
-    """Wait until the program itself has exited (at most ``seconds``); True when it has.
-
-    Not ``proc.wait()``: on Python 3.11 that also waits for its pipes to close, which a
-    leftover process of its group can hold open.
-    """
-    deadline = None if seconds is None else time.monotonic() + seconds
-    while proc.returncode is None:
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(EXIT_POLL_S)
-    return True
-
-
 def _add(total: dict[str, int], counts: Mapping[str, int]) -> None:
     for key, value in counts.items():
         if value:
             total[key] = total.get(key, 0) + value
-
-
-def _with_stderr(note: str, stderr: str) -> str:
-    """``note`` and the last lines of stderr, on ONE line (error events keep one line)."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    if not lines:
-        return f"{note}; its stderr is empty"
-    room = ERROR_LINE_BYTES - len(note.encode()) - len(STDERR_LABEL)
-    kept = [lines.pop()]
-    while lines and len(" | ".join([lines[-1], *kept]).encode()) <= room:
-        kept.insert(0, lines.pop())
-    return f"{note}{STDERR_LABEL}{' | '.join(kept)}"
 
 
 def _wire_stop_reason(reason: str) -> str:

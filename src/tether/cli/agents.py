@@ -1,0 +1,94 @@
+"""``tether agents``: the agents tether can run, whether each is installed, its version,
+and what each control does with it (``--markdown``: the table of ``docs/agents.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from tether.runtime.adapters.registry import (
+    AGENTS,
+    CONTROLS,
+    AgentKind,
+    find_command,
+    version_of,
+)
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="one JSON object per agent")
+    out.add_argument(
+        "--markdown", action="store_true", help="the capability table (docs/agents.md)"
+    )
+    return parser
+
+
+def main(argv: list[str], prog: str = "tether agents") -> int:
+    args = build_parser(prog).parse_args(argv)
+    if args.markdown:
+        print(markdown(), end="")
+        return 0
+    rows = [status(agent) for agent in AGENTS.values()]
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    for row in rows:
+        where = row["path"] or ("(the command after --)" if not row["command"] else "not installed")
+        version = f"  {row['version']}" if row["version"] else ""
+        print(f"{row['name']:<11} {row['title']}: {where}{version}")
+        for control, cell in row["controls"].items():
+            print(f"    {control:<9} {cell['support']:<9} {cell['how']}")
+    return 0
+
+
+def status(agent: AgentKind, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One agent: installed where, its version, its controls."""
+    env = os.environ if env is None else env
+    found = find_command(agent, agent.command[:1], env) if agent.command else None
+    return {
+        "name": agent.name,
+        "title": agent.title,
+        "command": list(agent.command),
+        "installed": agent.name == "builtin" or found is not None,
+        "path": found[0] if found else None,
+        "version": version_of(agent, env) if found else None,
+        "package": agent.package,
+        "controls": {
+            k: {"support": c.support.value, "how": c.how} for k, c in agent.controls.items()
+        },
+    }
+
+
+def markdown() -> str:
+    """The capability table, control by control and agent by agent, from the registry."""
+    names = list(AGENTS)
+    lines = [
+        "| control | " + " | ".join(f"`{n}`" for n in names) + " |",
+        "| --- | " + " | ".join("---" for _ in names) + " |",
+    ]
+    for control in CONTROLS:
+        cells = []
+        for name in names:
+            cap = AGENTS[name].controls[control]
+            cells.append(f"**{cap.support.value}**: {cap.how}")
+        lines.append(f"| {control} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("| agent | what it is | protocol | command | npm package (pinned in CI) | notes |")
+    lines.append("| --- | --- | --- | --- | --- | --- |")
+    for agent in AGENTS.values():
+        command = f"`{' '.join(agent.command)}`" if agent.command else "after `--`"
+        if agent.name == "builtin":
+            command = "(in process)"
+        package = f"`{agent.package}`" if agent.package else ""
+        lines.append(
+            f"| `{agent.name}` | {agent.title} | {agent.protocol} | {command} | {package} | "
+            f"{agent.notes} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,320 @@
+"""The model server's core: HTTP, the script queue, the request log, the API interface.
+
+Theory of operation: a :class:`ModelServer` is a threading HTTP/1.1 server on loopback.
+Each request becomes an :class:`Exchange` (method, path, query, headers, the JSON body)
+and goes to the first :class:`Api` whose ``handles`` accepts it; that API answers it,
+usually by taking the next reply from the shared :class:`Script` (one reply per model
+call, whatever the API) and streaming it as server-sent events with the reply's
+``delay_ms`` / ``chunk_ms`` pauses. A request no API handles gets a 404 in JSON.
+
+Every request is logged before it is answered: one JSON object per line in the log
+file (``--log``) and in :attr:`ModelServer.requests`, with the API's name, the method,
+the path, the number of the reply it got (or null) and the request body. Tests read the
+log to see what a CLI really sent (the steer text that reached the model, the tools a
+finalize turn was offered).
+
+Bodies are limited to :data:`MAX_BODY_BYTES` (checked from ``Content-Length`` before
+reading). A client that goes away mid-stream (an interrupted CLI) ends that response
+quietly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Final, NamedTuple, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+from tether.agent.scripted import Reply, load_script
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "Api",
+    "Exchange",
+    "ModelServer",
+    "Script",
+    "Step",
+    "default_usage",
+    "open_model_server",
+    "steps",
+]
+
+MAX_BODY_BYTES: Final = 64 * 1024 * 1024
+# Pauses are cut into slices this long, so a server shutting down is not held by them.
+PAUSE_SLICE_S: Final = 0.05
+
+
+class Script:
+    """The replies, handed out one per model call (thread-safe)."""
+
+    def __init__(self, replies: Sequence[Reply]) -> None:
+        self.replies = list(replies)
+        self.used = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, source: str | Path | list[Any]) -> Script:
+        """From a script file or a decoded list (raises ``ScriptError`` when malformed)."""
+        return cls(load_script(source))
+
+    def used_up(self) -> str:
+        return f"the model server's script is used up ({len(self.replies)} replies)"
+
+    def take(self) -> tuple[int, Reply] | None:
+        """The next reply and its number (1-based); None when the script is used up."""
+        with self._lock:
+            if self.used >= len(self.replies):
+                return None
+            self.used += 1
+            return self.used, self.replies[self.used - 1]
+
+
+class Step(NamedTuple):
+    """One step of streaming a reply: ``pause`` (ms), ``thinking`` / ``text`` (a chunk)."""
+
+    kind: str
+    value: Any
+
+
+def steps(reply: Reply) -> Iterator[Step]:
+    """A reply's delay, then its thinking and text chunks with ``chunk_ms`` between them."""
+    if reply.delay_ms:
+        yield Step("pause", reply.delay_ms)
+    first = True
+    for kind, chunks in (("thinking", reply.thinking), ("text", reply.text)):
+        for chunk in chunks:
+            if not first and reply.chunk_ms:
+                yield Step("pause", reply.chunk_ms)
+            first = False
+            yield Step(kind, chunk)
+
+
+def default_usage(reply: Reply, messages: int) -> tuple[int, int]:
+    """(input, output) tokens: the reply's own usage, else the scripted provider's guess."""
+    if reply.usage is not None:
+        return reply.usage.input, reply.usage.output
+    produced = sum(len(c) for c in reply.text + reply.thinking)
+    return messages, max(1, (produced + 3) // 4)
+
+
+class Exchange:
+    """One HTTP request and the means to answer it (used from the handler's thread)."""
+
+    def __init__(self, handler: _Handler, body: Any, api: str) -> None:
+        self._handler = handler
+        parts = urlsplit(handler.path)
+        self.method = handler.command
+        self.path = parts.path
+        self.query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        self.headers: Mapping[str, str] = {k.lower(): v for k, v in handler.headers.items()}
+        self.body = body
+        self.api = api
+        self.reply_number: int | None = None
+        self._chunked = False
+        self.gone = False
+
+    def take(self, script: Script) -> Reply | None:
+        """The next reply of ``script`` for this request (its number goes to the log)."""
+        taken = script.take()
+        if taken is None:
+            return None
+        self.reply_number, reply = taken
+        return reply
+
+    def send_json(self, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        handler = self._handler
+        with contextlib.suppress(OSError):
+            handler.send_response(status)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+
+    def start_sse(self) -> None:
+        handler = self._handler
+        try:
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.send_header("Cache-Control", "no-cache")
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+        except OSError:
+            self.gone = True
+        self._chunked = True
+
+    def send_event(self, data: Any, event: str | None = None) -> None:
+        """One server-sent event (``data`` as JSON, or a str as-is)."""
+        text = data if isinstance(data, str) else json.dumps(data)
+        head = f"event: {event}\n" if event else ""
+        self._chunk(f"{head}data: {text}\n\n".encode())
+
+    def end_sse(self) -> None:
+        if self._chunked:
+            self._chunk(b"")
+            self._chunked = False
+
+    def pause(self, ms: float) -> None:
+        deadline = time.monotonic() + ms / 1000
+        while not self.gone and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, PAUSE_SLICE_S))
+
+    def _chunk(self, data: bytes) -> None:
+        if self.gone:
+            return
+        try:
+            self._handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self._handler.wfile.flush()
+        except OSError:
+            self.gone = True  # the client went away (an interrupted CLI)
+
+
+class Api(Protocol):
+    """One provider API: which requests it takes and how it answers them."""
+
+    name: str
+
+    def handles(self, method: str, path: str) -> bool: ...
+
+    def serve(self, exchange: Exchange, script: Script) -> None: ...
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def do_HEAD(self) -> None:
+        self._serve()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None  # requests go to the request log instead
+
+    def _serve(self) -> None:
+        owner = self.server.owner
+        body = self._body()
+        path = urlsplit(self.path).path
+        api = next((a for a in owner.apis if a.handles(self.command, path)), None)
+        exchange = Exchange(self, body, api.name if api is not None else "none")
+        try:
+            if api is None:
+                exchange.send_json(404, {"error": f"no API here for {self.command} {path}"})
+            else:
+                api.serve(exchange, owner.script)
+        finally:
+            exchange.end_sse()
+            owner.record(exchange)
+
+    def _body(self) -> Any:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = 0
+        if length <= 0:
+            return None
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            return {"error": f"body of {length} bytes not read (limit {MAX_BODY_BYTES})"}
+        data = self.rfile.read(length)
+        try:
+            return json.loads(data)
+        except ValueError:
+            return {"unparsed": data[:4096].decode("utf-8", "replace")}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: ModelServer
+
+
+class ModelServer:
+    """The server; :meth:`start` serves in a thread, :meth:`serve_forever` in this one."""
+
+    def __init__(
+        self,
+        script: Script,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log: str | Path | None = None,
+        apis: Sequence[Api] | None = None,
+    ) -> None:
+        if apis is None:
+            from tether.modelserver.apis import APIS
+
+            apis = APIS
+        self.script = script
+        self.apis = tuple(apis)
+        self.requests: list[dict[str, Any]] = []
+        self._log_path = Path(log) if log is not None else None
+        self._lock = threading.Lock()
+        self._httpd = _Server((host, port), _Handler)
+        self._httpd.owner = self
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def record(self, exchange: Exchange) -> None:
+        entry = {
+            "n": len(self.requests) + 1,
+            "api": exchange.api,
+            "method": exchange.method,
+            "path": exchange.path,
+            "reply": exchange.reply_number,
+            "body": exchange.body,
+        }
+        with self._lock:
+            entry["n"] = len(self.requests) + 1
+            self.requests.append(entry)
+            if self._log_path is not None:
+                with self._log_path.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps(entry) + "\n")
+
+    def model_requests(self) -> list[dict[str, Any]]:
+        """The logged requests that were given a reply of the script."""
+        with self._lock:
+            return [r for r in self.requests if r["reply"] is not None]
+
+    def start(self) -> ModelServer:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="tether-model-server", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self._httpd.serve_forever()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+        self._httpd.server_close()
+
+
+@contextlib.contextmanager
+def open_model_server(
+    script: str | Path | list[Any], *, log: str | Path | None = None, port: int = 0
+) -> Iterator[ModelServer]:
+    """A model server for ``script`` running in a thread for the ``with`` block."""
+    server = ModelServer(Script.load(script), log=log, port=port).start()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -1,0 +1,77 @@
+"""Adapters: external agent CLIs run as wire children.
+
+An adapter is a :class:`tether.agent.runner.TurnRunner` that owns one agent CLI process
+(:class:`tether.runtime.adapters.base.CliProcess`) and translates between the CLI's own
+machine protocol and the wire's display events; the child presenter
+(:mod:`tether.runtime.child`) does everything else (acks, the state table, the result,
+the exit). :mod:`tether.runtime.adapters.registry` names the agents and says, control by
+control, what each adapter really does.
+
+:func:`open_runner` builds the runner for an agent name: the CLI is found (on PATH, or
+``$TETHER_CI_CACHE/npm/node_modules/.bin``) before ``ready`` is answered with the first
+turn, and a missing CLI is a :class:`~tether.agent.runner.RunnerSetupError` naming it.
+Every runner class offers ``for_agent(options, emit)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from tether.runtime.adapters.registry import DEFAULT_AGENT, find_command, get_agent
+
+if TYPE_CHECKING:
+    from tether.agent.runner import EmitFn, TurnRunner
+
+__all__ = ["AdapterOptions", "open_runner"]
+
+
+class AdapterOptions(NamedTuple):
+    """What an adapter is built from."""
+
+    agent: str
+    argv: list[str]  # the CLI's command, program resolved to a path
+    agent_args: list[str]  # extra CLI arguments from --agent-arg, in order
+    cwd: str
+    env: dict[str, str]  # the CLI's environment (the child's: inbox paths included)
+    run_dir: Path | None = None  # where the adapter may keep files (the run directory)
+
+
+class _AdapterClass(Protocol):
+    def for_agent(self, options: AdapterOptions, emit: EmitFn) -> TurnRunner: ...
+
+
+def open_runner(
+    agent: str,
+    emit: EmitFn,
+    *,
+    command: Sequence[str] = (),
+    agent_args: Sequence[str] = (),
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str],
+    run_dir: Path | None = None,
+) -> TurnRunner:
+    """The turn runner for ``agent``; raises ``RunnerSetupError`` when it cannot be built."""
+    from tether.agent.runner import RunnerSetupError
+
+    kind = get_agent(agent)
+    if agent == DEFAULT_AGENT or not kind.runner:
+        raise RunnerSetupError(f"agent {agent!r} has no adapter")
+    argv = find_command(kind, command, env)
+    if argv is None:
+        wanted = shlex.join(command) if command else " ".join(kind.command)
+        if not wanted:
+            raise RunnerSetupError(f"--agent {agent} needs the agent's command after --")
+        hint = f" (npm install {kind.package})" if kind.package else ""
+        raise RunnerSetupError(f"agent {agent}: {wanted.split()[0]} is not on PATH{hint}")
+    module_name, _, attr = kind.runner.partition(":")
+    try:
+        cls: _AdapterClass = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise RunnerSetupError(f"agent {agent}: its adapter is not in this build ({exc})") from exc
+    options = AdapterOptions(agent, argv, list(agent_args), os.fspath(cwd), dict(env), run_dir)
+    return cls.for_agent(options, emit)

@@ -1,0 +1,326 @@
+"""The adapter base: one agent CLI process, owned for the whole run.
+
+Theory of operation: :class:`CliProcess` starts the CLI once (``start``), in its own
+process group, with stdin, stdout and stderr as pipes; stdin stays open for the run (pi
+exits on EOF). Its environment is the child's, so ``TETHER_INBOX_PATH`` /
+``RUNEX_INBOX_PATH`` reach the CLI and its tools can ``echo >>`` the inbox. Three pump
+tasks run until the end:
+
+- stdout: every chunk goes to ``on_data`` (a RESP reader) or, for JSON-lines protocols,
+  through :class:`JsonLines` (a bounded line splitter plus a JSON object decoder) to
+  ``on_message`` as a dict or a :class:`BadLine`; ``on_eof`` runs once when stdout ends
+  (or when the process has exited and a leftover of its group keeps stdout open);
+- stderr: copied to the child's stderr (the run's stderr file), the last
+  :data:`STDERR_TAIL_BYTES` kept for :meth:`CliProcess.death_note`;
+- the exit watch.
+
+Ending: :meth:`CliProcess.terminate` (SIGTERM to the group, SIGKILL after the grace) for
+cancel and the deadline; :meth:`CliProcess.aclose` closes stdin, lets the CLI leave for
+a moment, then ends whatever is left of the group, so the CLI never outlives the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, NamedTuple
+
+import msgspec
+
+from tether import procs
+from tether.agent.runner import RunnerSetupError
+from tether.wire.limits import SUMMARY_BYTES
+from tether.wire.lines import Line, LineSplitter
+
+__all__ = [
+    "CLI_LINE_BYTES",
+    "STDERR_TAIL_BYTES",
+    "TERM_GRACE_S",
+    "BadLine",
+    "CliProcess",
+    "JsonLines",
+    "wait_exit",
+    "with_stderr",
+]
+
+# Between SIGTERM and SIGKILL for the CLI's group. The presenter allows an aborted turn
+# and `aclose` about a second each, so this stays well below that.
+TERM_GRACE_S: Final = 0.3
+# At the end of the run: how long the CLI may take to leave after stdin's EOF.
+EXIT_WAIT_S: Final = 0.2
+# How long to wait for the exit status and stderr after EOF on stdout.
+DEATH_WAIT_S: Final = 0.5
+STDERR_TAIL_BYTES: Final = 2048
+READ_CHUNK: Final = 64 * 1024
+EXIT_POLL_S: Final = 0.02
+# The longest stdout line a JSON-lines CLI may write (tool results can be large).
+CLI_LINE_BYTES: Final = 16 * 1024 * 1024
+# JSON nesting accepted from a CLI's line.
+MAX_DEPTH: Final = 64
+ERROR_LINE_BYTES: Final = SUMMARY_BYTES
+STDERR_LABEL: Final = "; stderr: "
+
+
+class BadLine(NamedTuple):
+    """A stdout line that is not a JSON object (or is too long); ``reason`` says which."""
+
+    offset: int
+    reason: str
+
+
+class JsonLines:
+    """Bytes in, JSON objects (dicts) or :class:`BadLine` out; bounded and total."""
+
+    def __init__(self, max_line_bytes: int = CLI_LINE_BYTES) -> None:
+        self._splitter = LineSplitter(
+            max_line_bytes=max_line_bytes, budget_bytes=max_line_bytes + 1, budget_lines=1024
+        )
+        self._decoder = msgspec.json.Decoder()
+
+    def feed(self, data: bytes) -> list[dict[str, Any] | BadLine]:
+        self._splitter.feed(data)
+        out: list[dict[str, Any] | BadLine] = []
+        while batch := self._splitter.read():
+            out.extend(self._decode(item) for item in batch)
+        return out
+
+    def _decode(self, item: object) -> dict[str, Any] | BadLine:
+        if not isinstance(item, Line):
+            offset = getattr(item, "offset", 0)
+            return BadLine(offset, f"a line of more than {CLI_LINE_BYTES} bytes was skipped")
+        data = item.data.strip()
+        if not data:
+            return BadLine(item.offset, "an empty line")
+        if _depth_exceeds(data, MAX_DEPTH):
+            return BadLine(item.offset, f"JSON nested deeper than {MAX_DEPTH}")
+        try:
+            value = self._decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            return BadLine(item.offset, f"not JSON ({exc}): {_preview(data)}")
+        if not isinstance(value, dict):
+            return BadLine(item.offset, f"not a JSON object: {_preview(data)}")
+        return value
+
+
+def _depth_exceeds(data: bytes, limit: int) -> bool:
+    """A cheap upper bound of the nesting (brackets inside strings count too)."""
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    depth = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            if depth > limit:
+                return True
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return False
+
+
+def _preview(data: bytes) -> str:
+    return data[:80].decode("utf-8", "replace")
+
+
+class CliProcess:
+    """One CLI process and its pumps; see the module docstring."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        on_data: Callable[[bytes], None] | None = None,
+        on_message: Callable[[dict[str, Any] | BadLine], None] | None = None,
+        on_eof: Callable[[], None] | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.cwd = cwd
+        self.env = dict(env)
+        self._on_data = on_data
+        self._on_message = on_message
+        self._on_eof = on_eof
+        self._lines = JsonLines() if on_message is not None else None
+        self.proc: asyncio.subprocess.Process | None = None
+        self.started_at: float | None = None
+        self.eof = False
+        self.stderr_tail = b""
+        self._stderr_done = asyncio.Event()
+        self._pumps: list[asyncio.Task[None]] = []
+
+    @property
+    def name(self) -> str:
+        return Path(self.argv[0]).name if self.argv else "?"
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.returncode
+
+    async def start(self) -> None:
+        """Start the CLI; a failure is a :class:`RunnerSetupError` naming the command."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=self.cwd,
+                env=self.env,
+                limit=READ_CHUNK,
+                **procs.NEW_GROUP,
+            )
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise RunnerSetupError(f"cannot start {shlex.join(self.argv)}: {reason}") from exc
+        self.proc = proc
+        self.started_at = time.monotonic()
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        self._pumps = [
+            asyncio.create_task(self._pump_stdout(proc.stdout)),
+            asyncio.create_task(self._pump_stderr(proc.stderr)),
+            asyncio.create_task(self._watch_exit(proc)),
+        ]
+
+    def write(self, data: bytes) -> bool:
+        """Write to the CLI's stdin; False when it is gone."""
+        stdin = None if self.proc is None else self.proc.stdin
+        if stdin is None or stdin.is_closing():
+            return False
+        try:
+            stdin.write(data)
+        except (OSError, RuntimeError, ValueError):
+            return False
+        return True
+
+    def write_json(self, obj: Any) -> bool:
+        """One JSON line on the CLI's stdin."""
+        return self.write(msgspec.json.encode(obj) + b"\n")
+
+    async def terminate(self, grace_s: float = TERM_GRACE_S) -> None:
+        """SIGTERM the CLI's group, SIGKILL what is left after ``grace_s``."""
+        if self.proc is None:
+            return
+        try:
+            await procs.terminate_group(self.proc, grace_s)
+        except BaseException:
+            procs.kill_group(self.proc)
+            raise
+
+    async def aclose(self, exit_wait_s: float = EXIT_WAIT_S) -> None:
+        """Close stdin, give the CLI ``exit_wait_s`` to leave, then end its whole group."""
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            await wait_exit(proc, exit_wait_s)
+            await procs.terminate_group(proc, TERM_GRACE_S)
+        except BaseException:
+            procs.kill_group(proc)
+            raise
+        finally:
+            for task in self._pumps:
+                task.cancel()
+            if self._pumps:
+                await asyncio.wait(self._pumps, timeout=DEATH_WAIT_S)
+
+    async def death_note(self, when: str) -> str:
+        """What happened to the CLI, with its exit status and the tail of its stderr."""
+        proc = self.proc
+        if proc is None:
+            return f"{self.name} is not running"
+        await wait_exit(proc, DEATH_WAIT_S)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stderr_done.wait(), DEATH_WAIT_S)
+        code = proc.returncode
+        if code is None:
+            note = f"{self.name} closed its stdout {when} (it is still running)"
+        elif code < 0:
+            note = f"{self.name} was killed by signal {-code} {when}"
+        else:
+            note = f"{self.name} exited with status {code} {when}"
+        return with_stderr(note, self.stderr_tail.decode("utf-8", "replace"))
+
+    # -- pumps -----------------------------------------------------------------------
+
+    async def _pump_stdout(self, stream: asyncio.StreamReader) -> None:
+        try:
+            while data := await stream.read(READ_CHUNK):
+                if self._on_data is not None:
+                    self._on_data(data)
+                if self._lines is not None and self._on_message is not None:
+                    for item in self._lines.feed(data):
+                        self._on_message(item)
+        except (OSError, ValueError) as exc:
+            if self._on_message is not None:
+                self._on_message(BadLine(-1, f"reading stdout failed: {exc}"))
+        finally:
+            self._ended()
+
+    def _ended(self) -> None:
+        if self.eof:
+            return
+        self.eof = True
+        if self._on_eof is not None:
+            self._on_eof()
+
+    async def _pump_stderr(self, stream: asyncio.StreamReader) -> None:
+        try:
+            while data := await stream.read(READ_CHUNK):
+                self.stderr_tail = (self.stderr_tail + data)[-STDERR_TAIL_BYTES:]
+                with contextlib.suppress(OSError):
+                    os.write(2, data)
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._stderr_done.set()
+
+    async def _watch_exit(self, proc: asyncio.subprocess.Process) -> None:
+        """The CLI exited: when its stdout stays open (a leftover process of its group
+        holds it), its output counts as ended anyway after a short wait."""
+        await wait_exit(proc, None)
+        await asyncio.sleep(DEATH_WAIT_S)
+        self._ended()
+
+
+async def wait_exit(proc: asyncio.subprocess.Process, seconds: float | None) -> bool:
+    """Wait until the process itself has exited (at most ``seconds``); True when it has.
+
+    Not ``proc.wait()``: on Python 3.11 that also waits for its pipes to close, which a
+    leftover process of its group can hold open.
+    """
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while proc.returncode is None:
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(EXIT_POLL_S)
+    return True
+
+
+def with_stderr(note: str, stderr: str) -> str:
+    """``note`` and the last lines of stderr, on ONE line (error events keep one line)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if not lines:
+        return f"{note}; its stderr is empty"
+    room = ERROR_LINE_BYTES - len(note.encode()) - len(STDERR_LABEL)
+    kept = [lines.pop()]
+    while lines and len(" | ".join([lines[-1], *kept]).encode()) <= room:
+        kept.insert(0, lines.pop())
+    return f"{note}{STDERR_LABEL}{' | '.join(kept)}"

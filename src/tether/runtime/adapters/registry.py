@@ -1,0 +1,313 @@
+"""The agent kinds tether can run as a child, as data: one table, used everywhere.
+
+``tether run --agent NAME``, ``tether child --agent NAME``, ``tether.spawn(agent=NAME)``,
+the daemon's ``agent.spawn {agent}`` and ``tether agents`` all read :data:`AGENTS`. Each
+:class:`AgentKind` says which command runs it (looked up on PATH unless a command follows
+``--``), how to ask that command its version, which npm package pins it, which runner
+adapts its machine protocol to the wire (``module:Class``, imported only when used), and,
+control by control, what the adapter really does (:class:`Capability`): ``native`` when
+the CLI has the control itself, ``emulated`` when the adapter builds the closest honest
+equivalent from what the CLI has, ``rejected`` when the control is refused with an ack
+whose reason says why. ``docs/agents.md`` is generated from this table
+(``tether agents --markdown``) and a test keeps it current.
+
+Imports nothing heavy: ``tether child`` reads it before ``ready``.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping, Sequence
+from typing import Final, NamedTuple
+
+__all__ = [
+    "AGENTS",
+    "CONTROLS",
+    "DEFAULT_AGENT",
+    "AgentKind",
+    "Capability",
+    "Support",
+    "UnknownAgent",
+    "agent_child_args",
+    "find_command",
+    "get_agent",
+    "resolve_agent",
+    "version_of",
+]
+
+DEFAULT_AGENT: Final = "builtin"
+# The rows of the capability table: the wire's controls after `prompt`, and the deadline.
+CONTROLS: Final = ("steer", "follow-up", "finalize", "cancel", "deadline", "close")
+VERSION_TIMEOUT_S: Final = 10.0
+
+
+class Support(enum.StrEnum):
+    NATIVE = "native"
+    EMULATED = "emulated"
+    REJECTED = "rejected"
+
+
+class Capability(NamedTuple):
+    support: Support
+    how: str
+
+
+class AgentKind(NamedTuple):
+    name: str
+    title: str
+    protocol: str
+    runner: str  # "module:Class" of its turn runner; "" for the built-in agent
+    command: tuple[str, ...] = ()  # run when no command follows `--`; () = one must
+    version_args: tuple[str, ...] = ("--version",)
+    package: str | None = None  # the npm package@version CI installs
+    controls: Mapping[str, Capability] = {}
+    notes: str = ""
+
+
+class UnknownAgent(ValueError):
+    """A name that is not in :data:`AGENTS`."""
+
+
+def _caps(**cells: tuple[Support, str]) -> dict[str, Capability]:
+    table = {key.replace("_", "-"): Capability(*cell) for key, cell in cells.items()}
+    assert set(table) == set(CONTROLS), sorted(table)
+    return table
+
+
+N, E, R = Support.NATIVE, Support.EMULATED, Support.REJECTED
+_ABORT = "the turn is cancelled at once (tools' process groups ended)"
+
+AGENTS: Final[dict[str, AgentKind]] = {
+    agent.name: agent
+    for agent in (
+        AgentKind(
+            name="builtin",
+            title="tether's built-in agent",
+            protocol="in-process agent loop",
+            runner="",
+            version_args=(),
+            controls=_caps(
+                steer=(N, "added as a user message before the next model call"),
+                follow_up=(N, "the next user message when the turn would end"),
+                finalize=(N, "interrupt, then one last turn with the note and no tools"),
+                cancel=(N, _ABORT),
+                deadline=(N, _ABORT),
+                close=(N, "ends the run after the current turn"),
+            ),
+        ),
+        AgentKind(
+            name="claude",
+            title="Claude Code",
+            protocol="stream-json on stdin and stdout (claude -p --input-format stream-json)",
+            runner="tether.runtime.adapters.claude:ClaudeRunner",
+            command=("claude",),
+            package="@anthropic-ai/claude-code@2.1.197",
+            controls=_caps(
+                steer=(
+                    E,
+                    "written to Claude Code's stdin as a user message during the turn; "
+                    "Claude Code takes it in after its current step",
+                ),
+                follow_up=(N, "the next user message, written when the turn's result arrives"),
+                finalize=(
+                    E,
+                    "interrupt control request, then one last turn with the note in a "
+                    "Claude Code resumed from the session with no tools (--tools '')",
+                ),
+                cancel=(N, "interrupt control request, then its process group is ended"),
+                deadline=(N, "interrupt control request, then its process group is ended"),
+                close=(N, "stdin is closed after the current turn; Claude Code exits"),
+            ),
+            notes="permission prompts become inbox approval_request messages and are "
+            "denied until an answer path exists; choose a mode with "
+            "--agent-arg=--permission-mode=MODE or --agent-arg=--allowedTools=TOOLS",
+        ),
+        AgentKind(
+            name="codex",
+            title="Codex",
+            protocol="JSON-RPC over stdio (codex app-server)",
+            runner="tether.runtime.adapters.codex:CodexRunner",
+            command=("codex", "app-server"),
+            package="@openai/codex@0.171.0",
+            controls=_caps(
+                steer=(N, "turn/steer"),
+                follow_up=(N, "turn/start after the current turn completes"),
+                finalize=(E, "turn/interrupt, then one last turn/start with the note"),
+                cancel=(N, "turn/interrupt, then its process group is ended"),
+                deadline=(N, "turn/interrupt, then its process group is ended"),
+                close=(N, "ends the run after the current turn"),
+            ),
+        ),
+        AgentKind(
+            name="pi",
+            title="pi",
+            protocol="pi RPC: JSON lines on stdio (pi --mode rpc)",
+            runner="tether.runtime.adapters.pi:PiRunner",
+            command=("pi", "--mode", "rpc"),
+            package="@mariozechner/pi-coding-agent@0.73.1",
+            controls=_caps(
+                steer=(N, "steer"),
+                follow_up=(N, "follow_up"),
+                finalize=(E, "abort, then one last prompt with the note"),
+                cancel=(N, "abort, then its process group is ended"),
+                deadline=(N, "abort, then its process group is ended"),
+                close=(N, "ends the run after the current turn"),
+            ),
+        ),
+        AgentKind(
+            name="gemini",
+            title="Gemini CLI",
+            protocol="Agent Client Protocol (gemini --acp)",
+            runner="tether.runtime.adapters.acp:AcpRunner",
+            command=("gemini", "--acp"),
+            package="@google/gemini-cli@0.61.0",
+            controls=_caps(
+                steer=(R, "ACP has no way to add a message to a running prompt"),
+                follow_up=(N, "the next session/prompt after the current one"),
+                finalize=(E, "session/cancel, then one last session/prompt with the note"),
+                cancel=(N, "session/cancel, then its process group is ended"),
+                deadline=(N, "session/cancel, then its process group is ended"),
+                close=(N, "ends the run after the current turn"),
+            ),
+        ),
+        AgentKind(
+            name="acp",
+            title="any ACP agent (the command after --)",
+            protocol="Agent Client Protocol over stdio",
+            runner="tether.runtime.adapters.acp:AcpRunner",
+            version_args=(),
+            package="@zed-industries/claude-code-acp@0.16.2",
+            controls=_caps(
+                steer=(R, "ACP has no way to add a message to a running prompt"),
+                follow_up=(N, "the next session/prompt after the current one"),
+                finalize=(E, "session/cancel, then one last session/prompt with the note"),
+                cancel=(N, "session/cancel, then its process group is ended"),
+                deadline=(N, "session/cancel, then its process group is ended"),
+                close=(N, "ends the run after the current turn"),
+            ),
+            notes="e.g. -- claude-code-acp, or -- gemini --acp",
+        ),
+        AgentKind(
+            name="resp",
+            title="a program speaking RESP frames (the command after --)",
+            protocol="RESP message frames on stdio",
+            runner="tether.runtime.resp_runner:RespRunner",
+            version_args=(),
+            controls=_caps(
+                steer=(E, "written as a further USER_INPUT frame during the turn"),
+                follow_up=(N, "written as a USER_INPUT frame when every input is answered"),
+                finalize=(
+                    E,
+                    "the turn ends on tether's side; the note is one more input (the "
+                    "program cannot be kept from using tools)",
+                ),
+                cancel=(N, "its process group is ended"),
+                deadline=(N, "its process group is ended"),
+                close=(N, "stdin is closed after the current turn"),
+            ),
+        ),
+        AgentKind(
+            name="bash-agent",
+            title="bash-agent, unmodified",
+            protocol="bash-agent's RESP frames on stdio",
+            runner="tether.runtime.adapters.bash_agent:BashAgentRunner",
+            command=("bash-agent",),
+            version_args=(),
+            controls=_caps(
+                steer=(E, "written as a further USER_INPUT frame; read after its answer"),
+                follow_up=(N, "written as a USER_INPUT frame when every input is answered"),
+                finalize=(
+                    E,
+                    "the turn ends on tether's side; the note is one more input (tools "
+                    "cannot be disabled)",
+                ),
+                cancel=(N, "its process group is ended"),
+                deadline=(N, "its process group is ended"),
+                close=(N, "stdin is closed after the current turn"),
+            ),
+        ),
+    )
+}
+del N, E, R
+
+
+def resolve_agent(name: str | None, provider: str | None = None) -> str:
+    """The agent's name: ``name``, else fno-agents' ``provider`` when it names an agent
+    (``claude``, ``codex``), else the built-in one. Raises :class:`UnknownAgent`."""
+    if name is None and provider is not None and provider in AGENTS:
+        name = provider
+    name = name or DEFAULT_AGENT
+    get_agent(name)
+    return name
+
+
+def get_agent(name: str) -> AgentKind:
+    try:
+        return AGENTS[name]
+    except KeyError:
+        known = ", ".join(AGENTS)
+        raise UnknownAgent(f"unknown agent {name!r} (known: {known})") from None
+
+
+def search_path(env: Mapping[str, str] | None = None) -> str:
+    """PATH, then the CI install of the npm CLIs (``$TETHER_CI_CACHE/npm``)."""
+    env = os.environ if env is None else env
+    parts = [env.get("PATH", os.defpath)]
+    cache = env.get("TETHER_CI_CACHE")
+    if cache:
+        parts.append(os.path.join(cache, "npm", "node_modules", ".bin"))
+    return os.pathsep.join(parts)
+
+
+def find_command(
+    agent: AgentKind, command: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> list[str] | None:
+    """The command that runs ``agent``: ``command`` if given, else its default, with the
+    program resolved to a path; None when it is not installed (or there is none)."""
+    import shutil
+
+    argv = list(command) or list(agent.command)
+    if not argv:
+        return None
+    if os.sep in argv[0]:
+        return argv  # a path: used as given (a missing one fails when it is started)
+    found = shutil.which(argv[0], path=search_path(env))
+    return None if found is None else [found, *argv[1:]]
+
+
+def version_of(agent: AgentKind, env: Mapping[str, str] | None = None) -> str | None:
+    """What the agent's program says its version is (first line), None if it cannot."""
+    import subprocess
+
+    argv = find_command(agent, agent.command[:1], env)
+    if argv is None or not agent.version_args:
+        return None
+    try:
+        done = subprocess.run(
+            [argv[0], *agent.version_args],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_S,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines else None
+
+
+def agent_child_args(
+    agent: str, agent_args: Sequence[str] = (), command: Sequence[str] = ()
+) -> list[str]:
+    """The ``tether child`` arguments that run ``agent`` (nothing for the built-in one).
+
+    ``--agent-arg=VALUE`` keeps values that start with ``-``; ``--`` comes last.
+    """
+    if agent == DEFAULT_AGENT:
+        if agent_args or command:
+            raise ValueError("agent_args and a command go with an external agent")
+        return []
+    args = ["--agent", agent, *(f"--agent-arg={arg}" for arg in agent_args)]
+    return [*args, "--", *command] if command else args
