@@ -22,6 +22,8 @@ from typing import Any, Final
 
 EXIT_CODES: Final = {"done": 0, "cancelled": 3, "failed": 4, "timed-out": 5}
 EXIT_USAGE: Final = 2
+STDIN_LINE_BYTES: Final = 1024 * 1024
+"""A steering line typed or piped on stdin is cut off (skipped) at this size."""
 
 EPILOG: Final = """\
 while it runs:
@@ -253,6 +255,7 @@ class _Controls:
     def __init__(self, handle: Any, display: Any, *, read_stdin: bool) -> None:
         self.handle = handle
         self.read_stdin = read_stdin
+        self.stdin_fd = 0
         self.display = display
         self.interrupts = 0
         self.loop = asyncio.get_running_loop()
@@ -275,18 +278,34 @@ class _Controls:
                 self.loop.remove_signal_handler(sig)
 
     def _read_stdin(self) -> None:
-        stream = sys.stdin.buffer
+        """Steering lines from fd 0, read unbuffered.
+
+        ``sys.stdin.buffer.readline()`` would park this daemon thread inside the buffered
+        reader's lock, and the interpreter aborts at exit when it finds that lock taken
+        ("Fatal Python error: _enter_buffered_busy"): exit 134 whenever stdin is still
+        open. ``os.read`` holds no Python-level lock, so exit stays clean.
+        """
+        from tether.wire.lines import Line, LineSplitter
+
+        splitter = LineSplitter(max_line_bytes=STDIN_LINE_BYTES)
         while True:
             try:
-                line = stream.readline()
-            except (OSError, ValueError):
+                chunk = os.read(self.stdin_fd, 65536)
+            except OSError:
                 return
-            if not line:
+            if not chunk:
                 return
-            text = line.decode("utf-8", "replace").strip()
-            if text:
-                with contextlib.suppress(RuntimeError):
-                    self.loop.call_soon_threadsafe(self._spawn, self._line(text))
+            splitter.feed(chunk)
+            while items := splitter.read():
+                for item in items:
+                    if isinstance(item, Line):
+                        self._typed(item.data)
+
+    def _typed(self, data: bytes) -> None:
+        text = data.decode("utf-8", "replace").strip()
+        if text:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the run is over
+                self.loop.call_soon_threadsafe(self._spawn, self._line(text))
 
     def _spawn(self, coro: Any) -> None:
         task = self.loop.create_task(coro)
@@ -346,6 +365,7 @@ def _absolute(path: str) -> str:
 
 def _stdin_readable() -> bool:
     try:
-        return not sys.stdin.closed and sys.stdin.fileno() >= 0
-    except (OSError, ValueError, AttributeError):
+        os.fstat(0)
+    except OSError:
         return False
+    return True
