@@ -1,4 +1,4 @@
-"""`tether run` under signals and an open stdin: honest exit codes, no stale rows (real processes)."""
+"""`tether run` under signals and an open stdin: honest exit codes, no stale rows."""
 
 from __future__ import annotations
 
