@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from tether.daemon.client import DaemonClient
     from tether.daemon.protocol import Request
+    from tether.daemon.remote import RemoteClient
 
 EXIT_TIMED_OUT: Final = 124
 EXIT_INTERRUPTED: Final = 130
@@ -53,6 +54,14 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--socket", type=Path, help="daemon socket (default: $TETHER_SOCKET ...)")
+    parser.add_argument(
+        "--host", help="act on this host's daemon over NATS (needs --nats or $TETHER_NATS_URL)"
+    )
+    parser.add_argument(
+        "--nats",
+        metavar="URL",
+        help="the cluster ($TETHER_NATS_URL); list then shows every host",
+    )
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     def action(name: str, text: str, *, agent: bool = True) -> argparse.ArgumentParser:
@@ -127,7 +136,18 @@ def main(argv: list[str], prog: str) -> int:
         return EXIT_INTERRUPTED
 
 
-def _connect(args: argparse.Namespace) -> DaemonClient:
+def _connect(args: argparse.Namespace) -> DaemonClient | RemoteClient:
+    """The local daemon, or with ``--host`` (or ``list`` in a cluster) the cluster."""
+    nats_url = args.nats or os.environ.get("TETHER_NATS_URL")
+    if args.host is not None or (nats_url and args.action == "list"):
+        from tether.daemon.client import DaemonUnavailable
+        from tether.daemon.remote import RemoteClient
+
+        if not nats_url:
+            raise DaemonUnavailable("--host needs the cluster: give --nats URL or $TETHER_NATS_URL")
+        remote = RemoteClient(nats_url, args.host or "")
+        remote.settimeout(CALL_TIMEOUT_S)
+        return remote
     from tether.daemon.client import DaemonClient
 
     client = DaemonClient.connect(args.socket)
@@ -146,7 +166,8 @@ def _spawn(args: argparse.Namespace, child_argv: list[str] | None) -> int:
     from tether.daemon.lifecycle import DaemonSetupError, ensure_running
 
     try:
-        ensure_running(args.socket)
+        if args.host is None:  # a remote host's daemon must already be in the cluster
+            ensure_running(args.socket)
     except DaemonSetupError as exc:
         print(f"tether agent: could not start the daemon: {exc}", file=sys.stderr)
         return 1
@@ -208,7 +229,7 @@ def _run(args: argparse.Namespace) -> int:
         return _simple(client, args)
 
 
-def _simple(client: DaemonClient, args: argparse.Namespace) -> int:
+def _simple(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
     name = args.name
     if args.action == "status":
         result = client.call("agent.status", {"name": name})
@@ -243,7 +264,7 @@ def _control(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     return "agent." + args.action.replace("-", "_"), params
 
 
-def _ask(client: DaemonClient, args: argparse.Namespace) -> int:
+def _ask(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"name": args.name, "text": args.text}
     if args.timeout is not None:
         params["timeout_s"] = args.timeout
@@ -264,9 +285,13 @@ def _timed_out(result: dict[str, Any], name: str) -> int:
     return EXIT_TIMED_OUT
 
 
-def _events(client: DaemonClient, args: argparse.Namespace) -> int:
+def _events(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
+    from tether.daemon.client import DaemonClient
+
     params = {"name": args.name, "after_seq": args.after_seq}
-    if not args.follow:
+    if not args.follow or not isinstance(client, DaemonClient):
+        if args.follow:
+            print("tether agent: --follow is local only; paging instead", file=sys.stderr)
         params["limit"] = args.limit
         result = client.call("agent.events", params)
         for event in result["events"]:
@@ -341,9 +366,11 @@ def _age(since: Any) -> str:
 def _table(agents: list[dict[str, Any]]) -> str:
     if not agents:
         return "no agents (start one with 'tether agent spawn NAME --task ...')"
-    header = ("NAME", "STATE", "TURN", "PID", "TOKENS IN/OUT", "AGE", "RUN")
+    hosts = any("host" in a for a in agents)
+    header = ("HOST",) * hosts + ("NAME", "STATE", "TURN", "PID", "TOKENS IN/OUT", "AGE", "RUN")
     rows = [header] + [
         (
+            *((str(a.get("host", "-")),) * hosts),
             a["name"],
             a["state"],
             str(a["turn"]),

@@ -12,7 +12,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.daemon.hosts import ClusterOptions
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -23,6 +26,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         type=Path,
         help="socket path (default: $TETHER_SOCKET or $XDG_RUNTIME_DIR/tether/daemon.sock)",
     )
+    cluster = parser.add_argument_group("a cluster of hosts over NATS JetStream")
+    cluster.add_argument("--nats", metavar="URL", help="join the cluster ($TETHER_NATS_URL)")
+    cluster.add_argument("--host", help="this host's name in it ($TETHER_HOST; default: hostname)")
+    cluster.add_argument(
+        "--replicas", type=int, help="replicas of the streams and buckets ($TETHER_NATS_REPLICAS)"
+    )
+    cluster.add_argument("--nats-creds", metavar="FILE", help="this host's NATS credentials")
     tuning = parser.add_argument_group("foreground tuning")
     tuning.add_argument("--max-connections", type=int, default=512)
     tuning.add_argument("--max-in-flight", type=int, default=4096)
@@ -97,10 +107,32 @@ def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
         deliver_timeout_s=args.deliver_timeout,
     )
     try:
-        return run_daemon(config, use_uvloop=not args.no_uvloop)
-    except DaemonSetupError as exc:
+        cluster = _cluster(args)
+        return run_daemon(config, use_uvloop=not args.no_uvloop, cluster=cluster)
+    except (DaemonSetupError, ValueError) as exc:
         print(f"tether daemon: {exc}", file=sys.stderr)
         return 1
+
+
+def _cluster(args: argparse.Namespace) -> ClusterOptions | None:
+    import os
+
+    from tether.daemon.hosts import ClusterOptions
+
+    return ClusterOptions.from_env(
+        os.environ, url=args.nats, host=args.host, replicas=args.replicas, creds=args.nats_creds
+    )
+
+
+def _cluster_flags(args: argparse.Namespace) -> list[str]:
+    """The cluster flags again, for the detached daemon's command line."""
+    pairs = {
+        "--nats": args.nats,
+        "--host": args.host,
+        "--replicas": None if args.replicas is None else str(args.replicas),
+        "--nats-creds": args.nats_creds,
+    }
+    return [part for flag, value in pairs.items() if value is not None for part in (flag, value)]
 
 
 def _emit(args: argparse.Namespace, data: dict[str, Any], human: str) -> None:
@@ -116,7 +148,7 @@ def _start(args: argparse.Namespace, socket_path: Path) -> int:
         _emit(args, data, f"tether daemon already running (pid {state.pid}) on {socket_path}")
         return 0
     try:
-        pid = start_detached(socket_path, timeout=args.timeout)
+        pid = start_detached(socket_path, timeout=args.timeout, extra=_cluster_flags(args))
     except DaemonSetupError as exc:
         print(f"tether daemon: could not start: {exc}", file=sys.stderr)
         return 1

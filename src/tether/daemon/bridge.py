@@ -76,13 +76,17 @@ class Outbound:
         self.skipped = 0
         self._tail: FileTail | None = None
 
+    @property
+    def started(self) -> bool:
+        return self._tail is not None
+
     async def start(self) -> None:
         """Resume just past the last line a previous bridge committed."""
         offset = await self.channel.committed(self.name, BRIDGE_CONSUMER)
         self._tail = FileTail(self.path, offset=offset or 0)
 
     async def pump(self) -> int:
-        """Forward one bounded batch of new lines; how many were forwarded."""
+        """Forward one bounded batch of new lines; how many lines it read (0: none new)."""
         assert self._tail is not None, "call start() first"
         read = self._tail.read()
         if read.status is TailStatus.TRUNCATED:
@@ -98,7 +102,7 @@ class Outbound:
         if read.items:
             await self.channel.commit(self.name, BRIDGE_CONSUMER, self._tail.offset)
         self.forwarded += count
-        return count
+        return len(read.items)
 
     def close(self) -> None:
         if self._tail is not None:

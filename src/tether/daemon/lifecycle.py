@@ -38,7 +38,8 @@ from typing import IO, TYPE_CHECKING
 from tether import jsondepth, paths
 
 if TYPE_CHECKING:
-    from tether.daemon.server import ServerConfig
+    from tether.daemon.hosts import ClusterOptions
+    from tether.daemon.server import Daemon, ServerConfig
 
 log = logging.getLogger("tether.daemon")
 
@@ -186,8 +187,14 @@ def _new_loop_factory(use_uvloop: bool) -> object:
     return None
 
 
-def run_daemon(config: ServerConfig, *, use_uvloop: bool = True) -> int:
-    """Run a daemon in the foreground until SIGTERM/SIGINT. Returns the exit status."""
+def run_daemon(
+    config: ServerConfig, *, use_uvloop: bool = True, cluster: ClusterOptions | None = None
+) -> int:
+    """Run a daemon in the foreground until SIGTERM/SIGINT. Returns the exit status.
+
+    With ``cluster`` it also joins a cluster of hosts over NATS (:mod:`tether.daemon.hosts`);
+    a cluster it cannot reach is a :class:`DaemonSetupError`.
+    """
     import asyncio
 
     from tether.daemon.server import Daemon, install_handlers
@@ -205,6 +212,8 @@ def run_daemon(config: ServerConfig, *, use_uvloop: bool = True) -> int:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, daemon.request_stop)
+            if cluster is not None:
+                await _join(daemon, cluster, socket_path)
             log.info("tether daemon %d listening on %s", os.getpid(), socket_path)
             await daemon.serve(sock)
 
@@ -217,6 +226,18 @@ def run_daemon(config: ServerConfig, *, use_uvloop: bool = True) -> int:
         with contextlib.suppress(FileNotFoundError):
             socket_path.unlink()
         lock.release()
+
+
+async def _join(daemon: Daemon, cluster: ClusterOptions, socket_path: Path) -> None:
+    from tether.daemon.hosts import open_host_link
+    from tether.transports.channel import ChannelError
+
+    try:
+        link = await open_host_link(cluster, socket_path)
+    except ChannelError as exc:
+        raise DaemonSetupError(f"cannot join the cluster at {cluster.url}: {exc}") from None
+    daemon.on_shutdown(link.aclose)
+    log.info("host %s joined the cluster at %s", cluster.host, cluster.url)
 
 
 # -- control from the CLI ----------------------------------------------------------------------

@@ -1,0 +1,358 @@
+"""One daemon's membership in a cluster of hosts over NATS JetStream.
+
+Theory of operation: ``tether daemon --nats URL --host NAME`` starts a :class:`HostLink`
+beside the socket server. The link is a client of its own daemon (one socket connection,
+calls multiplexed by id), so it adds no second code path for any verb:
+
+- **Verbs from other hosts.** It answers NATS requests on ``tether.host.<NAME>.rpc``: the
+  payload is a request body exactly as on the socket (``{"id","method","params"}``), the
+  reply a response body (``{"id","result"}`` or ``{"id","error"}``), with the daemon's own
+  error codes. Streaming calls (``agent.events`` with ``follow``, ``channel.*`` delivery)
+  need a live connection and are refused with ``invalid_params`` over NATS; remote
+  followers tail the run's event channel instead.
+- **One registry every host sees.** Every ``sync_every_s`` it lists its agents and puts
+  each changed row into the KV bucket ``tether_agents`` under ``<host>.<name>`` (with a
+  ``host`` field), deletes rows of removed agents, and refreshes ``hosts.<NAME>``.
+- **The lines themselves.** For every agent it forwards ``events.jsonl`` and
+  ``inbox.jsonl`` into the channels ``h.<host>.run.<id>.events`` / ``.inbox`` with
+  :class:`~tether.daemon.bridge.Outbound` (``Nats-Msg-Id = run:offset``), woken by the
+  process's one file watcher, so any host can tail a run from a sequence, and a restarted
+  link resumes from its commits with nothing lost or doubled.
+
+Agents keep running when the link or the daemon dies (they talk to local files); a
+restarted daemon re-adopts them and its link resumes forwarding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from tether.daemon.bridge import Outbound
+from tether.daemon.client import DaemonClientError
+from tether.daemon.protocol import ErrorCode, ProtocolError, Request, Response, RpcError
+from tether.daemon.protocol import decode_message as decode_body
+from tether.transports.channel import ChannelError
+
+if TYPE_CHECKING:
+    from nats.aio.msg import Msg
+
+    from tether.daemon.aclient import AsyncDaemonClient
+    from tether.transports.jetstream import JetStreamChannel
+    from tether.transports.watch import FileWatcher
+
+__all__ = [
+    "HOST_NAME",
+    "REGISTRY_BUCKET",
+    "ClusterOptions",
+    "HostLink",
+    "check_host",
+    "events_channel",
+    "inbox_channel",
+    "open_host_link",
+    "rpc_subject",
+]
+
+log = logging.getLogger("tether.daemon.hosts")
+
+HOST_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+REGISTRY_BUCKET = "tether_agents"
+# Calls that need a live connection (a stream of pushes) cannot be relayed over NATS.
+STREAMING = frozenset({"channel.register_channel"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterOptions:
+    """How a daemon joins a cluster: ``tether daemon --nats URL --host NAME``."""
+
+    url: str
+    host: str
+    replicas: int = 1
+    creds: str | None = None  # a NATS .creds file (JWT + NKEY seed) for this host
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str],
+        *,
+        url: str | None = None,
+        host: str | None = None,
+        replicas: int | None = None,
+        creds: str | None = None,
+    ) -> ClusterOptions | None:
+        """Flags first, then ``TETHER_NATS_URL``, ``TETHER_HOST``, ``TETHER_NATS_REPLICAS``,
+        ``TETHER_NATS_CREDS``; ``None`` when no URL is given (a local daemon)."""
+        url = url or env.get("TETHER_NATS_URL")
+        if not url:
+            return None
+        host = host or env.get("TETHER_HOST") or socket.gethostname().split(".")[0]
+        replicas = replicas or int(env.get("TETHER_NATS_REPLICAS", "1"))
+        return cls(
+            url=url,
+            host=check_host(host),
+            replicas=replicas,
+            creds=creds or env.get("TETHER_NATS_CREDS") or None,
+        )
+
+    def connect_options(self) -> dict[str, Any]:
+        return {} if self.creds is None else {"user_credentials": self.creds}
+
+
+async def open_host_link(options: ClusterOptions, socket_path: Path) -> HostLink:
+    """Connect to the cluster and start the link (raises ``ChannelError`` if NATS is away)."""
+    from tether.transports.jetstream import open_jetstream
+
+    channel = await open_jetstream(
+        options.url, replicas=options.replicas, connect_options=options.connect_options()
+    )
+    link = HostLink(
+        host=options.host, channel=channel, socket_path=socket_path, replicas=options.replicas
+    )
+    try:
+        await link.start()
+    except BaseException:
+        await link.aclose()
+        raise
+    return link
+
+
+def check_host(name: str) -> str:
+    if not HOST_NAME.fullmatch(name):
+        raise ValueError(f"bad host name {name!r}: 1-64 of [A-Za-z0-9_-]")
+    return name
+
+
+def rpc_subject(host: str, prefix: str = "tether") -> str:
+    return f"{prefix}.host.{check_host(host)}.rpc"
+
+
+def events_channel(host: str, run_id: str) -> str:
+    return f"h.{check_host(host)}.run.{run_id}.events"
+
+
+def inbox_channel(host: str, run_id: str) -> str:
+    return f"h.{check_host(host)}.run.{run_id}.inbox"
+
+
+def encode_reply(response: Response) -> bytes:
+    return msgspec.json.encode(response)
+
+
+def failure(request_id: int, code: ErrorCode, message: str) -> Response:
+    return Response(request_id, error=RpcError(code, message))
+
+
+class HostLink:
+    """See the module docstring. ``start`` after the daemon serves; ``aclose`` to leave."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        channel: JetStreamChannel,
+        socket_path: Path,
+        replicas: int = 1,
+        sync_every_s: float = 0.5,
+    ) -> None:
+        self.host = check_host(host)
+        self.channel = channel
+        self.socket_path = socket_path
+        self.replicas = replicas
+        self.sync_every_s = sync_every_s
+        self._local: AsyncDaemonClient | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._bridges: dict[str, list[Outbound]] = {}
+        self._rows: dict[str, bytes] = {}
+        self._watcher: FileWatcher | None = None
+        self._subscription: Any = None
+        self._kv: Any = None
+
+    async def start(self) -> None:
+        from nats.js.api import KeyValueConfig
+        from nats.js.errors import BucketNotFoundError
+
+        from tether.transports.watch import FileWatcher
+
+        js = self.channel.js
+        try:
+            self._kv = await js.key_value(REGISTRY_BUCKET)
+        except BucketNotFoundError:
+            self._kv = await js.create_key_value(
+                KeyValueConfig(bucket=REGISTRY_BUCKET, history=1, replicas=self.replicas)
+            )
+        self._watcher = FileWatcher(poll_interval=0.3)
+        self._subscription = await self.channel.client.subscribe(
+            rpc_subject(self.host, self.channel.prefix), cb=self._on_request
+        )
+        self._spawn(self._sync_loop())
+        self._spawn(self._forward_loop())
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- verbs from other hosts ---------------------------------------------------------
+
+    async def _on_request(self, message: Msg) -> None:
+        reply = await self.answer(message.data)
+        if message.reply:
+            await message.respond(reply)
+
+    async def answer(self, body: bytes) -> bytes:
+        """The reply body to one request body (never raises)."""
+        request = decode_body(body)
+        if isinstance(request, ProtocolError):
+            return encode_reply(failure(0, ErrorCode.MALFORMED_FRAME, request.message))
+        if not isinstance(request, Request):
+            return encode_reply(failure(0, ErrorCode.MALFORMED_FRAME, "expected a request"))
+        if request.method in STREAMING or _follows(request):
+            message = (
+                f"{request.method} streams and cannot be relayed over NATS; see tether agent events"
+            )
+            return encode_reply(failure(request.id, ErrorCode.INVALID_PARAMS, message))
+        try:
+            local = await self._local_client()
+            response = await local.call_response(request.method, request.params)
+        except (DaemonClientError, OSError) as error:  # the local daemon went away
+            self._local = None
+            message = f"host {self.host}: its daemon did not answer ({error})"
+            return encode_reply(failure(request.id, ErrorCode.INTERNAL, message))
+        reply = encode_reply(Response(request.id, response.result, response.error))
+        limit = self.channel.client.max_payload
+        if len(reply) > limit:
+            message = f"the answer ({len(reply)} bytes) is over NATS's max_payload {limit}; page it"
+            return encode_reply(failure(request.id, ErrorCode.INTERNAL, message))
+        return reply
+
+    async def _local_client(self) -> AsyncDaemonClient:
+        from tether.daemon.aclient import AsyncDaemonClient
+
+        if self._local is None or self._local.closed:
+            self._local = await AsyncDaemonClient.open(self.socket_path)
+        return self._local
+
+    # -- the registry every host sees ---------------------------------------------------
+
+    async def _sync_loop(self) -> None:
+        while True:
+            try:
+                await self.sync_once()
+            except Exception:
+                log.exception("host %s: registry sync failed; retrying", self.host)
+            await asyncio.sleep(self.sync_every_s)
+
+    async def sync_once(self) -> None:
+        """Publish changed agent rows, drop removed ones, attach forwarders to new runs."""
+        local = await self._local_client()
+        listed = await local.call("agent.list", {})
+        agents = listed.get("agents", []) if isinstance(listed, dict) else []
+        seen: set[str] = set()
+        for agent in agents:
+            name = str(agent.get("name"))
+            seen.add(name)
+            row = msgspec.json.encode({**agent, "host": self.host})
+            if self._rows.get(name) != row:
+                await self._kv.put(f"{self.host}.{name}", row)
+                self._rows[name] = row
+            self._attach(agent)
+        for name in set(self._rows) - seen:
+            with contextlib.suppress(Exception):
+                await self._kv.delete(f"{self.host}.{name}")
+            del self._rows[name]
+            self._detach(name)
+        beat = {"host": self.host, "agents": len(seen), "at": time.time()}
+        await self._kv.put(f"hosts.{self.host}", msgspec.json.encode(beat))
+
+    # -- forwarding the lines -----------------------------------------------------------
+
+    def _attach(self, agent: dict[str, Any]) -> None:
+        name, run_id, run_dir = agent.get("name"), agent.get("run_id"), agent.get("run_dir")
+        if not (isinstance(name, str) and isinstance(run_id, str) and isinstance(run_dir, str)):
+            return
+        if name in self._bridges or self._watcher is None:
+            return
+        directory = Path(run_dir)
+        bridges = [
+            Outbound(
+                self.channel,
+                events_channel(self.host, run_id),
+                directory / "events.jsonl",
+                run_id=run_id,
+            ),
+            Outbound(
+                self.channel,
+                inbox_channel(self.host, run_id),
+                directory / "inbox.jsonl",
+                run_id=run_id,
+            ),
+        ]
+        self._bridges[name] = bridges
+        for bridge in bridges:
+            self._watcher.watch(bridge.path)
+            self._spawn(self._start_bridge(bridge))
+
+    async def _start_bridge(self, bridge: Outbound) -> None:
+        await bridge.start()
+        await self._pump(bridge)
+
+    def _detach(self, name: str) -> None:
+        for bridge in self._bridges.pop(name, []):
+            if self._watcher is not None:
+                self._watcher.unwatch(bridge.path)
+            bridge.close()
+
+    async def _forward_loop(self) -> None:
+        assert self._watcher is not None
+        while True:
+            changed = await self._watcher.wait(timeout=1.0)
+            for bridges in list(self._bridges.values()):
+                for bridge in bridges:
+                    if not changed or bridge.path in changed:
+                        await self._pump(bridge)
+
+    async def _pump(self, bridge: Outbound) -> None:
+        if not bridge.started:
+            return
+        try:
+            while await bridge.pump():
+                pass
+        except (ChannelError, OSError) as error:
+            log.warning("host %s: forwarding %s failed: %s", self.host, bridge.name, error)
+
+    # -- leaving ------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+        for name in list(self._bridges):
+            self._detach(name)
+        if self._watcher is not None:
+            self._watcher.close()
+        if self._local is not None:
+            with contextlib.suppress(Exception):
+                await self._local.close()
+        await self.channel.aclose()
+
+
+def _follows(request: Request) -> bool:
+    params = request.params
+    return (
+        request.method == "agent.events" and isinstance(params, dict) and bool(params.get("follow"))
+    )

@@ -1,0 +1,124 @@
+"""Calling another host's daemon over NATS, and the cluster-wide agent list.
+
+:func:`call_host` sends a request body exactly as on the socket to
+``tether.host.<HOST>.rpc`` and returns the result, raising the same errors as the socket
+client (:class:`~tether.daemon.client.DaemonCallError` with the daemon's code, or
+:class:`~tether.daemon.client.DaemonUnavailable` when no daemon of that host is in the
+cluster). :class:`RemoteClient` wraps it in the sync client's shape for the CLI.
+:func:`cluster_agents` reads every host's rows from the registry bucket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from tether.daemon.client import DaemonCallError, DaemonUnavailable, result_of
+from tether.daemon.hosts import REGISTRY_BUCKET, rpc_subject
+from tether.daemon.protocol import ErrorCode, ProtocolError, Request, decode_response
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+
+__all__ = ["RemoteClient", "call_host", "cluster_agents", "connect"]
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+async def connect(url: str, connect_options: dict[str, Any] | None = None) -> Client:
+    import nats
+
+    options: dict[str, Any] = {"connect_timeout": 5, "max_reconnect_attempts": 3}
+    options.update(connect_options or {})
+    try:
+        return await nats.connect(url, **options)
+    except Exception as error:  # nats raises many unrelated types here
+        raise DaemonUnavailable(f"cannot reach NATS at {url}: {error}") from error
+
+
+async def call_host(
+    client: Client,
+    host: str,
+    method: str,
+    params: Any = None,
+    *,
+    wait_s: float | None = DEFAULT_TIMEOUT_S,
+    prefix: str = "tether",
+) -> Any:
+    from nats.errors import NoRespondersError
+    from nats.errors import TimeoutError as NatsTimeout
+
+    body = msgspec.json.encode(Request(1, method, params))
+    try:
+        reply = await client.request(
+            rpc_subject(host, prefix),
+            body,
+            timeout=DEFAULT_TIMEOUT_S if wait_s is None else wait_s,
+        )
+    except NoRespondersError:
+        raise DaemonUnavailable(f"no daemon of host {host!r} is in the cluster") from None
+    except NatsTimeout:
+        raise DaemonCallError(ErrorCode.BUSY, f"host {host!r} did not answer in time") from None
+    response = decode_response(reply.data)
+    if isinstance(response, ProtocolError):
+        raise DaemonCallError(
+            ErrorCode.INTERNAL, f"unreadable answer from {host}: {response.message}"
+        )
+    return result_of(response)
+
+
+async def cluster_agents(client: Client) -> list[dict[str, Any]]:
+    """Every host's agents (each row has a ``host`` field), sorted by host and name."""
+    from nats.js.errors import BucketNotFoundError, NoKeysError
+
+    try:
+        kv = await client.jetstream().key_value(REGISTRY_BUCKET)
+        keys = await kv.keys()
+    except (BucketNotFoundError, NoKeysError):
+        return []
+    rows: list[dict[str, Any]] = []
+    for key in keys:
+        if key.startswith("hosts."):
+            continue
+        with contextlib.suppress(Exception):
+            entry = await kv.get(key)
+            if entry.value:
+                rows.append(msgspec.json.decode(entry.value))
+    return sorted(rows, key=lambda row: (str(row.get("host")), str(row.get("name"))))
+
+
+class RemoteClient:
+    """The CLI's sync client shape (``call``, ``settimeout``, a context manager) over NATS."""
+
+    def __init__(self, url: str, host: str) -> None:
+        self.host = host
+        self._timeout: float | None = DEFAULT_TIMEOUT_S
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._client = self._loop.run_until_complete(connect(url))
+        except BaseException:
+            self._loop.close()
+            raise
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._timeout = timeout
+
+    def call(self, method: str, params: Any = None) -> Any:
+        if method == "agent.list":
+            return {"agents": self._loop.run_until_complete(cluster_agents(self._client))}
+        call = call_host(self._client, self.host, method, params, wait_s=self._timeout)
+        return self._loop.run_until_complete(call)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._loop.run_until_complete(self._client.close())
+        self._loop.close()
+
+    def __enter__(self) -> RemoteClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

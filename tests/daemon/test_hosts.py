@@ -1,0 +1,203 @@
+"""Two hosts in one cluster: real daemons joined over a real nats-server on 127.0.0.1.
+
+Host A's CLI drives an agent on host B (spawn, ask, steer, events, stop, rm) through
+NATS request/reply; ``agent list`` shows both hosts; B's event log is in JetStream once
+per line, in order; a killed and restarted B resumes forwarding with nothing doubled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemon_helpers import DaemonProcess, make_env
+from test_agents_support import kill_agents
+from tests.nats_server import NatsServer, run_nats_server
+
+from tether.transports.channel import Entry
+
+
+@pytest.fixture(scope="module")
+def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    with run_nats_server(tmp_path_factory.mktemp("nats")) as server:
+        yield server
+
+
+@pytest.fixture
+def hosts(nats: NatsServer) -> Iterator[dict[str, DaemonProcess]]:
+    started: dict[str, DaemonProcess] = {}
+    roots = []
+    try:
+        for name in ("A", "B"):
+            root = Path(tempfile.mkdtemp(dir="/tmp", prefix=f"th{name}"))
+            roots.append(root)
+            env = make_env(root)
+            env["TETHER_NATS_URL"] = nats.url
+            daemon = DaemonProcess(root, Path(env["TETHER_SOCKET"]), env)
+            started[name] = daemon.start("--nats", nats.url, "--host", name)
+        yield started
+    finally:
+        for daemon in started.values():
+            daemon.stop(signal.SIGKILL)
+            kill_agents(Path(daemon.env["TETHER_HOME"]))
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def tether(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tether", "agent", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def _listed(env: dict[str, str]) -> list[dict[str, object]]:
+    done = tether(env, "list", "--json")
+    assert done.returncode == 0, done.stderr
+    agents: list[dict[str, object]] = json.loads(done.stdout)["agents"]
+    return agents
+
+
+def _wait_listed(env: dict[str, str], want: set[tuple[str, str]], timeout: float = 30) -> None:
+    """Until the cluster's list holds exactly these (host, name) pairs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = {(str(a["host"]), str(a["name"])) for a in _listed(env)}
+        if rows == want:
+            return
+        assert time.monotonic() < deadline, f"cluster list is {rows}, want {want}"
+        time.sleep(0.1)
+
+
+def test_a_host_drives_an_agent_on_another_host(
+    hosts: dict[str, DaemonProcess], nats: NatsServer, tmp_path: Path
+) -> None:
+    env_a = hosts["A"].env
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"text": "from B"}, {"text": "second"}, {"text": "third"}]))
+
+    spawned = tether(
+        env_a, "--host", "B", "spawn", "w1", "--task", "hi", "--script", str(script), "--wait"
+    )
+    assert spawned.returncode == 0, spawned.stderr
+    assert spawned.stdout == "from B\n"
+    local_a = tether(env_a, "--socket", str(hosts["A"].socket), "status", "w1")
+    assert local_a.returncode == 13  # the agent lives on B, not on A
+
+    asked = tether(env_a, "--host", "B", "ask", "w1", "again")
+    assert (asked.returncode, asked.stdout) == (0, "second\n"), asked.stderr
+    steered = tether(env_a, "--host", "B", "steer", "w1", "nudge", "--json")
+    assert steered.returncode == 0, steered.stderr
+    assert json.loads(steered.stdout)["ack"] in ("accepted", "queued")
+
+    tether(env_a, "--socket", str(hosts["A"].socket), "spawn", "a1", "--script", str(script))
+    _wait_listed(env_a, {("A", "a1"), ("B", "w1")})
+    table = tether(env_a, "list")
+    assert table.stdout.splitlines()[0].split()[:2] == ["HOST", "NAME"]
+
+    events = tether(env_a, "--host", "B", "events", "w1", "--after-seq", "0", "--json")
+    assert events.returncode == 0, events.stderr
+    seqs = [json.loads(line)["seq"] for line in events.stdout.splitlines()]
+    assert seqs == sorted(seqs)
+    assert seqs
+
+    status = json.loads(tether(env_a, "--host", "B", "status", "w1", "--json").stdout)
+    run_dir = Path(str(status["run_dir"]))
+    assert str(run_dir).startswith(hosts["B"].env["TETHER_HOME"])
+    _check_events_in_jetstream(nats.url, "B", str(status["run_id"]), run_dir / "events.jsonl")
+
+    stopped = tether(env_a, "--host", "B", "stop", "w1", "--mode", "cancel")
+    assert stopped.returncode == 0, stopped.stderr
+    removed = tether(env_a, "--host", "B", "rm", "w1")
+    assert removed.returncode == 0, removed.stderr
+    _wait_listed(env_a, {("A", "a1")})
+
+
+def test_unknown_host_and_follow_are_refused_clearly(hosts: dict[str, DaemonProcess]) -> None:
+    env_a = hosts["A"].env
+    missing = tether(env_a, "--host", "Z", "status", "x")
+    assert missing.returncode == 3
+    assert "no daemon of host 'Z'" in missing.stderr
+    no_agent = tether(env_a, "--host", "B", "status", "nobody")
+    assert no_agent.returncode == 13
+    assert "nobody" in no_agent.stderr
+
+
+def test_a_killed_host_daemon_resumes_forwarding_without_doubles(
+    hosts: dict[str, DaemonProcess], nats: NatsServer, tmp_path: Path
+) -> None:
+    env_a, b = hosts["A"].env, hosts["B"]
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"text": f"answer {i}"} for i in range(6)]))
+    spawned = tether(
+        env_a, "--host", "B", "spawn", "w2", "--task", "t", "--script", str(script), "--wait"
+    )
+    assert spawned.returncode == 0, spawned.stderr
+    status = json.loads(tether(env_a, "--host", "B", "status", "w2", "--json").stdout)
+    events = Path(str(status["run_dir"])) / "events.jsonl"
+    b.stop(signal.SIGKILL)  # the agent runs on; its events keep landing in the local file
+    b.start("--nats", nats.url, "--host", "B")
+    asked = tether(env_a, "--host", "B", "ask", "w2", "after the restart")
+    assert asked.returncode == 0, asked.stderr
+    _check_events_in_jetstream(nats.url, "B", str(status["run_id"]), events)
+
+
+def _check_events_in_jetstream(url: str, host: str, run_id: str, events: Path) -> None:
+    """Every complete line of the local event log is in the run's channel once, in order."""
+    from tether.daemon.hosts import events_channel
+    from tether.transports.jetstream import open_jetstream
+
+    async def main() -> None:
+        channel = await open_jetstream(url)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                local = _complete_lines(events)
+                got = await _read_all(channel, events_channel(host, run_id), len(local))
+                if [e.data for e in got] == local:
+                    return
+                assert time.monotonic() < deadline, (len(got), len(local))
+                await asyncio.sleep(0.1)
+        finally:
+            await channel.aclose()
+
+    asyncio.run(main())
+
+
+def _complete_lines(path: Path) -> list[bytes]:
+    return [line for line in path.read_bytes().split(b"\n")[:-1] if line]
+
+
+async def _read_all(channel: object, name: str, count: int) -> list[Entry]:
+    got: list[Entry] = []
+    tail = channel.tail(name)  # type: ignore[attr-defined]
+    try:
+        while len(got) < count:
+            try:
+                item = await asyncio.wait_for(anext(tail), timeout=1.0)
+            except TimeoutError:
+                break
+            assert isinstance(item, Entry)
+            got.append(item)
+        # One more short read: a doubled line would show here.
+        try:
+            extra = await asyncio.wait_for(anext(tail), timeout=0.3)
+            got.append(extra)
+        except TimeoutError:
+            pass
+    finally:
+        await tail.aclose()
+    return got
