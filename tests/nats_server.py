@@ -7,9 +7,11 @@ the test; elsewhere it skips with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -48,11 +50,14 @@ class NatsServer:
 
 
 @contextmanager
-def run_nats_server(store: Path, *, timeout: float = 20.0) -> Iterator[NatsServer]:
+def run_nats_server(
+    store: Path, *, timeout: float = 20.0, extra: list[str] | None = None, port: int = -1
+) -> Iterator[NatsServer]:
     """Start a JetStream-enabled server storing in ``store``; stop it on exit."""
     store.mkdir(parents=True, exist_ok=True)
+    argv = [server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
     process = subprocess.Popen(
-        [server_binary(), "-js", "-a", "127.0.0.1", "-p", "-1", "-sd", str(store)],
+        [*argv, *(extra or [])],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -99,3 +104,56 @@ def _drain(process: subprocess.Popen[bytes]) -> None:
     assert process.stderr is not None
     while process.stderr.read(65536):
         pass
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel hands out now on 127.0.0.1 (free a moment ago; good enough here)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@dataclass
+class NatsCluster:
+    nodes: list[NatsServer]
+    stack: contextlib.ExitStack
+    names: list[str]
+
+    @property
+    def urls(self) -> str:
+        return ",".join(node.url for node in self.nodes)
+
+    def kill(self, index: int) -> None:
+        """SIGKILL one node (its store stays; :meth:`restart` brings it back)."""
+        node = self.nodes[index]
+        node.process.kill()
+        node.process.wait()
+
+
+@contextmanager
+def run_nats_cluster(root: Path, size: int = 3) -> Iterator[NatsCluster]:
+    """``size`` JetStream nodes on 127.0.0.1, routed into one cluster named ``tether``."""
+    client_ports = free_ports(size)
+    route_ports = free_ports(size)
+    routes = ",".join(f"nats://127.0.0.1:{port}" for port in route_ports)
+    names = [f"n{i}" for i in range(size)]
+    with contextlib.ExitStack() as stack:
+        nodes = []
+        for i in range(size):
+            extra = [
+                "-n", names[i],
+                "--cluster_name", "tether",
+                "--cluster", f"nats://127.0.0.1:{route_ports[i]}",
+                "--routes", routes,
+            ]  # fmt: skip
+            nodes.append(
+                stack.enter_context(
+                    run_nats_server(root / names[i], extra=extra, port=client_ports[i])
+                )
+            )
+        yield NatsCluster(nodes, stack, names)

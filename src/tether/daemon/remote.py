@@ -31,10 +31,12 @@ DEFAULT_TIMEOUT_S = 60.0
 async def connect(url: str, connect_options: dict[str, Any] | None = None) -> Client:
     import nats
 
+    from tether.transports.jetstream import server_list
+
     options: dict[str, Any] = {"connect_timeout": 5, "max_reconnect_attempts": 3}
     options.update(connect_options or {})
     try:
-        return await nats.connect(url, **options)
+        return await nats.connect(server_list(url), **options)
     except Exception as error:  # nats raises many unrelated types here
         raise DaemonUnavailable(f"cannot reach NATS at {url}: {error}") from error
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from nats.js.client import JetStreamContext
     from nats.js.kv import KeyValue
 
-__all__ = ["JetStreamChannel", "open_jetstream"]
+__all__ = ["JetStreamChannel", "open_jetstream", "server_list"]
 
 DUPLICATE_WINDOW_S = 120.0
 # A tail holds at most this many undelivered messages (and bytes) in memory.
@@ -58,6 +58,7 @@ async def open_jetstream(
 ) -> JetStreamChannel:
     """Connect, make sure the stream and the commit bucket exist, and return the channel.
 
+    ``url`` may name several servers of one cluster, comma-separated.
     ``connect_options`` go to ``nats.connect`` as they are (``user_credentials``, ``tls``,
     ``nkeys_seed``, reconnect settings). Close the result with :meth:`JetStreamChannel.aclose`.
     """
@@ -67,7 +68,7 @@ async def open_jetstream(
     options: dict[str, Any] = {"max_reconnect_attempts": -1, "reconnect_time_wait": 0.2}
     options.update(connect_options or {})
     try:
-        client = await nats.connect(url, **options)
+        client = await nats.connect(server_list(url), **options)
     except Exception as error:  # nats raises many unrelated types here
         raise ChannelError(f"cannot reach NATS at {url}: {error}") from error
     channel = JetStreamChannel(client, prefix=prefix, max_line_bytes=max_line_bytes)
@@ -77,6 +78,14 @@ async def open_jetstream(
         await client.close()
         raise
     return channel
+
+
+def server_list(url: str) -> list[str]:
+    """``nats://a:4222,nats://b:4222`` (a cluster's seed servers) as a list."""
+    servers = [part.strip() for part in url.split(",") if part.strip()]
+    if not servers:
+        raise ChannelError("no NATS server URL given")
+    return servers
 
 
 class JetStreamChannel:
