@@ -35,6 +35,8 @@ __all__ = [
     "group_has_live_members",
     "group_id",
     "kill_group",
+    "proc_start_time",
+    "process_matches",
     "signal_group",
     "terminate_group",
     "terminate_group_sync",
@@ -186,3 +188,37 @@ def _reap_popen(proc: subprocess.Popen[Any]) -> int | None:
         return proc.wait(timeout=max(GRACE_S, 1.0))
     except subprocess.TimeoutExpired:
         return None
+
+
+# -- process identity: a pid is the same process only while its start time matches ---------
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (start time, clock ticks since boot), or ``None``
+    when the process does not exist. The comm field may hold spaces and parentheses, so
+    fields are counted after the last ``)``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    fields = data.rpartition(b")")[2].split()
+    # After the comm, fields start at number 3 (state); field 22 is index 22 - 3.
+    try:
+        return int(fields[22 - 3])
+    except (IndexError, ValueError):
+        return None
+
+
+def process_matches(pid: int | None, start_time: int | None) -> bool:
+    """True when ``pid`` is alive, not a zombie, and started at ``start_time``."""
+    if pid is None or pid <= 0 or start_time is None:
+        return False
+    if proc_start_time(pid) != start_time:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rpartition(b")")[2].split()[:1]
+    except OSError:
+        return False
+    return state != [b"Z"]

@@ -131,7 +131,7 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert tether(tmp_path, "run", "--deadline", "-1", "task").returncode == 2
     help_text = tether(tmp_path, "run", "--help")
     assert help_text.returncode == 0
-    assert "0 done, 3 cancelled, 4 failed" in help_text.stdout
+    assert "0 done, 3 cancelled (also Ctrl-C, SIGTERM, SIGHUP" in help_text.stdout
     assert "5 timed-out, 2 usage error" in help_text.stdout
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+from tether.store.index import RunIndex
 
 from .test_cli_run import TIMEOUT, _env
 
@@ -45,3 +50,95 @@ def test_exit_is_clean_with_a_terminal_on_stdin(tmp_path: Path) -> None:
         os.close(controller)
     assert b"Fatal Python error" not in out.stderr, out.stderr
     assert out.returncode == 0, out.stderr
+
+
+def _sleeping_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """`tether run` whose child is in a `sleep 30` bash tool; returns it and the run dir."""
+    script = tmp_path / "script.json"
+    bash = {"name": "bash", "arguments": {"command": "sleep 30"}}
+    script.write_text(json.dumps([{"text": "Busy.", "tool_calls": [bash]}, {"text": "Done."}]))
+    argv = [sys.executable, "-m", "tether", "run", "--provider", "scripted", "--script"]
+    proc = subprocess.Popen(
+        [*argv, str(script), "t"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+    )
+    for _ in range(3000):
+        runs = list((tmp_path / "home" / "runs").glob("*/events.jsonl"))
+        if runs and '"type":"tool-call"' in runs[0].read_text():
+            return proc, runs[0].parent
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.01)
+    proc.kill()
+    raise AssertionError("the run never reached its tool call")
+
+
+def _row(tmp_path: Path, run_id: str) -> dict[str, object]:
+    shown = subprocess.run(
+        [sys.executable, "-m", "tether", "show", run_id, "--json"],
+        capture_output=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    row: dict[str, object] = json.loads(shown.stdout)
+    return row
+
+
+def _wait_gone(pid: int) -> None:
+    for _ in range(3000):
+        if not _alive(pid):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"pid {pid} is still running")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0]
+    except OSError:
+        return False
+    return state != b"Z"
+
+
+def test_sighup_cancels_the_run_and_ends_its_row(tmp_path: Path) -> None:
+    proc, run_dir = _sleeping_run(tmp_path)
+    record = RunIndex(tmp_path / "home" / "tether.db").get(run_dir.name)
+    assert record is not None
+    assert record.pid is not None
+    proc.send_signal(signal.SIGHUP)
+    _, stderr = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 3, stderr
+    assert b"Traceback" not in stderr
+    _wait_gone(record.pid)
+    row = _row(tmp_path, run_dir.name)
+    assert row["status"] == "cancelled", row
+
+
+def test_after_sigkill_of_tether_run_its_row_reads_lost(tmp_path: Path) -> None:
+    proc, run_dir = _sleeping_run(tmp_path)
+    record = RunIndex(tmp_path / "home" / "tether.db").get(run_dir.name)
+    assert record is not None
+    assert record.status == "running"
+    assert record.owner_pid == proc.pid
+    assert record.pid is not None
+    proc.kill()
+    proc.communicate(timeout=TIMEOUT)
+    _wait_gone(record.pid)  # the lifeline ends the child when its parent is gone
+    row = _row(tmp_path, run_dir.name)
+    assert row["status"] == "failed", row
+    assert str(row["error"]).startswith("lost: its parent process"), row
+    listed = subprocess.run(
+        [sys.executable, "-m", "tether", "runs", "--json"],
+        capture_output=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=TIMEOUT,
+        check=True,
+    )
+    assert [json.loads(line)["status"] for line in listed.stdout.splitlines()] == ["failed"]

@@ -18,9 +18,8 @@ from tether.daemon.registry import (
     AgentRecord,
     AgentRegistry,
     own_start_time,
-    proc_start_time,
-    process_matches,
 )
+from tether.procs import proc_start_time, process_matches
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import stat
 import threading
@@ -129,3 +130,32 @@ def test_run_ids_and_run_directories(tmp_path: Path) -> None:
     for path in (run.control, run.events, run.stderr):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o700
+
+
+def test_a_live_row_whose_owner_and_child_are_gone_reads_failed_lost(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tether.procs import proc_start_time
+
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    started = proc_start_time(owner.pid)
+    index = RunIndex(tmp_path / "t.db")
+    index.insert(_record("20261130T000009-lost01", owner_pid=owner.pid, owner_start=started))
+    ours = "20261130T000009-ours01"
+    index.insert(_record(ours, pid=owner.pid))  # owned by this process, child alive
+    row = index.get("20261130T000009-lost01")
+    assert row is not None
+    assert row.status == "running"
+    owner.kill()
+    owner.wait()
+    lost = index.get("20261130T000009-lost01")
+    assert lost is not None
+    assert lost.status == "failed"
+    assert lost.error is not None
+    assert lost.error.startswith(f"lost: its parent process (pid {owner.pid})")
+    assert lost.ended_at is not None
+    assert [r.status for r in index.recent(status="running")] == ["running"]
+    mine = index.get(ours)
+    assert mine is not None
+    assert (mine.status, mine.owner_pid, mine.pid_start) == ("running", os.getpid(), started)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Final
 
 # name -> (module, one-line help). The order is the order of ``tether --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -67,16 +68,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return result
 
 
+EXIT_STOPPED: Final = 3
+"""Ctrl-C, or a reader of the output that went away (``tether runs | head``): the exit
+status is 3, cancelled, as for a run; tether exits only with 0, 2, 3, 4 or 5, never
+with a shell's 128+N (130, 141)."""
+
+
 def entrypoint() -> None:
     try:
         code = main()
         sys.stdout.flush()
     except BrokenPipeError:
-        # the reader went away (`tether runs | head`): stop quietly, as Unix tools do
+        # the reader went away: stop quietly, as Unix tools do
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = 141
+        code = EXIT_STOPPED
     except KeyboardInterrupt:
-        code = 130
+        code = EXIT_STOPPED
     sys.exit(code)

@@ -4,7 +4,8 @@ Theory of operation: :func:`tether.runtime.parent.spawn` starts the child; every
 goes to the display (the only code that writes to the terminal) through
 :class:`Presenter`, which ``tether replay`` uses too, so a replay renders exactly what
 the live view rendered. Lines typed on stdin become ``steer`` (``+text``: ``follow-up``);
-Ctrl-C sends ``finalize``, a second ``cancel``, a third kills the child's process group.
+Ctrl-C sends ``finalize``, a second ``cancel``, a third kills the child's process group;
+SIGTERM and SIGHUP cancel (a hangup first points the dead terminal's fds at /dev/null).
 The final answer always goes to stdout.
 """
 
@@ -33,8 +34,8 @@ while it runs:
                          again: cancel; a third time: kill the child
 
 exit status:
-  0 done, 3 cancelled, 4 failed (including a last turn that ended in an error),
-  5 timed-out, 2 usage error
+  0 done, 3 cancelled (also Ctrl-C, SIGTERM, SIGHUP, or a closed output pipe),
+  4 failed (including a last turn that ended in an error), 5 timed-out, 2 usage error
 
 The final answer always goes to stdout (`tether run ... > answer.txt` works); when stdout
 is not a terminal the live view goes to stderr. Runs are kept: see `tether runs`.
@@ -261,9 +262,16 @@ class _Controls:
         self.loop = asyncio.get_running_loop()
         self.tasks: set[asyncio.Task[None]] = set()
         self._installed: list[int] = []
+        self.terminals: list[int] = []
 
     def install(self) -> None:
-        for sig, handler in ((signal.SIGINT, self.interrupt), (signal.SIGTERM, self.terminate)):
+        self.terminals = [fd for fd in (0, 1, 2) if _fd_isatty(fd)]
+        handlers = (
+            (signal.SIGINT, self.interrupt),
+            (signal.SIGTERM, self.terminate),
+            (signal.SIGHUP, self.hangup),
+        )
+        for sig, handler in handlers:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 self.loop.add_signal_handler(sig, handler)
                 self._installed.append(sig)
@@ -276,6 +284,8 @@ class _Controls:
         for sig in self._installed:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 self.loop.remove_signal_handler(sig)
+        # The run is over; a hangup now must not turn its exit status into 129.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     def _read_stdin(self) -> None:
         """Steering lines from fd 0, read unbuffered.
@@ -342,6 +352,14 @@ class _Controls:
         self.interrupts = max(self.interrupts, 1)
         self.interrupt()
 
+    def hangup(self) -> None:
+        """The terminal went away: stop writing to it, then cancel the run (exit 3)."""
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in self.terminals:
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        self.terminate()
+
     async def _send(self, kind: str) -> None:
         from tether.runtime.parent import ParentError
 
@@ -350,6 +368,13 @@ class _Controls:
                 await self.handle.cancel()
             else:
                 await self.handle.finalize()
+
+
+def _fd_isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
 
 
 def _isatty(stream: Any) -> bool:

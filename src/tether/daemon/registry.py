@@ -28,6 +28,7 @@ from typing import Any, Final
 import msgspec
 
 from tether import jsondepth, paths
+from tether.procs import proc_start_time
 
 SCHEMA_VERSION: Final = 1
 BUSY_TIMEOUT_MS: Final = 5000
@@ -273,37 +274,6 @@ _COLUMN_SET: Final = frozenset(COLUMNS)
 
 
 # -- processes ---------------------------------------------------------------------------------
-
-
-def proc_start_time(pid: int) -> int | None:
-    """Field 22 of ``/proc/<pid>/stat`` (start time, clock ticks since boot), or ``None``
-    when the process does not exist. The comm field may hold spaces and parentheses, so
-    fields are counted after the last ``)``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return None
-    fields = data.rpartition(b")")[2].split()
-    # After the comm, fields start at number 3 (state); field 22 is index 22 - 3.
-    try:
-        return int(fields[22 - 3])
-    except (IndexError, ValueError):
-        return None
-
-
-def process_matches(pid: int | None, start_time: int | None) -> bool:
-    """True when ``pid`` is alive, not a zombie, and started at ``start_time``."""
-    if pid is None or pid <= 0 or start_time is None:
-        return False
-    if proc_start_time(pid) != start_time:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            state = handle.read().rpartition(b")")[2].split()[:1]
-    except OSError:
-        return False
-    return state != [b"Z"]
 
 
 def own_start_time() -> int | None:

@@ -47,9 +47,8 @@ from tether.daemon.registry import (
     AgentNotFound,
     AgentRecord,
     AgentRegistry,
-    proc_start_time,
-    process_matches,
 )
+from tether.procs import proc_start_time, process_matches
 from tether.runtime.hub import WatchHub, shared_hub
 from tether.runtime.launch import default_argv, make_inbox, wire_env
 from tether.runtime.mirror import RunMirror

@@ -9,6 +9,13 @@ short connection (cheap, and safe from any thread); a busy timeout absorbs write
 other processes.
 
 Tables: ``runs_index`` (the rows) and ``runs_schema`` (this module's schema version).
+
+Stale rows: the process that inserts a row owns it, and the row records that owner's pid
+and start time (``owner_pid``, ``owner_start``), and the child's (``pid``, ``pid_start``)
+once it is known. A parent killed by a signal cannot write its row's end, so every read
+settles a ``starting``/``running`` row whose owner and child are both gone (a pid counts
+only while its start time matches): it is rewritten as ``failed`` with a ``lost: ...``
+error, once, and never reads as running again.
 """
 
 from __future__ import annotations
@@ -17,13 +24,15 @@ import contextlib
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Final
 
 from tether import jsondepth
 from tether.paths import FILE_MODE, db_path, ensure_private_dir
+from tether.procs import proc_start_time, process_matches
 
 SCHEMA_VERSION: Final = 1
 BUSY_TIMEOUT_MS: Final = 5000
@@ -48,7 +57,10 @@ CREATE TABLE IF NOT EXISTS runs_index (
     deadline    REAL,
     stop_reason TEXT,
     error       TEXT,
-    truncated   INTEGER NOT NULL DEFAULT 0
+    truncated   INTEGER NOT NULL DEFAULT 0,
+    pid_start   INTEGER,
+    owner_pid   INTEGER,
+    owner_start INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_index_parent ON runs_index (parent_run);
 CREATE INDEX IF NOT EXISTS runs_index_created ON runs_index (created_at);
@@ -76,6 +88,9 @@ class RunRecord:
     stop_reason: str | None = None
     error: str | None = None
     truncated: bool = False
+    pid_start: int | None = None
+    owner_pid: int | None = None
+    owner_start: int | None = None
 
     @property
     def elapsed_s(self) -> float | None:
@@ -113,7 +128,39 @@ def _from_row(row: sqlite3.Row) -> RunRecord:
     return RunRecord(**values)
 
 
-_COLUMN_TYPES: Final = {"truncated": "INTEGER NOT NULL DEFAULT 0"}
+_COLUMN_TYPES: Final = {
+    "truncated": "INTEGER NOT NULL DEFAULT 0",
+    "pid_start": "INTEGER",
+    "owner_pid": "INTEGER",
+    "owner_start": "INTEGER",
+}
+LIVE_STATUSES: Final = ("starting", "running")
+
+
+def is_lost(record: RunRecord) -> bool:
+    """A live-looking row whose owner and child are both gone (rows without an owner: no)."""
+    if record.status not in LIVE_STATUSES or record.owner_pid is None:
+        return False
+    if process_matches(record.owner_pid, record.owner_start):
+        return False
+    return not process_matches(record.pid, record.pid_start)
+
+
+def _lost_reason(record: RunRecord) -> str:
+    return (
+        f"lost: its parent process (pid {record.owner_pid}) ended without finishing the run; "
+        f"the log so far is in {record.run_dir}"
+    )
+
+
+def _owned(record: RunRecord) -> RunRecord:
+    """``record`` with its owner (this process) and its child's start time filled in."""
+    changes: dict[str, Any] = {}
+    if record.owner_pid is None:
+        changes.update(owner_pid=os.getpid(), owner_start=proc_start_time(os.getpid()))
+    if record.pid is not None and record.pid_start is None:
+        changes["pid_start"] = proc_start_time(record.pid)
+    return replace(record, **changes) if changes else record
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:
@@ -166,7 +213,8 @@ class RunIndex:
     # -- writes --------------------------------------------------------------------
 
     def insert(self, record: RunRecord) -> None:
-        """Add a run (its id must be new)."""
+        """Add a run (its id must be new), owned by this process unless it names an owner."""
+        record = _owned(record)
         marks = ", ".join("?" for _ in _COLUMNS)
         with self._connect() as conn:
             conn.execute(
@@ -181,6 +229,8 @@ class RunIndex:
             raise ValueError(f"cannot update columns {sorted(unknown | ({'id'} & set(values)))}")
         if not values:
             return self.get(run_id) is not None
+        if values.get("pid") is not None and "pid_start" not in values:
+            values["pid_start"] = proc_start_time(values["pid"])
         names = list(values)
         params = [
             json.dumps(values[n], ensure_ascii=False)
@@ -201,7 +251,21 @@ class RunIndex:
     def get(self, run_id: str) -> RunRecord | None:
         with self._connect() as conn:
             row = conn.execute("SELECT * FROM runs_index WHERE id = ?", (run_id,)).fetchone()
-        return None if row is None else _from_row(row)
+        return None if row is None else self._settled(_from_row(row))
+
+    def _settled(self, record: RunRecord) -> RunRecord:
+        """``record``, or, when it is lost, the ``failed`` row it is rewritten as."""
+        if not is_lost(record):
+            return record
+        ended = {"status": "failed", "ended_at": time.time(), "error": _lost_reason(record)}
+        with self._connect() as conn:
+            conn.execute(
+                "UPDATE runs_index SET status = ?, ended_at = ?, error = ? "
+                "WHERE id = ? AND status IN (?, ?)",
+                (*ended.values(), record.id, *LIVE_STATUSES),
+            )
+            row = conn.execute("SELECT * FROM runs_index WHERE id = ?", (record.id,)).fetchone()
+        return record if row is None else _from_row(row)
 
     def resolve(self, ref: str) -> list[RunRecord]:
         """Runs matching ``ref``: an exact id, else an id prefix or suffix (``latest`` = newest)."""
@@ -217,7 +281,7 @@ class RunIndex:
                 "ORDER BY id DESC LIMIT 20",
                 (pattern + "%", "%" + pattern),
             ).fetchall()
-        return [_from_row(r) for r in rows]
+        return [self._settled(_from_row(r)) for r in rows]
 
     def recent(
         self, *, limit: int = 50, status: str | None = None, parent: str | None = None
@@ -236,7 +300,8 @@ class RunIndex:
                 f"SELECT * FROM runs_index {clause} ORDER BY id DESC LIMIT ?",  # noqa: S608
                 (*params, max(0, limit)),
             ).fetchall()
-        return [_from_row(r) for r in rows]
+        settled = [self._settled(_from_row(r)) for r in rows]
+        return [r for r in settled if status is None or r.status == status]
 
     def children(self, run_id: str) -> list[RunRecord]:
         """Runs started by ``run_id`` (its subagents), oldest first."""
