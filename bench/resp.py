@@ -22,7 +22,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from tether.framing.resp import NEED_DATA, HiredisReader, PureReader, encode_frame
+from tether.framing.resp import NEED_DATA, PureReader, encode_frame
+from tether.framing.resp_hiredis import HiredisReader
 
 CHUNK = 64 * 1024
 TARGET_RATIO = 6.0

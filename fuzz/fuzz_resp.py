@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 from tether.framing import messages
-from tether.framing.resp import HiredisReader, PureReader, Rejection, encode_frame
+from tether.framing.resp import PureReader, Rejection, encode_frame
+from tether.framing.resp_hiredis import HiredisReader
 
 SEEDS = [
     encode_frame([b"TEXT", "héllo\r\nwörld".encode()]),

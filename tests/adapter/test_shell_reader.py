@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from tether.framing.resp import encode_frame, open_reader
+from tether.framing.resp import encode_frame
+from tether.framing.resp_hiredis import open_reader
 
 from .helpers import LIB
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tether.agent.report import ReportTool
-from tether.agent.tools import BUILTIN_TOOLS, ToolContext, select_tools
+from tether.agent.tools import ToolContext
+from tether.agent.toolset import BUILTIN_TOOLS, select_tools
 from tether.runtime.parent import InboxItem, spawn
 
 

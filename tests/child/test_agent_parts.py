@@ -25,13 +25,8 @@ from tether.agent.provider import (
 )
 from tether.agent.registry import ProviderSetupError, get_provider
 from tether.agent.scripted import ScriptedProvider, ScriptError, chunk_text, load_script
-from tether.agent.tools import (
-    OUTPUT_CAP_BYTES,
-    ToolContext,
-    UnknownToolError,
-    cap_output,
-    select_tools,
-)
+from tether.agent.tools import OUTPUT_CAP_BYTES, ToolContext, cap_output
+from tether.agent.toolset import UnknownToolError, select_tools
 from tether.procs import NEW_GROUP, group_alive, terminate_group, terminate_group_sync
 from tether.runtime.child_io import result_fields
 from tether.wire import Result, Sender

@@ -1,5 +1,5 @@
 """The method registry and handler failure mapping, with a Daemon served in this process
-on a real Unix socket (the plug-in path another package uses to add ``agent.*``)."""
+on a real Unix socket (the way tether.daemon.app installs ``agent.*``)."""
 
 from __future__ import annotations
 
@@ -15,15 +15,9 @@ from tether.daemon.aclient import AsyncDaemonClient
 from tether.daemon.channels import ChannelHub
 from tether.daemon.client import DaemonCallError
 from tether.daemon.lifecycle import bind_socket, ensure_socket_dir
+from tether.daemon.methods import MethodRegistry, RpcFailure, decode_params
 from tether.daemon.protocol import MAX_FRAME_BYTES, ErrorCode
-from tether.daemon.server import (
-    CallContext,
-    Daemon,
-    MethodRegistry,
-    RpcFailure,
-    ServerConfig,
-    decode_params,
-)
+from tether.daemon.server import CallContext, Daemon, ServerConfig
 
 
 class NameParams(msgspec.Struct):
@@ -79,7 +73,7 @@ def serve_with(tmp: Path, body: Callable[[Daemon, AsyncDaemonClient], Awaitable[
             ("agent.forever", forever),
         ]:
             daemon.methods.register(method, handler)
-        server = asyncio.ensure_future(daemon.serve(bind_socket(path)))
+        server = asyncio.ensure_future(daemon.serve(bind_socket(path, backlog=64)))
         client = await AsyncDaemonClient.open(path)
         try:
             await body(daemon, client)

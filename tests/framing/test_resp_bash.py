@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tether.cli.shell_lib import library_path
-from tether.framing.resp import HiredisReader, PureReader, Rejection
+from tether.framing.resp import PureReader, Rejection
+from tether.framing.resp_hiredis import HiredisReader
 
 # Quoted verbatim from spec/message-protocol-and-display.md.
 SPEC_WRITER = r"""

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.framing.resp import HiredisReader, PureReader, Rejection, encode_frame
+from tether.framing.resp import PureReader, Rejection, encode_frame
+from tether.framing.resp_hiredis import HiredisReader
 
 fields_st = st.lists(st.binary(max_size=300), max_size=12)
 # byte soup that is likely to look like frames

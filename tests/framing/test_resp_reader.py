@@ -6,16 +6,8 @@ import random
 
 import pytest
 
-from tether.framing import resp
-from tether.framing.resp import (
-    NEED_DATA,
-    Code,
-    HiredisReader,
-    PureReader,
-    Rejection,
-    encode_frame,
-    open_reader,
-)
+from tether.framing.resp import NEED_DATA, Code, PureReader, Rejection, encode_frame
+from tether.framing.resp_hiredis import HiredisReader, hiredis_available, open_reader
 
 READERS = [PureReader, HiredisReader]
 
@@ -313,7 +305,7 @@ def test_negative_limits_are_a_caller_bug() -> None:
 
 
 def test_open_reader_prefers_hiredis() -> None:
-    assert resp.hiredis_available()
+    assert hiredis_available()
     assert type(open_reader()) is HiredisReader
     assert type(open_reader(use_hiredis=False)) is PureReader
     reader = open_reader(max_fields=2, use_hiredis=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tether.agent.subagent import SubagentTool
 from tether.agent.tools import ToolContext
+from tether.runtime.parent import spawn
 from tether.store.index import RunIndex
 
 from .helpers import double
@@ -24,7 +25,7 @@ def _context(tmp_path: Path, **env: str) -> ToolContext:
 
 
 def test_subagent_returns_the_child_final_text_and_records_its_parent(tmp_path: Path) -> None:
-    tool = SubagentTool()
+    tool = SubagentTool(spawn=spawn)
     content, is_error = asyncio.run(tool.run({"task": "sum it up"}, _context(tmp_path)))
     assert (content, is_error) == ("answer: sum it up", False)
     (record,) = RunIndex().recent()
@@ -34,7 +35,7 @@ def test_subagent_returns_the_child_final_text_and_records_its_parent(tmp_path: 
 
 
 def test_several_subagents_run_at_once(tmp_path: Path) -> None:
-    tool = SubagentTool()
+    tool = SubagentTool(spawn=spawn)
     context = _context(tmp_path)
 
     async def go() -> list[tuple[str, bool]]:
@@ -47,7 +48,7 @@ def test_several_subagents_run_at_once(tmp_path: Path) -> None:
 
 
 def test_fan_out_is_capped(tmp_path: Path) -> None:
-    tool = SubagentTool(max_concurrent=2)
+    tool = SubagentTool(spawn=spawn, max_concurrent=2)
     context = _context(tmp_path, TETHER_SUBAGENT_ARGV=json.dumps(double("normal", 1500)))
 
     async def go() -> list[tuple[str, bool]]:
@@ -61,7 +62,7 @@ def test_fan_out_is_capped(tmp_path: Path) -> None:
 
 
 def test_depth_is_capped_and_passed_down(tmp_path: Path) -> None:
-    tool = SubagentTool(max_depth=2)
+    tool = SubagentTool(spawn=spawn, max_depth=2)
     content, is_error = asyncio.run(
         tool.run({"task": "t"}, _context(tmp_path, TETHER_SUBAGENT_DEPTH="2"))
     )
@@ -78,7 +79,7 @@ def test_depth_is_capped_and_passed_down(tmp_path: Path) -> None:
 
 
 def test_bad_arguments_are_error_results(tmp_path: Path) -> None:
-    tool = SubagentTool()
+    tool = SubagentTool(spawn=spawn)
     context = _context(tmp_path)
     for arguments in (
         {},
@@ -92,7 +93,7 @@ def test_bad_arguments_are_error_results(tmp_path: Path) -> None:
 
 
 def test_a_failing_child_is_an_error_result(tmp_path: Path) -> None:
-    tool = SubagentTool()
+    tool = SubagentTool(spawn=spawn)
     context = _context(tmp_path, TETHER_SUBAGENT_ARGV=json.dumps(double("die-mid-turn")))
     content, is_error = asyncio.run(tool.run({"task": "t"}, context))
     assert is_error
@@ -101,7 +102,7 @@ def test_a_failing_child_is_an_error_result(tmp_path: Path) -> None:
 
 
 def test_cancelling_the_tool_cancels_the_sub_run(tmp_path: Path) -> None:
-    tool = SubagentTool()
+    tool = SubagentTool(spawn=spawn)
     context = _context(tmp_path, TETHER_SUBAGENT_ARGV=json.dumps(double("normal", 10_000)))
 
     async def go() -> None:

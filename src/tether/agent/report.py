@@ -61,8 +61,3 @@ class ReportTool:
         except OSError as exc:
             return f"report: cannot write to the inbox: {exc.strerror or exc}", True
         return f"reported {kind}", False
-
-
-def report_tool() -> ReportTool:
-    """A factory for tool registries (``{"report": report_tool}``)."""
-    return ReportTool()

@@ -1,8 +1,10 @@
 """The ``subagent`` tool: run a sub-task in a child run and return its final answer.
 
-``subagent {task, timeout_s?}`` starts a child with :func:`tether.runtime.parent.spawn`
-(the same parent every other run uses: private run directory, the wire, never-hang
-rules), waits for its result and returns the final text. Several calls may run at once.
+``subagent {task, timeout_s?}`` starts a child with the ``spawn`` it was given (in
+``tether child``, :func:`tether.runtime.parent.spawn`: the same parent every other run
+uses: private run directory, the wire, never-hang rules), waits for its result and
+returns the final text. Several calls may run at once. The parent runtime sits above
+this layer, so it is handed in, never imported.
 
 Caps (so an agent cannot fork without bound):
 
@@ -25,13 +27,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Protocol
 
 from tether import jsondepth
 from tether.agent.tools import ToolContext, ToolOutput
+from tether.errors import TetherError
 
-__all__ = ["DEFAULT_TIMEOUT_S", "MAX_CONCURRENT", "MAX_DEPTH", "SubagentTool", "subagent_tool"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "MAX_CONCURRENT",
+    "MAX_DEPTH",
+    "SpawnRun",
+    "SubRun",
+    "SubRunResult",
+    "SubagentTool",
+]
 
 MAX_DEPTH: Final = 2
 MAX_CONCURRENT: Final = 4
@@ -39,6 +50,31 @@ DEFAULT_TIMEOUT_S: Final = 300.0
 MAX_TIMEOUT_S: Final = 3600.0
 DEPTH_ENV: Final = "TETHER_SUBAGENT_DEPTH"
 MAX_TASK_CHARS: Final = 32_000
+
+
+class SubRunResult(Protocol):
+    """What the tool reads of a finished sub-run (``tether.Result`` is one)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def final_text(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def run_id(self) -> str: ...
+
+
+class SubRun(Protocol):
+    """A started sub-run (``tether.RunHandle`` is one)."""
+
+    async def wait(self) -> SubRunResult: ...
+    async def aclose(self) -> object: ...
+
+
+# ``spawn(task, *, argv | provider/model/child_args, cwd, deadline_s, finalize_after_s,
+# env, parent_run)``, as :func:`tether.runtime.parent.spawn`.
+SpawnRun = Callable[..., Awaitable[SubRun]]
 
 
 class SubagentTool:
@@ -64,7 +100,14 @@ class SubagentTool:
         "required": ["task"],
     }
 
-    def __init__(self, *, max_depth: int = MAX_DEPTH, max_concurrent: int = MAX_CONCURRENT) -> None:
+    def __init__(
+        self,
+        *,
+        spawn: SpawnRun | None,
+        max_depth: int = MAX_DEPTH,
+        max_concurrent: int = MAX_CONCURRENT,
+    ) -> None:
+        self.spawn = spawn
         self.max_depth = max_depth
         self.max_concurrent = max_concurrent
         self.active = 0
@@ -98,8 +141,9 @@ class SubagentTool:
             self.active -= 1
 
     async def _run(self, task: str, limit_s: float, depth: int, context: ToolContext) -> ToolOutput:
-        from tether.runtime.parent import ParentError, spawn
-
+        spawn = self.spawn
+        if spawn is None:
+            return "subagent: this agent was built without a way to start sub-runs", True
         env = context.env
         try:
             handle = await spawn(
@@ -111,7 +155,7 @@ class SubagentTool:
                 env={DEPTH_ENV: str(depth + 1)},
                 parent_run=env.get("FEN_WIRE_RUN_ID") or env.get("TETHER_WIRE_RUN_ID"),
             )
-        except (ParentError, OSError) as exc:
+        except (TetherError, OSError) as exc:
             return f"subagent: could not start: {exc}", True
         try:
             result = await handle.wait()
@@ -123,11 +167,6 @@ class SubagentTool:
             return result.final_text or "(the subagent gave an empty answer)", False
         reason = f": {result.error}" if result.error else ""
         return f"subagent {result.status} (run {result.run_id}){reason}", True
-
-
-def subagent_tool() -> SubagentTool:
-    """A factory for tool registries (``{"subagent": subagent_tool}``)."""
-    return SubagentTool()
 
 
 def _timeout(value: object) -> float | None:

@@ -12,8 +12,8 @@ Output is capped (:data:`OUTPUT_CAP_BYTES`): a longer output keeps its head and 
 around a marker that says how many bytes were left out.
 
 Built-in tools: ``bash {command, timeout_s?}``, ``read {path}``, ``write {path,
-content}``, ``edit {path, old, new}``. ``--tools bash,read`` keeps only those
-(:func:`select_tools`); ``--no-tools`` keeps none.
+content}``, ``edit {path, old, new}``; which of them a run gets is
+:mod:`tether.agent.toolset`'s job.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -30,14 +30,11 @@ from tether.agent.provider import ToolSpec
 from tether.procs import NEW_GROUP, kill_group, terminate_group
 
 __all__ = [
-    "BUILTIN_TOOLS",
     "OUTPUT_CAP_BYTES",
     "Tool",
     "ToolContext",
     "ToolRegistry",
-    "UnknownToolError",
     "cap_output",
-    "select_tools",
 ]
 
 OUTPUT_CAP_BYTES: Final = 100_000
@@ -78,10 +75,6 @@ class Tool(Protocol):
     def parameters(self) -> dict[str, Any]: ...
 
     async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput: ...
-
-
-class UnknownToolError(ValueError):
-    """A tool name in the allow-list that no tool answers to."""
 
 
 class ToolRegistry:
@@ -432,43 +425,3 @@ def _edit(path: Path, old: str, new: str) -> ToolOutput:
     except OSError as exc:
         return f"edit: {path}: {exc.strerror or exc}", True
     return f"edited {path}", False
-
-
-# --- selection --------------------------------------------------------------------------
-
-
-def _subagent() -> Tool:
-    from tether.agent.subagent import SubagentTool
-
-    return SubagentTool()
-
-
-def _report() -> Tool:
-    from tether.agent.report import ReportTool
-
-    return ReportTool()
-
-
-# name -> factory; the heavier tools import their modules only when selected.
-BUILTIN_TOOLS: dict[str, Callable[[], Tool]] = {
-    "bash": BashTool,
-    "read": ReadTool,
-    "write": WriteTool,
-    "edit": EditTool,
-    "subagent": _subagent,
-    "report": _report,
-}
-
-
-def select_tools(
-    allow: Iterable[str] | None, factories: Mapping[str, Callable[[], Tool]] | None = None
-) -> ToolRegistry:
-    """A registry of the allowed tools (``None``: every built-in; empty: none)."""
-    factories = BUILTIN_TOOLS if factories is None else factories
-    names = list(factories) if allow is None else [n.strip() for n in allow if n.strip()]
-    unknown = [n for n in names if n not in factories]
-    if unknown:
-        raise UnknownToolError(
-            f"unknown tool {', '.join(unknown)} (available: {', '.join(factories)})"
-        )
-    return ToolRegistry(factories[n]() for n in dict.fromkeys(names))

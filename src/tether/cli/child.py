@@ -20,12 +20,13 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import asyncio
 
     from tether.agent.runner import EmitFn, TurnControl, TurnOutcome, TurnRequest, TurnRunner
+    from tether.runtime.parent import RunHandle
 
 MISSING_ENV = "FEN_WIRE_CONTROL_PATH and FEN_WIRE_EVENT_PATH are required"
 _PREFIXES = ("FEN_WIRE_", "TETHER_WIRE_")
@@ -300,6 +301,13 @@ class _LazyAgent:
             await self._agent.aclose()
 
 
+async def _spawn_subrun(task: str, **options: Any) -> RunHandle:
+    """The subagent tool's ``spawn``: the parent API, imported when a sub-run starts."""
+    from tether.runtime.parent import spawn
+
+    return await spawn(task, **options)
+
+
 def _build_agent(
     args: argparse.Namespace,
     emit: EmitFn,
@@ -311,10 +319,11 @@ def _build_agent(
     """The built-in agent for the parsed flags; raises a clear error on bad ones."""
     from tether.agent.loop import Agent
     from tether.agent.registry import get_provider
-    from tether.agent.tools import ToolContext, select_tools
+    from tether.agent.tools import ToolContext
+    from tether.agent.toolset import select_tools
 
     allow = [] if args.no_tools else (args.tools.split(",") if args.tools is not None else None)
-    tools = select_tools(allow)
+    tools = select_tools(allow, spawn=_spawn_subrun)
     provider = get_provider(args.provider, args.model, script=args.script, env=env, options=options)
     return Agent(
         provider,

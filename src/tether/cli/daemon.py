@@ -90,7 +90,8 @@ def main(argv: list[str], prog: str) -> int:
 def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
     import logging
 
-    from tether.daemon.lifecycle import DaemonSetupError, run_daemon
+    from tether.daemon.app import run_daemon
+    from tether.daemon.lifecycle import DaemonSetupError
     from tether.daemon.server import ServerConfig
 
     logging.basicConfig(

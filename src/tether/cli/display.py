@@ -99,7 +99,8 @@ def _wire(stream: BinaryIO, display: Display) -> int:
 
 def _resp(stream: BinaryIO, display: Display) -> int:
     from tether.framing.messages import from_fields
-    from tether.framing.resp import Rejection, open_reader
+    from tether.framing.resp import Rejection
+    from tether.framing.resp_hiredis import open_reader
 
     reader = open_reader()
     rejected = 0

@@ -1,4 +1,5 @@
-"""``agent.*``: long-lived agents supervised by the daemon (installed by ``install_handlers``).
+"""``agent.*``: long-lived agents supervised by the daemon (installed by
+:mod:`tether.daemon.app`).
 
 Verbs (params -> result; errors are ``RpcError`` codes):
 
@@ -397,15 +398,4 @@ def _stream_end(agent: AgentRun, follower: Follower, count: int) -> dict[str, An
     }
 
 
-# -- installation -----------------------------------------------------------------------------
-
-
-def install(daemon: Daemon) -> None:
-    """Register ``agent.*`` on ``daemon`` and recover agents before it starts serving."""
-    supervisor = Supervisor(daemon)
-    AgentVerbs(supervisor).register(daemon)
-    daemon.on_shutdown(supervisor.shutdown)
-    daemon.on_start(supervisor.start)
-
-
-__all__ = ["NAME_RULE", "AgentVerbs", "check_name", "install", "read_events"]
+__all__ = ["NAME_RULE", "AgentVerbs", "check_name", "read_events"]

@@ -23,15 +23,9 @@ from typing import Any, Final
 
 import msgspec
 
+from tether.daemon.methods import RpcFailure, decode_params
 from tether.daemon.protocol import ErrorCode
-from tether.daemon.server import (
-    CallContext,
-    Connection,
-    ConnectionClosed,
-    Daemon,
-    RpcFailure,
-    decode_params,
-)
+from tether.daemon.server import CallContext, Connection, ConnectionClosed, Daemon
 
 ENVELOPE_JSONRPC: Final = "2.0"
 ENVELOPE_METHOD: Final = "notifications/claude/channel"
@@ -143,7 +137,7 @@ class ChannelHub:
         daemon.methods.register("channel.register_channel", self._register)
         daemon.methods.register("channel.unregister_channel", self._unregister)
         daemon.methods.register("channel.push_to_channel", self._push)
-        daemon.channels = self
+        daemon.add_counter("channels", self.__len__)
 
     def __len__(self) -> int:
         return len(self._channels)

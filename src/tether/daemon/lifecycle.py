@@ -1,11 +1,13 @@
-"""Running the daemon: its private socket directory, lock file, socket and signals.
+"""The daemon's place on disk: its private socket directory, lock file and socket.
 
-Theory of operation: ``run_daemon`` (a) makes sure the socket's directory is a 0700
-directory owned by us, checked with ``fstat`` on an ``O_NOFOLLOW`` descriptor, (b) takes
-an exclusive ``flock`` on ``<socket>.lock`` (a second daemon fails here with
+Theory of operation: :func:`tether.daemon.app.run_daemon` (a) makes sure the socket's
+directory is a 0700 directory owned by us (:func:`ensure_socket_dir`, checked with
+``fstat`` on an ``O_NOFOLLOW`` descriptor), (b) takes an exclusive ``flock`` on
+``<socket>.lock`` (:class:`DaemonLock`; a second daemon fails here with
 :class:`AlreadyRunning`) and writes its pid there, (c) removes a stale socket file and
-binds a new one at 0600, then (d) serves until SIGTERM or SIGINT. The lock is never
-released while the socket exists, so whoever holds it owns the socket path.
+binds a new one at 0600 (:func:`bind_socket`), then (d) serves until SIGTERM or SIGINT.
+The lock is never released while the socket exists, so whoever holds it owns the socket
+path.
 
 ``start_detached`` / ``stop_daemon`` / ``daemon_status`` drive it from the CLI without any
 daemon-side method: the pid comes from the lock file, liveness from a connect probe.
@@ -33,17 +35,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from tether import jsondepth, paths
 
-if TYPE_CHECKING:
-    from tether.daemon.hosts import ClusterOptions
-    from tether.daemon.server import Daemon, ServerConfig
-
 log = logging.getLogger("tether.daemon")
 
-LISTEN_BACKLOG = 1024  # pending connections the kernel queues for us (a burst of clients)
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating NUL
 
 
@@ -147,8 +144,9 @@ def read_lock_pid(lock_path: Path) -> int | None:
     return pid if isinstance(pid, int) and pid > 0 else None
 
 
-def bind_socket(path: Path) -> socket.socket:
-    """Bind a listening Unix socket at ``path`` with mode 0600 (call with the lock held)."""
+def bind_socket(path: Path, *, backlog: int) -> socket.socket:
+    """Bind a Unix socket at ``path`` with mode 0600, listening with ``backlog`` pending
+    connections (call with the lock held)."""
     size = len(os.fsencode(path))
     if size > MAX_SOCKET_PATH_BYTES:
         raise DaemonSetupError(
@@ -172,72 +170,9 @@ def bind_socket(path: Path) -> socket.socket:
     if not stat.S_ISSOCK(info.st_mode) or stat.S_IMODE(info.st_mode) != paths.FILE_MODE:
         sock.close()
         raise DaemonSetupError(f"socket {path} could not be made private (0600)")
-    sock.listen(LISTEN_BACKLOG)
+    sock.listen(backlog)
     sock.setblocking(False)
     return sock
-
-
-def _new_loop_factory(use_uvloop: bool) -> object:
-    if use_uvloop and not os.environ.get("TETHER_NO_UVLOOP"):
-        try:
-            import uvloop
-        except ImportError:
-            return None
-        return uvloop.new_event_loop
-    return None
-
-
-def run_daemon(
-    config: ServerConfig, *, use_uvloop: bool = True, cluster: ClusterOptions | None = None
-) -> int:
-    """Run a daemon in the foreground until SIGTERM/SIGINT. Returns the exit status.
-
-    With ``cluster`` it also joins a cluster of hosts over NATS (:mod:`tether.daemon.hosts`);
-    a cluster it cannot reach is a :class:`DaemonSetupError`.
-    """
-    import asyncio
-
-    from tether.daemon.server import Daemon, install_handlers
-
-    socket_path = config.socket_path
-    ensure_socket_dir(socket_path.parent)
-    lock = DaemonLock.acquire(lock_path_for(socket_path))
-    try:
-        lock.write_info(socket_path)
-        sock = bind_socket(socket_path)
-        daemon = Daemon(config)
-        install_handlers(daemon)
-
-        async def main() -> None:
-            loop = asyncio.get_running_loop()
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, daemon.request_stop)
-            if cluster is not None:
-                await _join(daemon, cluster, socket_path)
-            log.info("tether daemon %d listening on %s", os.getpid(), socket_path)
-            await daemon.serve(sock)
-
-        factory = _new_loop_factory(use_uvloop)
-        with asyncio.Runner(loop_factory=factory) as runner:  # type: ignore[arg-type]
-            runner.run(main())
-        log.info("tether daemon %d stopped", os.getpid())
-        return 0
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            socket_path.unlink()
-        lock.release()
-
-
-async def _join(daemon: Daemon, cluster: ClusterOptions, socket_path: Path) -> None:
-    from tether.daemon.hosts import open_host_link
-    from tether.transports.channel import ChannelError
-
-    try:
-        link = await open_host_link(cluster, socket_path)
-    except ChannelError as exc:
-        raise DaemonSetupError(f"cannot join the cluster at {cluster.url}: {exc}") from None
-    daemon.on_shutdown(link.aclose)
-    log.info("host %s joined the cluster at %s", cluster.host, cluster.url)
 
 
 # -- control from the CLI ----------------------------------------------------------------------

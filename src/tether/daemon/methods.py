@@ -1,10 +1,11 @@
 """The method registry: handlers keyed by full method name, and how they fail.
 
-A handler is ``handler(context, params) -> result``. A plain function runs inline on the
-event loop and must not block; an ``async def`` runs as its own task (it may wait, and it
-is cancelled on shutdown). Raise :class:`RpcFailure` to answer a specific error code;
-:func:`decode_params` turns bad params into ``invalid_params``. Any other exception is
-answered ``internal``.
+A handler is ``handler(context, params) -> result``; the server decides what the context
+is (:class:`tether.daemon.server.CallContext`), so this module never imports it. A plain
+function runs inline on the event loop and must not block; an ``async def`` runs as its
+own task (it may wait, and it is cancelled on shutdown). Raise :class:`RpcFailure` to
+answer a specific error code; :func:`decode_params` turns bad params into
+``invalid_params``. Any other exception is answered ``internal``.
 """
 
 from __future__ import annotations
@@ -12,19 +13,17 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
 from tether.daemon.protocol import ErrorCode, Namespace
 
-if TYPE_CHECKING:
-    from tether.daemon.server import CallContext
-
 T = TypeVar("T")
-SyncHandler = Callable[["CallContext", Any], Any]
-AsyncHandler = Callable[["CallContext", Any], Awaitable[Any]]
-Handler = SyncHandler | AsyncHandler
+C = TypeVar("C")  # what a handler is given about its call
+SyncHandler = Callable[[C, Any], Any]
+AsyncHandler = Callable[[C, Any], Awaitable[Any]]
+Handler = SyncHandler[C] | AsyncHandler[C]
 
 
 class RpcFailure(Exception):
@@ -45,19 +44,19 @@ def decode_params(params: Any, kind: type[T]) -> T:
 
 
 @dataclass(frozen=True, slots=True)
-class _Entry:
-    handler: Handler
+class _Entry(Generic[C]):
+    handler: Handler[C]
     is_async: bool
 
 
-class MethodRegistry:
+class MethodRegistry(Generic[C]):
     """Handlers keyed by full method name (``agent.spawn``, ``channel.push_to_channel``)."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, _Entry[C]] = {}
         self._sorted: list[str] = []
 
-    def register(self, method: str, handler: Handler, *, extension: bool = False) -> None:
+    def register(self, method: str, handler: Handler[C], *, extension: bool = False) -> None:
         """Add ``handler`` for ``method``. Methods outside the spec's namespaces need
         ``extension=True``; registering a method twice is a bug and raises."""
         if method in self._entries:
@@ -68,7 +67,7 @@ class MethodRegistry:
         self._entries[method] = _Entry(handler, is_async)
         self._sorted = sorted(self._entries)
 
-    def get(self, method: str) -> _Entry | None:
+    def get(self, method: str) -> _Entry[C] | None:
         return self._entries.get(method)
 
     def methods(self) -> list[str]:

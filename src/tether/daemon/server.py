@@ -21,9 +21,9 @@ connection. Caps on connections and in-flight requests answer ``busy``.
 
 On shutdown, in-flight async handlers are cancelled and answered ``shutting_down``.
 
-Extension point: the ``agent.*`` handlers are installed by ``tether.daemon.agents``
-when that module exists (see :func:`install_handlers`): it must define
-``install(daemon: Daemon) -> None`` and may use :meth:`Daemon.on_shutdown`.
+This module knows no handler: :mod:`tether.daemon.app`, the composition root, builds the
+daemon and installs ``channel.*`` and ``agent.*`` on it (:meth:`Daemon.on_start`,
+:meth:`Daemon.on_shutdown` and :meth:`Daemon.add_counter` are how parts hook in).
 
 One method outside the spec's namespaces is served: ``daemon.status`` (no params)
 returns the daemon's pid, uptime and counters. The CLI and the benchmark use it.
@@ -32,7 +32,6 @@ returns the daemon's pid, uptime and counters. The CLI and the benchmark use it.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import os
 import socket
@@ -41,19 +40,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import msgspec
 
-from tether.daemon.lifecycle import LISTEN_BACKLOG
-from tether.daemon.methods import (
-    AsyncHandler,
-    Handler,
-    MethodRegistry,
-    RpcFailure,
-    SyncHandler,
-    decode_params,
-)
+from tether.daemon.methods import AsyncHandler, MethodRegistry, RpcFailure, SyncHandler
 from tether.daemon.protocol import (
     MAX_FRAME_BYTES,
     NEED_DATA,
@@ -71,21 +62,7 @@ from tether.daemon.protocol import (
     recover_id,
 )
 
-if TYPE_CHECKING:
-    from tether.daemon.channels import ChannelHub
-
-__all__ = [
-    "CallContext",
-    "Connection",
-    "ConnectionClosed",
-    "Daemon",
-    "Handler",
-    "MethodRegistry",
-    "RpcFailure",
-    "ServerConfig",
-    "decode_params",
-    "install_handlers",
-]
+__all__ = ["CallContext", "Connection", "ConnectionClosed", "Daemon", "ServerConfig"]
 
 log = logging.getLogger("tether.daemon")
 
@@ -108,6 +85,9 @@ class ServerConfig:
     max_channels: int = 4096
     shutdown_grace_s: float = 5.0
     max_frame_bytes: int = MAX_FRAME_BYTES
+    # Pending connections the kernel queues for us (a burst of clients); asyncio's own
+    # default (100) is too few: an AF_UNIX connect then fails with EAGAIN.
+    listen_backlog: int = 1024
 
 
 class CallContext:
@@ -309,7 +289,7 @@ class Connection(asyncio.Protocol):
         if busy is not None:
             self._write_error(request.id, ErrorCode.BUSY, busy)
             return
-        handler: AsyncHandler = entry.handler
+        handler: AsyncHandler[CallContext] = entry.handler
         task = asyncio.ensure_future(self._run(handler, context))
         self._tasks.add(task)
         self.daemon._in_flight += 1
@@ -321,7 +301,7 @@ class Connection(asyncio.Protocol):
         if self._half_closed and not self._tasks:
             self.close()
 
-    def _call_inline(self, handler: SyncHandler, context: CallContext) -> None:
+    def _call_inline(self, handler: SyncHandler[CallContext], context: CallContext) -> None:
         request = context.request
         try:
             result = handler(context, request.params)
@@ -334,7 +314,7 @@ class Connection(asyncio.Protocol):
             return
         self._write_ok(request.id, result)
 
-    async def _run(self, handler: AsyncHandler, context: CallContext) -> None:
+    async def _run(self, handler: AsyncHandler[CallContext], context: CallContext) -> None:
         request = context.request
         try:
             result = await handler(context, request.params)
@@ -397,12 +377,12 @@ class Daemon:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.methods = MethodRegistry()
+        self.methods: MethodRegistry[CallContext] = MethodRegistry()
         self.started_at = time.time()
         self._pid = os.getpid()
         self._socket = str(config.socket_path)
         self.stopping = False
-        self.channels: ChannelHub | None = None
+        self._counters: dict[str, Callable[[], int]] = {}
         self._connections: set[Connection] = set()
         self._in_flight = 0
         self._server: asyncio.AbstractServer | None = None
@@ -421,6 +401,10 @@ class Daemon:
         """
         self._start_hooks.append(hook)
 
+    def add_counter(self, name: str, read: Callable[[], int]) -> None:
+        """Report ``read()`` as ``name`` in :meth:`statistics` (``daemon.status``)."""
+        self._counters[name] = read
+
     def on_shutdown(self, hook: Callable[[], Awaitable[None]]) -> None:
         """Await ``hook()`` during shutdown, after in-flight calls are cut."""
         self._shutdown_hooks.append(hook)
@@ -438,7 +422,7 @@ class Daemon:
         # clients: an AF_UNIX connect then fails with EAGAIN, which asyncio mistakes for
         # "in progress" and the client sees ENOTCONN on its first write).
         self._server = await loop.create_unix_server(
-            lambda: Connection(self), sock=sock, backlog=LISTEN_BACKLOG
+            lambda: Connection(self), sock=sock, backlog=self.config.listen_backlog
         )
         try:
             await self._stopped.wait()
@@ -494,27 +478,9 @@ class Daemon:
             "uptime_s": round(time.time() - self.started_at, 3),
             "connections": len(self._connections),
             "in_flight": self._in_flight,
-            "channels": 0 if self.channels is None else len(self.channels),
-            "methods": self.methods._sorted,
+            **{name: read() for name, read in self._counters.items()},
+            "methods": self.methods.methods(),
         }
 
     def _status(self, context: CallContext, params: Any) -> dict[str, Any]:
         return self.statistics()
-
-
-def install_handlers(daemon: Daemon) -> None:
-    """Install ``channel.*`` and, when present, ``tether.daemon.agents``' handlers."""
-    from tether.daemon.channels import ChannelHub
-
-    config = daemon.config
-    ChannelHub(
-        deliver_timeout_s=config.deliver_timeout_s, max_channels=config.max_channels
-    ).install(daemon)
-    try:
-        agents = importlib.import_module("tether.daemon.agents")
-    except ModuleNotFoundError as exc:
-        if exc.name != "tether.daemon.agents":
-            raise
-        log.info("tether.daemon.agents is not available; agent.* answers unknown_method")
-        return
-    agents.install(daemon)

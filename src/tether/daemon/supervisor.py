@@ -58,7 +58,7 @@ from tether.wire import Rejection
 from tether.wire.session import ControlKind
 
 if TYPE_CHECKING:
-    from tether.daemon.server import Daemon
+    from tether.daemon.channels import ChannelHub
 
 log = logging.getLogger("tether.daemon.agents")
 
@@ -96,13 +96,13 @@ class Supervisor:
 
     def __init__(
         self,
-        daemon: Daemon,
         *,
+        channels: ChannelHub | None = None,
         db: Path | None = None,
         runs_root: Path | None = None,
         limits: Limits | None = None,
     ) -> None:
-        self.daemon = daemon
+        self.channels = channels
         self.db = db
         self.runs_root = runs_root
         self.limits = limits or Limits()
@@ -235,7 +235,7 @@ class Supervisor:
     def _check_channel(self, channel_id: str | None) -> None:
         if channel_id is None:
             return
-        channels = self.daemon.channels
+        channels = self.channels
         if channels is None or channels.get(channel_id) is None:
             raise RpcFailure(ErrorCode.CHANNEL_UNKNOWN, f"no channel with id {channel_id!r}")
 
@@ -420,11 +420,12 @@ class Supervisor:
 
     def _on_inbox(self, agent: AgentRun, messages: list[dict[str, Any]]) -> None:
         channel_id = agent.record.channel_id
-        if channel_id is None or self.daemon.channels is None:
+        channels = self.channels
+        if channel_id is None or channels is None:
             return
         forwarder = self._forwarders.get(agent.name)
         if forwarder is None:
-            forwarder = self._forwarders[agent.name] = _Forwarder(self.daemon, agent, channel_id)
+            forwarder = self._forwarders[agent.name] = _Forwarder(channels, agent, channel_id)
         for message in messages:
             forwarder.put(message)
 
@@ -473,8 +474,8 @@ class Supervisor:
 class _Forwarder:
     """Pushes one agent's inbox messages to its channel, in order, one at a time."""
 
-    def __init__(self, daemon: Daemon, agent: AgentRun, channel_id: str) -> None:
-        self._daemon = daemon
+    def __init__(self, channels: ChannelHub, agent: AgentRun, channel_id: str) -> None:
+        self._channels = channels
         self._agent = agent
         self._channel_id = channel_id
         self._queue: deque[dict[str, Any]] = deque()
@@ -507,11 +508,8 @@ class _Forwarder:
             self._ready.clear()
 
     async def _push(self, envelope: dict[str, Any]) -> str | None:
-        channels = self._daemon.channels
-        if channels is None:
-            return "the daemon has no channels"
         try:
-            result = await channels.push(self._channel_id, envelope)
+            result = await self._channels.push(self._channel_id, envelope)
         except RpcFailure as exc:
             return exc.message
         return None if result.delivered else (result.reason or "not delivered")

@@ -20,10 +20,8 @@ from tether.framing.resp import (
     ReadResult,
     Rejection,
     encode_frame,
-    hiredis_available,
-    open_reader,
 )
-from tether.framing.resp_hiredis import HiredisReader
+from tether.framing.resp_hiredis import HiredisReader, hiredis_available, open_reader
 
 __all__ = [
     "NEED_DATA",

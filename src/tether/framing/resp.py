@@ -49,20 +49,20 @@ Nothing is skipped silently: any byte between frames that is not a frame start (
 newline too) is rejected first.
 
 Two readers share one contract and one test suite: :class:`PureReader` (pure Python) and
-:class:`HiredisReader` (``hiredis.Reader`` as the fast path; every frame it returns is checked
-against the exact bytes and the limits, and anything else falls back to the pure parser, so
-results, rejections and resync points are identical). :func:`open_reader` picks hiredis when
-it is installed (the ``fast`` extra).
+:class:`~tether.framing.resp_hiredis.HiredisReader` (``hiredis.Reader`` as the fast path;
+every frame it returns is checked against the exact bytes and the limits, and anything else
+falls back to the pure parser, so results, rejections and resync points are identical).
+:func:`tether.framing.resp_hiredis.open_reader` picks hiredis when it is installed (the
+``fast`` extra).
 """
 
 from __future__ import annotations
 
 import enum
-import importlib.util
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol, TypeAlias
+from typing import Final, Literal, Protocol, TypeAlias
 
 # Largest number of fields one frame may declare. bash-agent's widest message is TOOL_CALL
 # with its flattened input members; 1024 leaves room for 510 of them.
@@ -531,35 +531,6 @@ class PureReader:
             yield result
 
 
-def hiredis_available() -> bool:
-    """True when ``hiredis`` can be imported (checked without importing it)."""
-    return importlib.util.find_spec("hiredis") is not None
-
-
-def open_reader(
-    *,
-    max_fields: int = DEFAULT_MAX_FIELDS,
-    max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES,
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-    use_hiredis: bool | None = None,
-) -> PureReader:
-    """A new frame reader: hiredis-backed when installed (``use_hiredis=None``), or as asked.
-
-    ``use_hiredis=True`` raises ``ImportError`` when hiredis is missing. A reader holds no
-    resources: there is nothing to close.
-    """
-    if use_hiredis is None:
-        use_hiredis = hiredis_available()
-    cls: type[PureReader] = PureReader
-    if use_hiredis:
-        from tether.framing.resp_hiredis import HiredisReader
-
-        cls = HiredisReader
-    return cls(
-        max_fields=max_fields, max_field_bytes=max_field_bytes, max_frame_bytes=max_frame_bytes
-    )
-
-
 def encode_frame(
     fields: Iterable[bytes | bytearray | str],
     *,
@@ -586,12 +557,3 @@ def encode_frame(
     if len(frame) > max_frame_bytes:
         raise ValueError(f"frame is {len(frame)} bytes; the limit is {max_frame_bytes}")
     return frame
-
-
-def __getattr__(name: str) -> Any:
-    # HiredisReader lives in its own module (it imports hiredis); it is still reachable here.
-    if name == "HiredisReader":
-        from tether.framing.resp_hiredis import HiredisReader
-
-        return HiredisReader
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,12 +2,14 @@
 
 :class:`HiredisReader` keeps :class:`tether.framing.resp.PureReader`'s contract exactly:
 hiredis parses whole frames, every batch it returns is checked against the exact bytes
-and the limits, and anything doubtful goes to the pure parser. Import it through
-:func:`tether.framing.resp.open_reader`, which picks it when hiredis is installed.
+and the limits, and anything doubtful goes to the pure parser. :func:`open_reader` (here,
+so that :mod:`tether.framing.resp` never imports this module) picks it when hiredis is
+installed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from itertools import chain, repeat
 from typing import Any, Final
 
@@ -25,7 +27,7 @@ from tether.framing.resp import (
     Rejection,
 )
 
-__all__ = ["HiredisReader"]
+__all__ = ["HiredisReader", "hiredis_available", "open_reader"]
 
 
 class _HeaderCache(dict[int, bytes]):
@@ -192,3 +194,28 @@ class HiredisReader(PureReader):
         self._hr = self._hiredis.Reader()
         self._fed = 0
         return verdict
+
+
+def hiredis_available() -> bool:
+    """True when ``hiredis`` can be imported (checked without importing it)."""
+    return importlib.util.find_spec("hiredis") is not None
+
+
+def open_reader(
+    *,
+    max_fields: int = DEFAULT_MAX_FIELDS,
+    max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES,
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    use_hiredis: bool | None = None,
+) -> PureReader:
+    """A new frame reader: hiredis-backed when installed (``use_hiredis=None``), or as asked.
+
+    ``use_hiredis=True`` raises ``ImportError`` when hiredis is missing. A reader holds no
+    resources: there is nothing to close.
+    """
+    if use_hiredis is None:
+        use_hiredis = hiredis_available()
+    cls = HiredisReader if use_hiredis else PureReader
+    return cls(
+        max_fields=max_fields, max_field_bytes=max_field_bytes, max_frame_bytes=max_frame_bytes
+    )

@@ -18,7 +18,7 @@ A file smaller than its offset (truncated) or with another inode/device
 (replaced) is recorded once in ``inbox_incidents``, its status turns sticky,
 and it is never re-imported from 0.
 
-:class:`~tether.inbox.live.InboxDrain` (importable from here too) tails many
+:class:`~tether.inbox.live.InboxDrain` tails many
 inboxes in an asyncio program with ONE file watcher.
 """
 
@@ -28,7 +28,7 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
 from tether.inbox.messages import MAX_LINE_BYTES, RejectCode, classify, raw_text
 from tether.inbox.reader import Line, LineSplitter, Overlong
@@ -40,14 +40,9 @@ from tether.inbox.store import (
     StoredMessage,
 )
 
-if TYPE_CHECKING:
-    from tether.inbox.live import InboxDrain, InboxDrainStatistics
-
 __all__ = [
     "CHUNK_BYTES",
     "DrainResult",
-    "InboxDrain",
-    "InboxDrainStatistics",
     "build_rows",
     "drain_file",
     "drain_into",
@@ -312,12 +307,3 @@ def _run(job: _FileDrain, chunk_bytes: int, max_bytes: int | None, collect: bool
                 return
         if budget is not None:
             budget -= job.result.bytes_read - before
-
-
-def __getattr__(name: str) -> Any:
-    """``InboxDrain`` lives in :mod:`tether.inbox.live` (asyncio loads only when used)."""
-    if name in ("InboxDrain", "InboxDrainStatistics"):
-        from tether.inbox import live
-
-        return getattr(live, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tether import procs
-from tether.runtime.outcome import SpawnError
+from tether.errors import SpawnError
 from tether.runtime.rundir import RunDir, append_line
 from tether.runtime.sidecars import InboxTail
 

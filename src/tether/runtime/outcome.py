@@ -1,13 +1,6 @@
-"""What a run ends with (:class:`Result`), how long the parent waits (:class:`Timeouts`),
-and the errors the parent raises on purpose.
+"""What a run ends with (:class:`Result`) and how long the parent waits (:class:`Timeouts`).
 
-Errors (a tree, as the user sees them)::
-
-    TetherError
-    └── ParentError
-        ├── SpawnError       the child could not be started
-        ├── RunEnded         the run ended before a control was acknowledged
-        └── ControlRefused   a control could not be encoded (too large, bad field)
+The errors the parent raises are in :mod:`tether.errors`.
 """
 
 from __future__ import annotations
@@ -16,26 +9,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Status = Literal["done", "cancelled", "failed", "timed-out"]
-
-
-class TetherError(Exception):
-    """Base of every error tether raises on purpose."""
-
-
-class ParentError(TetherError):
-    """A problem talking to a child run."""
-
-
-class SpawnError(ParentError):
-    """The child could not be started (bad argv, missing executable, no permission)."""
-
-
-class RunEnded(ParentError):
-    """The run ended before the control was acknowledged (its result says how)."""
-
-
-class ControlRefused(ParentError, ValueError):
-    """The control could not be sent: it does not encode as a valid wire line."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ and fails the run with the tail of the child's stderr):
 - still running ``cancel_grace_s`` past the wire deadline (the result says timed-out);
 - a fatal channel error (version mismatch, event file truncated or gone).
 
-Errors: see :mod:`tether.runtime.outcome`.
+Errors: see :mod:`tether.errors`.
 """
 
 from __future__ import annotations
@@ -39,21 +39,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from tether import procs
+from tether.errors import ControlRefused, ParentError, RunEnded, SpawnError, TetherError
 from tether.runtime.finaltext import full_text
 from tether.runtime.hub import WatchHub, shared_hub
 from tether.runtime.launch import absolute_cwd, default_argv, make_inbox, start_child, wire_env
 from tether.runtime.mirror import ChannelError, RunMirror, too_large
 from tether.runtime.nested import NestedFollower
-from tether.runtime.outcome import (
-    ControlRefused,
-    ParentError,
-    Result,
-    RunEnded,
-    SpawnError,
-    Status,
-    TetherError,
-    Timeouts,
-)
+from tether.runtime.outcome import Result, Status, Timeouts
 from tether.runtime.rundir import (
     RunDir,
     append_line,

@@ -98,7 +98,8 @@ from tether.framing.messages import (
     from_fields,
     to_wire_events,
 )
-from tether.framing.resp import Frame, Rejection, encode_frame, open_reader
+from tether.framing.resp import Frame, Rejection, encode_frame
+from tether.framing.resp_hiredis import open_reader
 from tether.runtime.adapters.base import STDERR_TAIL_BYTES, TERM_GRACE_S, CliProcess
 from tether.wire.limits import POLL_BUSY_S
 

@@ -34,12 +34,6 @@ if TYPE_CHECKING:
 
     from tether.agent.providers.sse import SSEDecoder, SSEEvent
 
-# ``--provider`` name -> "module:Class", for a registry that imports lazily.
-PROVIDER_CLASSES: Final = {
-    "anthropic": "tether.agent.providers.anthropic:AnthropicProvider",
-    "openai": "tether.agent.providers.openai:OpenAIProvider",
-    "command": "tether.agent.providers.command:CommandProvider",
-}
 
 # An error body is read up to this many bytes; its message is cut to ERROR_TEXT_CHARS.
 ERROR_BODY_BYTES: Final = 64 * 1024

@@ -1,0 +1,117 @@
+"""The daemon's composition root: the one place that builds its parts and wires them.
+
+Who installs what, read top to bottom in :func:`build_daemon`::
+
+    Daemon(config)                          socket server, method registry    server.py
+    ChannelHub(...).install(daemon)         channel.*                          channels.py
+    Supervisor(channels=hub)                the agents, their runs, registry   supervisor.py
+    AgentVerbs(supervisor).register(daemon) agent.*                            agents.py
+    daemon.on_start(supervisor.start)       recover agents before serving
+    daemon.on_shutdown(supervisor.shutdown) stop supervising (children live on)
+
+:func:`run_daemon` adds the process around it: the private socket directory, the lock,
+the socket (:mod:`tether.daemon.lifecycle`), the event loop, the signals and, when asked,
+the link to a cluster of hosts (:mod:`tether.daemon.hosts`). Nothing is
+discovered and no part writes itself into another: each is handed what it needs here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tether.daemon.agents import AgentVerbs
+from tether.daemon.channels import ChannelHub
+from tether.daemon.lifecycle import (
+    DaemonLock,
+    DaemonSetupError,
+    bind_socket,
+    ensure_socket_dir,
+    lock_path_for,
+)
+from tether.daemon.server import Daemon, ServerConfig
+from tether.daemon.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from tether.daemon.hosts import ClusterOptions
+
+__all__ = ["build_daemon", "run_daemon"]
+
+log = logging.getLogger("tether.daemon")
+
+
+def build_daemon(config: ServerConfig) -> Daemon:
+    """A daemon serving ``daemon.status``, ``channel.*`` and ``agent.*``, not yet serving."""
+    daemon = Daemon(config)
+    hub = ChannelHub(deliver_timeout_s=config.deliver_timeout_s, max_channels=config.max_channels)
+    hub.install(daemon)
+    supervisor = Supervisor(channels=hub)
+    AgentVerbs(supervisor).register(daemon)
+    daemon.on_start(supervisor.start)
+    daemon.on_shutdown(supervisor.shutdown)
+    return daemon
+
+
+def run_daemon(
+    config: ServerConfig, *, use_uvloop: bool = True, cluster: ClusterOptions | None = None
+) -> int:
+    """Run a daemon in the foreground until SIGTERM/SIGINT. Returns the exit status.
+
+    With ``cluster`` it also joins a cluster of hosts over NATS (:mod:`tether.daemon.hosts`);
+    a cluster it cannot reach is a :class:`DaemonSetupError`.
+    """
+    import asyncio
+
+    socket_path = config.socket_path
+    ensure_socket_dir(socket_path.parent)
+    lock = DaemonLock.acquire(lock_path_for(socket_path))
+    try:
+        lock.write_info(socket_path)
+        sock = bind_socket(socket_path, backlog=config.listen_backlog)
+        daemon = build_daemon(config)
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, daemon.request_stop)
+            if cluster is not None:
+                await _join(daemon, cluster, socket_path)
+            log.info("tether daemon %d listening on %s", os.getpid(), socket_path)
+            await daemon.serve(sock)
+
+        with asyncio.Runner(loop_factory=_loop_factory(use_uvloop)) as runner:
+            runner.run(main())
+        log.info("tether daemon %d stopped", os.getpid())
+        return 0
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            socket_path.unlink()
+        lock.release()
+
+
+async def _join(daemon: Daemon, cluster: ClusterOptions, socket_path: Path) -> None:
+    from tether.daemon.hosts import open_host_link
+    from tether.transports.channel import ChannelError
+
+    try:
+        link = await open_host_link(cluster, socket_path)
+    except ChannelError as exc:
+        raise DaemonSetupError(f"cannot join the cluster at {cluster.url}: {exc}") from None
+    daemon.on_shutdown(link.aclose)
+    log.info("host %s joined the cluster at %s", cluster.host, cluster.url)
+
+
+def _loop_factory(use_uvloop: bool) -> Callable[[], Any] | None:
+    if use_uvloop and not os.environ.get("TETHER_NO_UVLOOP"):
+        try:
+            import uvloop
+        except ImportError:
+            return None
+        factory: Callable[[], Any] = uvloop.new_event_loop
+        return factory
+    return None
