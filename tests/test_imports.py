@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tether.display",),
     ("tether.transports",),
     ("tether.wire", "tether.framing"),
-    ("tether.errors", "tether.paths", "tether.procs", "tether.fsafe"),
+    ("tether.errors", "tether.jsondepth", "tether.paths", "tether.procs", "tether.fsafe"),
 )
 
 # Deliberate exceptions, each (importer, imported): why it must point up. Keep it empty.
