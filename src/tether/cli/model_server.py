@@ -30,11 +30,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def main(argv: list[str], prog: str = "tether model-server") -> int:
     args = build_parser(prog).parse_args(argv)
     from tether.agent.scripted import ScriptError
-    from tether.modelserver import ModelServer, Script
+    from tether.modelserver import APIS, ModelServer, Script
 
     try:
         script = Script.load(args.script)
-        server = ModelServer(script, host=args.host, port=args.port, log=args.log)
+        server = ModelServer(script, host=args.host, port=args.port, log=args.log, apis=APIS)
     except ScriptError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2

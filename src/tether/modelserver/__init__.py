@@ -11,6 +11,7 @@ server, the script queue and the request log they share.
 
 from __future__ import annotations
 
-from tether.modelserver.core import ModelServer, Script, open_model_server
+from tether.modelserver.apis import APIS, open_model_server
+from tether.modelserver.core import ModelServer, Script
 
-__all__ = ["ModelServer", "Script", "open_model_server"]
+__all__ = ["APIS", "ModelServer", "Script", "open_model_server"]

@@ -40,7 +40,6 @@ __all__ = [
     "Script",
     "Step",
     "default_usage",
-    "open_model_server",
     "steps",
 ]
 
@@ -247,12 +246,8 @@ class ModelServer:
         host: str = "127.0.0.1",
         port: int = 0,
         log: str | Path | None = None,
-        apis: Sequence[Api] | None = None,
+        apis: Sequence[Api],
     ) -> None:
-        if apis is None:
-            from tether.modelserver.apis import APIS
-
-            apis = APIS
         self.script = script
         self.apis = tuple(apis)
         self.requests: list[dict[str, Any]] = []
@@ -306,15 +301,3 @@ class ModelServer:
             self._httpd.shutdown()
             self._thread.join(timeout=5)
         self._httpd.server_close()
-
-
-@contextlib.contextmanager
-def open_model_server(
-    script: str | Path | list[Any], *, log: str | Path | None = None, port: int = 0
-) -> Iterator[ModelServer]:
-    """A model server for ``script`` running in a thread for the ``with`` block."""
-    server = ModelServer(Script.load(script), log=log, port=port).start()
-    try:
-        yield server
-    finally:
-        server.close()
