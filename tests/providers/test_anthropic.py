@@ -25,7 +25,7 @@ from tether.agent.provider import (
     Usage,
     UserTurn,
 )
-from tether.agent.providers import InvalidToolUse, ProviderHTTPError
+from tether.agent.providers import InvalidToolUse, ProviderHTTPError, is_loopback_url
 from tether.agent.providers.anthropic import AnthropicProvider
 
 from .http_server import LocalServer, Reply, collect, fixture, free_port
@@ -482,7 +482,7 @@ def test_missing_key_and_bad_options_fail_before_any_request() -> None:
         messages = []
         async with LocalServer([]) as server:
             for p in (
-                provider(server.url, env={}),
+                provider("http://192.0.2.1:9", env={}),  # not this machine: a key is due
                 provider(server.url, colour="blue"),
                 provider(server.url, thinking_budget="lots"),
             ):
@@ -498,6 +498,38 @@ def test_missing_key_and_bad_options_fail_before_any_request() -> None:
         " base_url, connect_timeout, max_retries, read_timeout, retry_delay, thinking_budget",
         "anthropic: --provider-option thinking_budget='lots' is invalid; expected an integer >= 1",
     ]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_a_loopback_base_url_needs_no_key(host: str) -> None:
+    async def main() -> LocalServer:
+        async with LocalServer([Reply(body=fixture("anthropic_text.sse"))]) as server:
+            url = server.url.replace("127.0.0.1", host)
+            events, error = await collect(provider(url, env={}), HELLO)
+            assert (events, error) == (TEXT_EVENTS, None)
+        return server
+
+    server = asyncio.run(main())
+    assert "x-api-key" not in server.requests[0].headers
+
+
+@pytest.mark.parametrize(
+    ("url", "loopback"),
+    [
+        ("http://127.0.0.1:8080/v1", True),
+        ("http://127.9.8.7", True),
+        ("http://[::1]:9000", True),
+        ("http://localhost:11434", True),
+        ("http://LOCALHOST", True),
+        ("https://api.anthropic.com", False),
+        ("http://128.0.0.1", False),
+        ("http://localhost.example.com", False),
+        ("http://[::1", False),
+        ("not a url", False),
+    ],
+)
+def test_is_loopback_url(url: str, loopback: bool) -> None:
+    assert is_loopback_url(url) is loopback
 
 
 def test_base_url_and_key_from_environment() -> None:

@@ -172,6 +172,28 @@ def parse_tool_arguments(call_id: str, name: str, raw: str) -> ToolUse:
     return InvalidToolUse(call_id, name, {}, raw_arguments=raw, error=f"{error}: {short(raw)}")
 
 
+def is_loopback_url(url: str) -> bool:
+    """True when ``url`` names this machine: ``localhost``, 127.0.0.0/8 or ``::1``.
+
+    A server there (a local model, the scripted model server) needs no API key.
+    """
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return False
+    if host is None:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def int_field(obj: Mapping[str, Any], key: str) -> int:
     value = obj.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -1,7 +1,8 @@
 """The ``anthropic`` provider: the Messages API (``POST /v1/messages``) with streaming.
 
 Request: ``x-api-key`` from ``$ANTHROPIC_API_KEY`` (or the variable named by option
-``api_key_env``), ``anthropic-version: 2023-06-01``, body ``{model, max_tokens, system?,
+``api_key_env``; not needed when ``base_url`` is on this machine: localhost, 127.0.0.0/8,
+``::1``), ``anthropic-version: 2023-06-01``, body ``{model, max_tokens, system?,
 messages, tools?, tool_choice?, thinking?, stream: true}``. The conversation maps as:
 
 - :class:`UserTurn` -> a ``user`` message with one ``text`` block;
@@ -64,6 +65,7 @@ from tether.agent.providers import (
     decode_json,
     error_fields,
     int_field,
+    is_loopback_url,
     make_client,
     parse_tool_arguments,
     stream_sse,
@@ -123,7 +125,7 @@ class AnthropicProvider:
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         if self._config_error is not None:
             raise self._config_error
-        if not self._api_key:
+        if not self._api_key and not is_loopback_url(self.url):
             raise ProviderError(
                 f"anthropic: ${self._key_env} is not set; export your Anthropic API key"
             )
@@ -150,11 +152,12 @@ class AnthropicProvider:
 
     def _headers(self) -> dict[str, str]:
         headers = {
-            "x-api-key": self._api_key,
             "anthropic-version": API_VERSION,
             "content-type": "application/json",
             "accept": "text/event-stream",
         }
+        if self._api_key:
+            headers["x-api-key"] = self._api_key
         if self._beta:
             headers["anthropic-beta"] = self._beta
         return headers
