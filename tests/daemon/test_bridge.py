@@ -43,7 +43,7 @@ def test_outbound_forwards_each_line_once_across_a_restart(
     async def body() -> None:
         channel = await open_channel(*backend)
         try:
-            first = Outbound(channel, "run.r1.events", events, run_id="r1")
+            first = Outbound(channel, "run.r1.events", events)
             await first.start()
             assert await first.pump() == 5
             first.close()
@@ -53,7 +53,7 @@ def test_outbound_forwards_each_line_once_across_a_restart(
             assert await channel.committed("run.r1.events", BRIDGE_CONSUMER) == len(
                 b"".join(b'{"seq":%d}\n' % i for i in range(5))
             )
-            again = Outbound(channel, "run.r1.events", events, run_id="r1")
+            again = Outbound(channel, "run.r1.events", events)
             await again.start()
             assert await again.pump() == 2
             again.close()

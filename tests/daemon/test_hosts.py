@@ -156,21 +156,28 @@ def test_a_killed_host_daemon_resumes_forwarding_without_doubles(
 
 
 def _check_events_in_jetstream(url: str, host: str, run_id: str, events: Path) -> None:
-    """Every complete line of the local event log is in the run's channel once, in order."""
-    from tether.daemon.hosts import events_channel
+    """Every complete line of the run's local control and event logs is in its channel
+    once, in order (the two files share offsets: their message ids must not collide)."""
+    from tether.daemon.hosts import control_channel, events_channel
     from tether.transports.jetstream import open_jetstream
+
+    pairs = (
+        (events_channel(host, run_id), events),
+        (control_channel(host, run_id), events.with_name("control.jsonl")),
+    )
 
     async def main() -> None:
         channel = await open_jetstream(url)
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                local = _complete_lines(events)
-                got = await _read_all(channel, events_channel(host, run_id), len(local))
-                if [e.data for e in got] == local:
-                    return
-                assert time.monotonic() < deadline, (len(got), len(local))
-                await asyncio.sleep(0.1)
+            for name, path in pairs:
+                deadline = time.monotonic() + 30
+                while True:
+                    local = _complete_lines(path)
+                    got = await _read_all(channel, name, len(local))
+                    if [e.data for e in got] == local:
+                        break
+                    assert time.monotonic() < deadline, (name, len(got), len(local))
+                    await asyncio.sleep(0.1)
         finally:
             await channel.aclose()
 

@@ -7,7 +7,8 @@ the host daemon bridges those files to channels (``run.<id>.control``, ``.events
 ``.inbox``) on a :class:`~tether.transports.channel.Channel`:
 
 - :class:`Outbound` forwards a local file into a channel. Every line goes with
-  ``msg_id = "<run>:<local byte offset>"``, so forwarding a line twice (a bridge killed
+  ``msg_id = "<channel>:<local byte offset>"`` (the channel name holds the run id, and
+  message ids are unique across a whole stream), so forwarding a line twice (a bridge killed
   between publish and commit) stores it once; the bridge's progress (the local offset just
   past the last forwarded line) is committed on the channel under the ``bridge`` consumer,
   so a restarted bridge resumes there.
@@ -67,11 +68,10 @@ def last_seq(path: Path) -> int:
 class Outbound:
     """Forwards the complete lines of a local file into ``channel_name``."""
 
-    def __init__(self, channel: Channel, channel_name: str, path: Path, *, run_id: str) -> None:
+    def __init__(self, channel: Channel, channel_name: str, path: Path) -> None:
         self.channel = channel
         self.name = channel_name
         self.path = path
-        self.run_id = run_id
         self.forwarded = 0
         self.skipped = 0
         self._tail: FileTail | None = None
@@ -96,7 +96,7 @@ class Outbound:
             if not isinstance(item, Line) or len(item.data) >= self.channel.max_line_bytes:
                 self.skipped += 1
                 continue
-            msg_id = f"{self.run_id}:{item.offset}"
+            msg_id = f"{self.name}:{item.offset}"
             await self.channel.append(self.name, item.data, msg_id=msg_id)
             count += 1
         if read.items:

@@ -13,8 +13,9 @@ calls multiplexed by id), so it adds no second code path for any verb:
 - **One registry every host sees.** Every ``sync_every_s`` it lists its agents and puts
   each changed row into the KV bucket ``tether_agents`` under ``<host>.<name>`` (with a
   ``host`` field), deletes rows of removed agents, and refreshes ``hosts.<NAME>``.
-- **The lines themselves.** For every agent it forwards ``events.jsonl`` and
-  ``inbox.jsonl`` into the channels ``h.<host>.run.<id>.events`` / ``.inbox`` with
+- **The lines themselves.** For every agent it forwards ``control.jsonl``,
+  ``events.jsonl`` and ``inbox.jsonl`` into the channels ``h.<host>.run.<id>.control`` /
+  ``.events`` / ``.inbox`` with
   :class:`~tether.daemon.bridge.Outbound` (``Nats-Msg-Id = run:offset``), woken by the
   process's one file watcher, so any host can tail a run from a sequence, and a restarted
   link resumes from its commits with nothing lost or doubled.
@@ -57,6 +58,7 @@ __all__ = [
     "ClusterOptions",
     "HostLink",
     "check_host",
+    "control_channel",
     "events_channel",
     "inbox_channel",
     "open_host_link",
@@ -142,6 +144,10 @@ def events_channel(host: str, run_id: str) -> str:
 
 def inbox_channel(host: str, run_id: str) -> str:
     return f"h.{check_host(host)}.run.{run_id}.inbox"
+
+
+def control_channel(host: str, run_id: str) -> str:
+    return f"h.{check_host(host)}.run.{run_id}.control"
 
 
 def encode_reply(response: Response) -> bytes:
@@ -283,20 +289,12 @@ class HostLink:
         if name in self._bridges or self._watcher is None:
             return
         directory = Path(run_dir)
-        bridges = [
-            Outbound(
-                self.channel,
-                events_channel(self.host, run_id),
-                directory / "events.jsonl",
-                run_id=run_id,
-            ),
-            Outbound(
-                self.channel,
-                inbox_channel(self.host, run_id),
-                directory / "inbox.jsonl",
-                run_id=run_id,
-            ),
-        ]
+        channels = (
+            (control_channel(self.host, run_id), "control.jsonl"),
+            (events_channel(self.host, run_id), "events.jsonl"),
+            (inbox_channel(self.host, run_id), "inbox.jsonl"),
+        )
+        bridges = [Outbound(self.channel, channel, directory / file) for channel, file in channels]
         self._bridges[name] = bridges
         for bridge in bridges:
             self._watcher.watch(bridge.path)
