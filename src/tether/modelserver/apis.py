@@ -9,10 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from tether.modelserver import anthropic, gemini
+from tether.modelserver import anthropic, gemini, openai_chat, openai_responses
 from tether.modelserver.core import Api, ModelServer, Script
 
-APIS: Final[tuple[Api, ...]] = (anthropic.API, gemini.API)
+APIS: Final[tuple[Api, ...]] = (
+    anthropic.API,
+    gemini.API,
+    openai_chat.API,
+    openai_responses.API,
+)
 
 
 @contextlib.contextmanager

@@ -15,8 +15,8 @@ requests; the response's ``stopReason`` ends each (``end_turn`` -> ``stop``,
 - steer: ACP cannot add a message to a running prompt; the steer stays queued and opens
   the next prompt when the current one ends (the presenter's leftover turn);
 - follow-up: the driver sends the next ``session/prompt`` when the current one ends;
-- interrupt (finalize) and abort: the ``session/cancel`` notification; pending permission
-  requests are answered ``cancelled`` as the spec requires. ACP cannot run a prompt
+- interrupt (finalize) and abort: the ``session/cancel`` notification (no permission
+  request is ever left pending: each is answered at once). ACP cannot run a prompt
   without tools, so finalize's last prompt only asks for an answer without them.
 
 ``session/update`` notifications: ``agent_message_chunk`` / ``agent_thought_chunk`` ->
@@ -129,7 +129,6 @@ class AcpTranslator:
         self._prompt: int | str | None = None
         self._call: _Call | None = None
         self._tools: dict[str, _Tool] = {}  # open tool calls by id
-        self._permissions: list[int | str] = []
 
     # -- commands -----------------------------------------------------------------------
 
@@ -157,11 +156,7 @@ class AcpTranslator:
     def interrupt(self) -> list[Action]:
         if not self.turn_open:
             return []
-        out: list[Action] = [Send(self.rpc.notify("session/cancel", {"sessionId": self.session}))]
-        for ident in self._permissions:
-            out.append(Send(self.rpc.answer(ident, {"outcome": {"outcome": "cancelled"}})))
-        self._permissions.clear()
-        return out
+        return [Send(self.rpc.notify("session/cancel", {"sessionId": self.session}))]
 
     # -- the agent's output ----------------------------------------------------------------
 
@@ -206,7 +201,6 @@ class AcpTranslator:
 
     def _prompt_done(self, got: Response, failure: str | None) -> list[Action]:
         self.turn_open, self._prompt = False, None
-        self._permissions.clear()
         if failure is not None:
             out = self._close_call("error", Usage())
             error = f"session/prompt failed: {failure}"

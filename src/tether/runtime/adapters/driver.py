@@ -36,8 +36,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple, Protocol
 
-from tether.runtime.adapters.base import BadLine, CliProcess
-
 from tether.agent.provider import Usage
 from tether.agent.runner import (
     EmitFn,
@@ -47,6 +45,7 @@ from tether.agent.runner import (
     TurnOutcome,
     TurnRequest,
 )
+from tether.runtime.adapters.base import BadLine, CliProcess
 from tether.runtime.adapters.translate import Action, Ask, Broken, Ended, Send, Show, Started
 from tether.wire.limits import POLL_BUSY_S
 

@@ -88,7 +88,7 @@ class PiTranslator:
         self.running = False
         self.final_text = ""
         self._next = 0
-        self._unanswered: set[str] = set()
+        self._unanswered: dict[str, str] = {}  # command id -> its type
         self._waiting: deque[Injection] = deque()  # sent, not yet seen taken in
         self._injects: dict[str, Injection] = {}  # unanswered steer/follow-up prompts
         self._queue: list[str] = []  # the texts pi's last queue_update listed
@@ -106,7 +106,7 @@ class PiTranslator:
 
     def start_turn(self, opening: Injection) -> list[Action]:
         """A new tether turn opened by ``opening`` (already announced by the driver)."""
-        self.turn_open = True
+        self.turn_open, self._expect_run = True, True
         self._usage, self._stop, self._error = Usage(), "stop", None
         return [self._command("prompt", message=opening.text)]
 
@@ -124,7 +124,7 @@ class PiTranslator:
     def _command(self, kind: str, **fields: Any) -> Send:
         self._next += 1
         ident = f"tether-{self._next}"
-        self._unanswered.add(ident)
+        self._unanswered[ident] = kind
         return Send({"id": ident, "type": kind, **fields})
 
     # -- pi's output --------------------------------------------------------------------
@@ -138,7 +138,7 @@ class PiTranslator:
 
     def _response(self, msg: Any) -> list[Action]:
         ident = text_of(msg.get("id"))
-        self._unanswered.discard(ident)
+        sent = self._unanswered.pop(ident, "")
         item = self._injects.pop(ident, None)
         out: list[Action] = []
         if item is not None and msg.get("success") is not False and not self.running:
@@ -150,10 +150,11 @@ class PiTranslator:
             return [Started(self.session)]
         if msg.get("success") is False:
             error = text_of(msg.get("error")) or "(no reason given)"
-            command = text_of(msg.get("command")) or "command"
+            command = sent or text_of(msg.get("command")) or "command"
             out.append(Show({"type": "error", "error": f"pi refused {command}: {error}"}))
-            if command == "prompt" and self.turn_open and not self.running:
+            if sent == "prompt" and item is None and self.turn_open and not self.running:
                 self._stop, self._error = "error", f"pi refused the prompt: {error}"
+                self._expect_run = False
         return out + self._maybe_end()
 
     def _agent_start(self, msg: Any) -> list[Action]:
