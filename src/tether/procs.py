@@ -35,6 +35,7 @@ __all__ = [
     "group_has_live_members",
     "group_id",
     "kill_group",
+    "nul_problem",
     "proc_start_time",
     "process_matches",
     "signal_group",
@@ -222,3 +223,33 @@ def process_matches(pid: int | None, start_time: int | None) -> bool:
     except OSError:
         return False
     return state != [b"Z"]
+
+
+# -- what exec cannot carry ---------------------------------------------------------------
+
+
+def nul_problem(name: str, value: object) -> str | None:
+    """Where ``value`` (a str, or lists/dicts of them) holds a NUL byte, said plainly.
+
+    A process's arguments, environment and working directory are C strings: a NUL byte
+    cannot be passed (``execve`` would cut the string, Python refuses with ValueError).
+    """
+    if isinstance(value, str):
+        return f"{name} contains a NUL byte, which {_NUL_WHY}" if "\0" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{name}[{key!r}]"
+            if isinstance(key, str) and "\0" in key:
+                return f"{name} has a key with a NUL byte ({key!r}), which {_NUL_WHY}"
+            problem = nul_problem(where, item)
+            if problem is not None:
+                return problem
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            problem = nul_problem(f"{name}[{index}]", item)
+            if problem is not None:
+                return problem
+    return None
+
+
+_NUL_WHY: Final = "a process's arguments and environment cannot carry; remove it"

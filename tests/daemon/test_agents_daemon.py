@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_agents_support import AgentDaemon, agentd, alive
 
 from tether.daemon.aclient import AsyncDaemonClient
@@ -93,6 +94,27 @@ def test_spawn_failures_free_the_name(agentd: AgentDaemon) -> None:
     assert "list" in agentd.expect(E.SPAWN_FAILED, "agent.spawn", bad)
     assert agentd.call("agent.list") == {"agents": []}
     assert agentd.spawn("a", [{"text": "fine"}])["state"] == "ready"
+
+
+@pytest.mark.parametrize(
+    ("params", "where"),
+    [
+        ({"env": {"K": "a\x00b"}}, "env['K']"),
+        ({"env": {"K\x00": "v"}}, "env has a key"),
+        ({"argv": [sys.executable, "-c\x00", "pass"]}, "argv[1]"),
+        ({"model": "m\x00"}, "model"),
+        ({"cwd": "/tmp\x00"}, "cwd"),
+    ],
+    ids=["env-value", "env-key", "argv", "model", "cwd"],
+)
+def test_a_nul_byte_bound_for_exec_is_invalid_params_and_leaves_no_row(
+    agentd: AgentDaemon, params: dict[str, object], where: str
+) -> None:
+    message = agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": "nul", **params})
+    assert where in message
+    assert "NUL byte" in message
+    assert agentd.call("agent.list") == {"agents": []}
+    assert agentd.spawn("nul", [{"text": "fine"}])["state"] == "ready"  # the name is free
 
 
 def test_ask_on_a_running_agent_is_a_follow_up(agentd: AgentDaemon) -> None:

@@ -48,7 +48,7 @@ from tether.daemon.registry import (
     AgentRecord,
     AgentRegistry,
 )
-from tether.procs import proc_start_time, process_matches
+from tether.procs import nul_problem, proc_start_time, process_matches
 from tether.runtime.hub import WatchHub, shared_hub
 from tether.runtime.launch import default_argv, make_inbox, wire_env
 from tether.runtime.mirror import RunMirror
@@ -81,6 +81,27 @@ class SpawnParams(msgspec.Struct, frozen=True):
     script: str | None = None
     env: dict[str, str] | None = None
     wait: bool = False
+
+    def __post_init__(self) -> None:
+        # Everything that reaches exec (the command, the environment, cwd): a NUL byte
+        # there is invalid_params, refused before the name is reserved.
+        for name in _EXEC_FIELDS:
+            problem = nul_problem(name, getattr(self, name))
+            if problem is not None:
+                raise ValueError(problem)
+
+
+_EXEC_FIELDS: Final = (
+    "name",
+    "agent",
+    "agent_args",
+    "provider",
+    "model",
+    "cwd",
+    "argv",
+    "script",
+    "env",
+)
 
 
 def spawn_failed(message: str) -> RpcFailure:
@@ -213,7 +234,7 @@ class Supervisor:
         env = self._child_env(p, run, deadline_at)
         try:
             popen = await asyncio.to_thread(_launch, command, run, cwd, env)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             self._forget_row(p.name)
             raise spawn_failed(f"cannot start the child ({shlex.join(command)}): {exc}") from None
         record = self.registry.update(
