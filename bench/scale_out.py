@@ -1,0 +1,261 @@
+"""Scale-out figures over NATS JetStream, each beside a baseline measured in the same run.
+
+    .venv/bin/python bench/scale_out.py [--samples 300] [--runs 1000] [--appends 5000] [--r3]
+
+- **control-to-ack across hosts**: ``agent.steer`` sent from host A's side over NATS
+  request/reply to host B's daemon, whose agent (a ``tether child``, busy in a long turn)
+  acks it; next to the same steer over B's local socket, and a bare NATS request/reply to
+  an echo responder in another process. With ``--r3`` also against a three-node cluster
+  whose streams and registry have three replicas.
+- **fan-in**: one process tails ``--runs`` run channels at once; a line is appended to a
+  random one, and the time until that tail yields it is recorded (p50/p99).
+- **appends/s**: acknowledged appends, one at a time and 64 in flight, with message ids.
+
+Targets (issue 15): cross-host ack p50 <= 2 ms (R1), <= 4 ms (R3), within 1.5x of bare
+NATS request/reply; 1,000-run fan-in p99 <= 5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.nats_server import run_nats_cluster, run_nats_server  # noqa: E402
+
+from tether.daemon.aclient import AsyncDaemonClient  # noqa: E402
+from tether.daemon.remote import call_host, connect  # noqa: E402
+from tether.transports.channel import Entry  # noqa: E402
+from tether.transports.jetstream import open_jetstream  # noqa: E402
+
+ECHO = """
+import asyncio, sys, nats
+async def main():
+    nc = await nats.connect(sys.argv[1].split(","))
+    async def echo(msg):
+        await msg.respond(msg.data)
+    await nc.subscribe("bench.echo", cb=echo)
+    await nc.flush()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def summary(values_s: list[float]) -> dict[str, float]:
+    ms = [v * 1000 for v in values_s]
+    return {"p50_ms": statistics.median(ms), "p99_ms": pct(ms, 0.99), "n": len(ms)}
+
+
+async def timed(samples: int, call: Callable[[], Awaitable[Any]]) -> list[float]:
+    for _ in range(min(20, samples)):  # warm-up
+        await call()
+    out = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        await call()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+@contextlib.contextmanager
+def daemons(url: str, root: Path, replicas: int) -> Iterator[dict[str, dict[str, str]]]:
+    envs: dict[str, dict[str, str]] = {}
+    procs = []
+    try:
+        for host in ("A", "B"):
+            home = root / host
+            env = dict(os.environ)
+            env.update(
+                TETHER_HOME=str(home / "home"),
+                XDG_RUNTIME_DIR=str(home / "rt"),
+                TETHER_SOCKET=str(home / "rt" / "d.sock"),
+            )
+            argv = [sys.executable, "-m", "tether", "daemon", "--foreground", "--nats", url]
+            argv += ["--host", host, "--replicas", str(replicas), "--log-level", "WARNING"]
+            procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL))
+            envs[host] = env
+        for env in envs.values():
+            _wait_socket(Path(env["TETHER_SOCKET"]))
+        yield envs
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+
+
+def _wait_socket(path: Path) -> None:
+    from tether.daemon.lifecycle import probe
+
+    deadline = time.monotonic() + 20
+    while not probe(path, timeout=0.5):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"daemon at {path} did not answer")
+        time.sleep(0.05)
+
+
+async def ack_round_trips(url: str, env_b: dict[str, str], samples: int) -> dict[str, Any]:
+    script = Path(env_b["TETHER_HOME"]).parent / "long.json"
+    script.write_text(json.dumps([{"text": "long", "delay_ms": 600_000}]))
+    local = await AsyncDaemonClient.open(Path(env_b["TETHER_SOCKET"]))
+    spawn = {"name": "w", "task": "t", "provider": "scripted", "script": str(script)}
+    await local.call("agent.spawn", spawn)
+    client = await connect(url)
+    echo = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", ECHO, url, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    try:
+        assert echo.stdout is not None
+        await echo.stdout.readline()
+        steer = {"name": "w", "text": "nudge"}
+        results = {
+            "bare NATS request/reply": await timed(
+                samples, lambda: client.request("bench.echo", b"x" * 64, timeout=5)
+            ),
+            "steer->ack, local socket": await timed(
+                samples, lambda: local.call("agent.steer", steer)
+            ),
+            "steer->ack, across hosts": await timed(
+                samples, lambda: call_host(client, "B", "agent.steer", steer)
+            ),
+        }
+        await local.call("agent.stop", {"name": "w", "mode": "cancel", "timeout_s": 5})
+        return {name: summary(values) for name, values in results.items()}
+    finally:
+        echo.kill()
+        await echo.wait()
+        await client.close()
+        await local.close()
+
+
+async def fan_in(url: str, runs: int, samples: int) -> dict[str, float]:
+    channel = await open_jetstream(url, prefix="fan" + os.urandom(3).hex())
+    names = [f"run.r{i}.events" for i in range(runs)]
+    sent: dict[bytes, float] = {}
+    latencies: list[float] = []
+    done = asyncio.Event()
+
+    async def follow(name: str) -> None:
+        async for item in channel.tail(name):
+            if isinstance(item, Entry) and item.data in sent:
+                latencies.append(time.perf_counter() - sent.pop(item.data))
+                if len(latencies) >= samples:
+                    done.set()
+
+    tails = [asyncio.ensure_future(follow(name)) for name in names]
+    try:
+        await asyncio.sleep(2.0)  # let every ordered consumer be created
+        for i in range(samples):
+            line = b'{"n":%d}' % i
+            sent[line] = time.perf_counter()
+            await channel.append(random.choice(names), line)
+            await asyncio.sleep(0.002)
+        async with asyncio.timeout(30):
+            await done.wait()
+        return summary(latencies)
+    finally:
+        for tail in tails:
+            tail.cancel()
+        await asyncio.gather(*tails, return_exceptions=True)
+        await channel.aclose()
+
+
+async def append_rates(url: str, count: int) -> dict[str, float]:
+    channel = await open_jetstream(url, prefix="ap" + os.urandom(3).hex())
+    try:
+        start = time.perf_counter()
+        for i in range(count):
+            await channel.append("run.a.events", b'{"n":%d}' % i, msg_id=f"a:{i}")
+        one = count / (time.perf_counter() - start)
+        start = time.perf_counter()
+        batch = 64
+        for base in range(0, count, batch):
+            await asyncio.gather(
+                *(
+                    channel.append("run.b.events", b'{"n":%d}' % i, msg_id=f"b:{i}")
+                    for i in range(base, min(count, base + batch))
+                )
+            )
+        many = count / (time.perf_counter() - start)
+        return {"appends/s, 1 in flight": one, "appends/s, 64 in flight": many}
+    finally:
+        await channel.aclose()
+
+
+def run_cluster(args: argparse.Namespace, url: str, replicas: int, label: str) -> dict[str, Any]:
+    with (
+        tempfile.TemporaryDirectory(dir="/tmp", prefix="tbs") as tmp,
+        daemons(url, Path(tmp), replicas) as envs,
+    ):
+        acks = asyncio.run(ack_round_trips(url, envs["B"], args.samples))
+    result: dict[str, Any] = {"label": label, "acks": acks}
+    if replicas == 1:
+        result["fan_in"] = asyncio.run(fan_in(url, args.runs, args.samples))
+    result["appends"] = asyncio.run(append_rates(url, args.appends))
+    return result
+
+
+def report(result: dict[str, Any]) -> None:
+    print(f"\n== {result['label']}")
+    acks = result["acks"]
+    bare = acks["bare NATS request/reply"]["p50_ms"]
+    for name, figures in acks.items():
+        ratio = figures["p50_ms"] / bare
+        print(
+            f"  {name:<28} p50 {figures['p50_ms']:6.2f} ms  p99 {figures['p99_ms']:6.2f} ms"
+            f"  n {figures['n']:>4}  p50/bare {ratio:4.2f}x"
+        )
+    if "fan_in" in result:
+        f = result["fan_in"]
+        print(
+            f"  fan-in, one tail per run     p50 {f['p50_ms']:6.2f} ms  p99 {f['p99_ms']:6.2f} ms"
+        )
+    for name, rate in result["appends"].items():
+        print(f"  {name:<28} {rate:9.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--runs", type=int, default=1000, help="run channels tailed at once")
+    parser.add_argument("--appends", type=int, default=5000)
+    parser.add_argument("--r3", action="store_true", help="also a three-node R3 cluster")
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="tbn") as tmp:
+        with run_nats_server(Path(tmp) / "single") as server:
+            results.append(run_cluster(args, server.url, 1, f"R1, one node ({args.runs} runs)"))
+        if args.r3:
+            with run_nats_cluster(Path(tmp) / "cluster", 3) as cluster:
+                time.sleep(3)  # JetStream's meta leader election
+                results.append(run_cluster(args, cluster.urls, 3, "R3, three nodes"))
+        shutil.rmtree(tmp, ignore_errors=True)
+    for result in results:
+        report(result)
+
+
+if __name__ == "__main__":
+    main()
