@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
-from tether.framing import messages
+from tether.framing import messages, stream_json
 from tether.framing.resp import PureReader, Rejection, encode_frame
 from tether.framing.resp_hiredis import HiredisReader
 
@@ -61,7 +61,7 @@ def one_input(data: bytes) -> None:
             message = messages.from_fields(result)
             if not isinstance(message, Rejection):
                 assert messages.from_fields(messages.to_fields(message)) == message
-                messages.to_stream_json(message)
+                stream_json.to_stream_json(message)
                 messages.to_wire_events(message)
 
 

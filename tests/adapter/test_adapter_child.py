@@ -164,7 +164,7 @@ printf 'garbage line\r\n'
 printf '+OK\r\n'
 printf '*2\r\n$4\r\nTEXT\r\n:5\r\n'
 printf '*1\r\n$5\r\nBOGUS\r\n'
-printf '*1\r\n$4\r\nTEXT\r\n'
+printf '*1\r\n$9\r\nTOOL_CALL\r\n'
 printf '*2\r\n$4\r\nTEXT\r\n$3\r\nabcde\r\n'
 tether_write_msg TEXT "still here"
 tether_write_msg STOP end_turn

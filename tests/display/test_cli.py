@@ -86,3 +86,58 @@ def test_usage_errors(tmp_path: Path) -> None:
     missing = tether("display", "--from", "wire", str(tmp_path / "missing.jsonl"))
     assert missing.returncode == 2
     assert b"cannot read" in missing.stderr
+
+
+BASH_AGENT_FRAMES = Path(__file__).parent / "fixtures" / "bash_agent_frames.sh"
+BASH_AGENT_SESSION = (
+    Path(__file__).parents[1] / "framing" / "fixtures" / "bash_agent_session.stream.jsonl"
+)
+
+
+def _bash_agent_frames() -> bytes:
+    import subprocess
+
+    done = subprocess.run(
+        ["bash", str(BASH_AGENT_FRAMES)], capture_output=True, timeout=30, check=True
+    )
+    return done.stdout
+
+
+def test_resp_frames_of_a_real_bash_agent_session() -> None:
+    done = tether("display", "--from", "resp", "--width", "80", stdin=_bash_agent_frames())
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = done.stdout.decode()
+    check_golden("bash_agent_frames.human.txt", text)
+    assert "» user: List the files here" in text
+    assert text.count("· end_turn") == 1  # STOP end_turn twice per answer: drawn once
+    assert '"timeout":1.50' in text  # the model's JSON as it came
+
+
+def test_resp_frames_of_bash_agent_as_stream_json() -> None:
+    done = tether(
+        "display", "--from", "resp", "--output", "stream-json", stdin=_bash_agent_frames()
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.decode().splitlines()
+    assert lines[0] == (
+        '{"type":"user_message","content":"List the files here, then count them.\\nUse the tools."}'
+    )
+    assert '{"type":"user_input","content":"and be quick"}' in lines
+    assert any('"input":{"command":"ls -1", "timeout":1.50}' in line for line in lines)
+    assert any('"checklist":"- [x] list","summary":"1/1 done"}' in line for line in lines)
+    assert any('"kind":"agent"' in line for line in lines)
+    assert not any("SESSION_END" in line for line in lines)
+
+
+def test_stream_json_of_a_real_bash_agent_session() -> None:
+    done = tether("display", "--from", "stream-json", "--width", "80", str(BASH_AGENT_SESSION))
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = done.stdout.decode()
+    check_golden("bash_agent_session.human.txt", text)
+    assert "session_start" not in text
+    again = tether(
+        "display", "--from", "stream-json", "--output", "stream-json", str(BASH_AGENT_SESSION)
+    )
+    assert again.returncode == 0, again.stderr
+    original = BASH_AGENT_SESSION.read_bytes().replace(b'"fork":}', b'"fork":null}')
+    assert again.stdout == original

@@ -129,41 +129,25 @@ def _resp(stream: BinaryIO, display: Display) -> int:
 
 
 def _stream_json(stream: BinaryIO, display: Display) -> int:
-    import msgspec
-
-    from tether import jsondepth
-    from tether.display import UserInput
-    from tether.framing.messages import from_stream_json
     from tether.framing.resp import Rejection
+    from tether.framing.stream_json import decode_line, from_stream_json
     from tether.wire.lines import TooLarge
 
     rejected = 0
     for number, item in enumerate(_lines(stream, MAX_JSON_LINE_BYTES), 1):
-        problem = None
         if isinstance(item, TooLarge):
             problem = f"too-large: line exceeds {MAX_JSON_LINE_BYTES} bytes"
         elif not item.data.strip():
             continue
         else:
-            try:
-                obj = jsondepth.decode_any(item.data)
-            except msgspec.DecodeError:
-                obj = None
-            if not isinstance(obj, dict):
-                problem = "malformed: not a JSON object"
-            elif obj.get("type") == "user_input":
-                content = obj.get("content")
-                display.message(UserInput("user", content if isinstance(content, str) else ""))
+            obj = decode_line(item.data)
+            result = obj if isinstance(obj, Rejection) else from_stream_json(obj)
+            if not isinstance(result, Rejection):
+                display.message(result)
                 continue
-            else:
-                result = from_stream_json(obj)
-                if isinstance(result, Rejection):
-                    problem = f"{result.code}: {result.reason}"
-                else:
-                    display.message(result)
-        if problem is not None:
-            rejected += 1
-            display.notice(f"line {number}: {problem}", level="warning")
+            problem = f"{result.code}: {result.reason}"
+        rejected += 1
+        display.notice(f"line {number}: {problem}", level="warning")
     return rejected
 
 

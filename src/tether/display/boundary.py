@@ -30,6 +30,7 @@ from typing import Any, Final, TypeAlias
 import msgspec
 
 from tether.framing import messages as kinds
+from tether.framing.stream_json import Record
 from tether.wire import (
     AgentStarted,
     AgentTurnComplete,
@@ -79,7 +80,8 @@ class Notice:
     level: str = "info"
 
 
-Item: TypeAlias = "kinds.Message | UserInput | Notice"
+# Records (session_start, sub_agent_start, ...) come only from stream-json input.
+Item: TypeAlias = "kinds.Message | Record | UserInput | Notice"
 
 
 class FailedToolResult(kinds.ToolResult, frozen=True, kw_only=True):

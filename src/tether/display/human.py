@@ -89,6 +89,7 @@ class HumanRenderer:
         self._elapsed = 0.0
         self._note: str | None = None
         self._progress: str | None = None
+        self._stopped: tuple[str, str] | None = None  # (run, reason) of a STOP just drawn
 
     # -- low level -------------------------------------------------------------------------
 
@@ -188,7 +189,30 @@ class HumanRenderer:
         return False
 
     def item(self, item: Item, *, run: str, depth: int) -> None:
-        """Draw one display message, user input or notice."""
+        """Draw one display message, user input or notice.
+
+        A STOP right after a STOP with the same reason adds nothing (bash-agent writes
+        ``STOP end_turn`` twice per answer; its display draws a STOP as a line end).
+        Records (``session_start``, ``sub_agent_start``, ...) and SESSION_END draw nothing,
+        as in bash-agent's display.
+        """
+        stopped, self._stopped = self._stopped, None
+        if isinstance(item, kinds.Stop):
+            self._stopped = (run, item.reason)
+            if stopped == self._stopped:
+                return
+        if isinstance(item, UserInput):
+            self.user_input(item.kind, item.text, run=run, depth=depth)
+        elif isinstance(item, Notice):
+            self.notice(item.text, level=item.level, depth=depth)
+        elif isinstance(item, kinds.UserInputFrame | kinds.UserMessage):
+            self.user_input("user", item.text, run=run, depth=depth)
+        elif isinstance(item, kinds.ImageDescribe):
+            self.image_describe(item.images, item.description, run=run, depth=depth)
+        else:
+            self._message(item, run=run, depth=depth)
+
+    def _message(self, item: Item, *, run: str, depth: int) -> None:
         if isinstance(item, kinds.Text):
             self.text(item.chunk, run=run, depth=depth)
         elif isinstance(item, kinds.Thinking):
@@ -218,10 +242,6 @@ class HumanRenderer:
                 run=run,
                 depth=depth,
             )
-        elif isinstance(item, UserInput):
-            self.user_input(item.kind, item.text, run=run, depth=depth)
-        elif isinstance(item, Notice):
-            self.notice(item.text, level=item.level, depth=depth)
 
     # -- message kinds ------------------------------------------------------------------------
 
@@ -302,6 +322,19 @@ class HumanRenderer:
         self._line(prefix, [("✗ ", "bold red"), (lines[0], "red")])
         for line in lines[1:]:
             self._line([*prefix, ("  ", None)], [(line, "red")])
+        if left:
+            self._line([*prefix, ("  ", None)], [(f"… {left} more lines", "dim")])
+
+    def image_describe(self, images: str, description: str, *, run: str, depth: int) -> None:
+        if not description:
+            return
+        self._enter(run, depth)
+        self._settle()
+        lines, left = _lines(sanitize(description).strip("\n"), USER_LINES)
+        prefix = self._prefix(depth)
+        self._line(prefix, [("📸 ", None), (f"{sanitize(images)}: ", "cyan"), (lines[0], None)])
+        for line in lines[1:]:
+            self._line([*prefix, ("  ", None)], [(line, None)])
         if left:
             self._line([*prefix, ("  ", None)], [(f"… {left} more lines", "dim")])
 

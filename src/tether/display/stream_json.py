@@ -1,8 +1,9 @@
 """The stream-json renderer: one JSON object per display message, one per line, on stdout.
 
 The objects are bash-agent's (REFERENCE-FACTS §2), made by
-``tether.framing.messages.to_stream_json``; injected input is ``{"type": "user_input",
-"content": ...}`` (bash-agent's events.jsonl records ``user_input``). Nested runs (depth >= 1)
+``tether.framing.stream_json.to_stream_json`` (records such as ``session_start`` are
+written back as read); injected input is ``{"type": "user_input", "content": ...}``
+(bash-agent's events.jsonl records ``user_input``). Nested runs (depth >= 1)
 show up only as their ``sub_agent_result``, as in bash-agent. Lines carry no raw control
 characters (JSON escapes C0; DEL and C1 are escaped here too), so they are safe on a
 terminal. Notices and the inbox messages that need a person (clarification, approval
@@ -21,6 +22,7 @@ from tether.display.boundary import Item, Notice, UserInput
 from tether.display.sanitize import escape_c1_json, sanitize
 from tether.display.sinks import flush_quietly, safe_write
 from tether.framing import messages as kinds
+from tether.framing.stream_json import to_stream_json
 
 if TYPE_CHECKING:
     from tether.wire import AnyEvent
@@ -98,4 +100,6 @@ class StreamJsonRenderer(SideLines):
         elif isinstance(item, UserInput):
             self._emit(encode_line({"type": "user_input", "content": item.text}))
         else:
-            self._emit(encode_line(kinds.to_stream_json(item)))
+            obj = to_stream_json(item)
+            if obj is not None:
+                self._emit(encode_line(obj))

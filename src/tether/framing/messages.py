@@ -7,7 +7,8 @@ Field 0 of a frame names the kind; the fields after it are laid out per kind:
 ============== =====================================================================
 TEXT, THINKING chunk
 TOOL_CALL      name, id, input JSON, then the input's top-level members as key, value
-TOOL_RESULT    tool_use_id, tool_name, output
+TOOL_RESULT    tool_use_id, tool_name, output, then extra key, value pairs (``checklist``,
+               ``summary``: bash-agent forwards them from a TodoWrite call)
 USAGE          input_tokens, output_tokens, cache_read_input_tokens,
                cache_creation_input_tokens
 STOP           reason (end_turn, tool_use, max_tokens, interrupted, ...)
@@ -15,24 +16,27 @@ CONTEXT_UPDATE kind, trigger
 ERROR          message
 RETRY          (none)
 SUB_AGENT_RESULT session_id, status (ok/failed), input_tokens, output_tokens, thinking, text
+USER_INPUT     id (``0``), text: an input on bash-agent's input pipe
+USER_MESSAGE   text: the user's message, as bash-agent's replay shows it
+SESSION_END    code (``0``): the interactive session ends
+IMAGE_DESCRIBE images (``[Image #1] ...``), description
 ============== =====================================================================
 
-Decoding is total: :func:`from_fields` and :func:`from_stream_json` return a message or a
-:class:`~tether.framing.resp.Rejection` (codes ``empty-frame``, ``malformed``,
-``unknown-type``, ``invalid-payload``), never raise. Rules: fields are UTF-8, with invalid
-bytes replaced by U+FFFD (tool output may be binary; it is shown, not dropped); token
-counts are decimal digits, and an empty field or ``null`` counts as 0; fields past the
-layout are ignored (newer writers may add some), except that TOOL_CALL's members must come
-in pairs.
+Decoding is total: :func:`from_fields` returns a message or a
+:class:`~tether.framing.resp.Rejection` (codes ``empty-frame``, ``unknown-type``,
+``invalid-payload``), never raises. It accepts what bash-agent's own reader accepts
+(REFERENCE-FACTS §2): fields are UTF-8, with invalid bytes replaced by U+FFFD (tool output
+may be binary; it is shown, not dropped); token counts are decimal digits, and an empty,
+``null`` or missing field counts as 0 (an older writer sends a 3-field USAGE); TEXT,
+THINKING, STOP, USER_INPUT and SESSION_END may come without their field (it reads as
+empty); a USER_INPUT with one field carries the text in it. Fields past the layout are
+ignored (newer writers may add some), except TOOL_RESULT's extra pairs and TOOL_CALL's
+members, which are kept and written back as they came (an odd last member included).
 
-Three shapes besides frames, all plain data so this module needs nothing above it:
-
-- stream-json / events.jsonl objects (:func:`to_stream_json`, :func:`from_stream_json`):
-  ``{"type": "text", "content": ...}``, ``tool_call{name,id,input}``, ... with snake_case
-  type names as bash-agent writes them;
-- wire display events (:func:`to_wire_events`, :func:`from_wire_event`): dicts with the Fen
-  wire's kebab-case keys, without the envelope (``v``, ``seq``, ``run``), which the sender
-  adds. USAGE and STOP each become an ``llm-end`` carrying their half.
+Wire display events (:func:`to_wire_events`, :func:`from_wire_event`) are dicts with the
+Fen wire's kebab-case keys, without the envelope (``v``, ``seq``, ``run``), which the sender
+adds. USAGE and STOP each become an ``llm-end`` carrying their half. The stream-json shapes
+live in :mod:`tether.framing.stream_json`.
 """
 
 from __future__ import annotations
@@ -73,13 +77,18 @@ class Thinking(_Message, frozen=True, kw_only=True):
 
 
 class ToolCall(_Message, frozen=True, kw_only=True):
-    """A tool call: ``input`` is the JSON text; ``members`` its top-level members flattened."""
+    """A tool call: ``input`` is the JSON text; ``members`` its top-level members flattened.
+
+    ``extra`` holds a dangling last member key (a writer that sent an odd count), so the
+    frame is written back as it came.
+    """
 
     KIND: ClassVar[str] = "TOOL_CALL"
     name: str
     id: str
     input: str
     members: tuple[tuple[str, str], ...] = ()
+    extra: tuple[str, ...] = ()
 
     @classmethod
     def from_input(cls, name: str, id: str, arguments: Any) -> ToolCall:
@@ -88,6 +97,20 @@ class ToolCall(_Message, frozen=True, kw_only=True):
         if isinstance(arguments, Mapping):
             members = tuple((str(k), _member_text(v)) for k, v in arguments.items())
         return cls(name=name, id=id, input=_json_text(arguments), members=members)
+
+    @classmethod
+    def from_json_text(cls, name: str, id: str, text: str) -> ToolCall:
+        """Build from the model's JSON text, kept as received (``1.50`` stays ``1.50``).
+
+        Members are flattened as bash-agent does: strings decoded, other values as their
+        JSON text. Text that is not a JSON object has no members.
+        """
+        try:
+            raw = _RAW_OBJECT(text)
+        except (msgspec.DecodeError, RecursionError):
+            return cls(name=name, id=id, input=text)
+        members = tuple((key, _raw_member(value)) for key, value in raw.items())
+        return cls(name=name, id=id, input=text, members=members)
 
     def arguments(self) -> Any:
         """``input`` decoded; the raw text when it is not valid JSON."""
@@ -104,17 +127,24 @@ class ToolResult(_Message, frozen=True, kw_only=True):
     tool_use_id: str
     tool_name: str
     output: str
+    extra: tuple[str, ...] = ()  # the fields after output, as written (key, value pairs)
+
+    def pairs(self) -> dict[str, str]:
+        """The extra fields as key -> value (a dangling last key is left out)."""
+        return dict(zip(self.extra[::2], self.extra[1::2], strict=False))
 
 
 class Usage(_Message, frozen=True, kw_only=True):
-    """Token usage. ``kind`` exists only in stream-json; frames do not carry it."""
+    """Token usage. ``kind`` (``agent``, or ``sub_agent`` with ``sub_session_id``) exists only
+    in stream-json; frames do not carry it."""
 
     KIND: ClassVar[str] = "USAGE"
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
-    kind: str = ""
+    kind: str = "agent"
+    sub_session_id: str = ""
 
 
 class SubAgentResult(_Message, frozen=True, kw_only=True):
@@ -157,6 +187,36 @@ class Retry(_Message, frozen=True, kw_only=True):
     KIND: ClassVar[str] = "RETRY"
 
 
+class UserInputFrame(_Message, frozen=True, kw_only=True):
+    """An input for the agent loop (bash-agent's input pipe: ``USER_INPUT 0 text``)."""
+
+    KIND: ClassVar[str] = "USER_INPUT"
+    id: str = "0"
+    text: str = ""
+
+
+class UserMessage(_Message, frozen=True, kw_only=True):
+    """The user's message as a display frame (bash-agent's replay starts with one)."""
+
+    KIND: ClassVar[str] = "USER_MESSAGE"
+    text: str
+
+
+class SessionEnd(_Message, frozen=True, kw_only=True):
+    """The interactive session ends (``code`` is ``0``)."""
+
+    KIND: ClassVar[str] = "SESSION_END"
+    code: str = "0"
+
+
+class ImageDescribe(_Message, frozen=True, kw_only=True):
+    """Pasted images (``[Image #1]``) and the text a vision model read from them."""
+
+    KIND: ClassVar[str] = "IMAGE_DESCRIBE"
+    images: str
+    description: str = ""
+
+
 Message: TypeAlias = (
     Text
     | Thinking
@@ -168,6 +228,10 @@ Message: TypeAlias = (
     | ContextUpdate
     | Error
     | Retry
+    | UserInputFrame
+    | UserMessage
+    | SessionEnd
+    | ImageDescribe
 )
 
 # Fields each kind needs after the type, in frame order.
@@ -194,7 +258,24 @@ _LAYOUT: Final[dict[str, tuple[str, ...]]] = {
     "CONTEXT_UPDATE": ("kind", "trigger"),
     "ERROR": ("message",),
     "RETRY": (),
+    "USER_INPUT": ("id", "text"),
+    "USER_MESSAGE": ("text",),
+    "SESSION_END": ("code",),
+    "IMAGE_DESCRIBE": ("images", "description"),
 }
+# How many of the layout's fields a frame must carry; missing later ones read as empty
+# (bash-agent's reader tolerates them; see the module docstring).
+_REQUIRED: Final[dict[str, int]] = {
+    "TEXT": 0,
+    "THINKING": 0,
+    "STOP": 0,
+    "USAGE": 0,
+    "USER_INPUT": 0,
+    "SESSION_END": 0,
+    "IMAGE_DESCRIBE": 1,
+}
+# Kinds whose fields after the layout are kept (written back as they came).
+_KEEPS_EXTRA: Final = frozenset({"TOOL_CALL", "TOOL_RESULT"})
 _CLASSES: Final[dict[str, type[Message]]] = {
     cls.KIND: cls
     for cls in (
@@ -208,6 +289,10 @@ _CLASSES: Final[dict[str, type[Message]]] = {
         ContextUpdate,
         Error,
         Retry,
+        UserInputFrame,
+        UserMessage,
+        SessionEnd,
+        ImageDescribe,
     )
 }
 _INT_FIELDS: Final = frozenset(
@@ -231,16 +316,20 @@ def from_fields(fields: Sequence[bytes]) -> Message | Rejection:
     if cls is None:
         return Rejection(UNKNOWN_TYPE, f"unknown message type {name[:40]!r}")
     layout = _LAYOUT[name]
-    if len(fields) - 1 < len(layout):
-        need = ", ".join(layout)
-        reason = f"{name} needs {len(layout)} fields after the type ({need}), got {len(fields) - 1}"
+    required = _REQUIRED.get(name, len(layout))
+    if len(fields) - 1 < required:
+        need = ", ".join(layout[:required])
+        reason = f"{name} needs {required} fields after the type ({need}), got {len(fields) - 1}"
         return Rejection(INVALID_PAYLOAD, reason)
+    if name == "USER_INPUT" and len(fields) == 2:
+        fields = [fields[0], b"", fields[1]]  # one field: it is the text
     try:
         values: dict[str, Any] = {
             key: _field_value(key, raw) for key, raw in zip(layout, fields[1:], strict=False)
         }
-        if cls is ToolCall:
-            values["members"] = _members(fields[1 + len(layout) :])
+        values.update(_missing(layout[len(fields) - 1 :]))
+        if name in _KEEPS_EXTRA:
+            values.update(_extra(cls, fields[1 + len(layout) :]))
     except _Invalid as exc:
         return Rejection(INVALID_PAYLOAD, f"{name}: {exc}")
     return cls(**values)
@@ -255,6 +344,8 @@ def to_fields(message: Message) -> list[bytes]:
     if isinstance(message, ToolCall):
         for key, value in message.members:
             fields += (key.encode(), value.encode())
+    if isinstance(message, ToolCall | ToolResult):
+        fields += (item.encode() for item in message.extra)
     return fields
 
 
@@ -273,119 +364,19 @@ def _field_value(key: str, raw: bytes) -> str | int:
     return int(raw)
 
 
-def _members(raw: Sequence[bytes]) -> tuple[tuple[str, str], ...]:
-    if len(raw) % 2:
-        raise _Invalid("the flattened input members must come in key, value pairs")
-    text = [item.decode("utf-8", "replace") for item in raw]
-    return tuple(zip(text[::2], text[1::2], strict=True))
+def _missing(keys: Sequence[str]) -> dict[str, str | int]:
+    """Values for the layout fields a lenient frame left out."""
+    return {key: 0 if key in _INT_FIELDS else "" for key in keys}
 
 
-# -- stream-json -----------------------------------------------------------------------------
-
-
-def to_stream_json(message: Message) -> dict[str, Any]:
-    """The stream-json / events.jsonl object of a message."""
-    match message:
-        case Text(chunk=chunk):
-            return {"type": "text", "content": chunk}
-        case Thinking(chunk=chunk):
-            return {"type": "thinking", "content": chunk}
-        case ToolCall():
-            input_value = message.arguments()
-            return {
-                "type": "tool_call",
-                "name": message.name,
-                "id": message.id,
-                "input": input_value,
-            }
-        case ToolResult():
-            return {
-                "type": "tool_result",
-                "tool_use_id": message.tool_use_id,
-                "name": message.tool_name,
-                "content": message.output,
-            }
-        case Usage() | SubAgentResult():
-            return {"type": _snake(message.KIND), **msgspec.structs.asdict(message)}
-        case Stop(reason=reason):
-            return {"type": "stop", "reason": reason}
-        case ContextUpdate(kind=kind, trigger=trigger):
-            return {"type": "context_update", "kind": kind, "trigger": trigger}
-        case Error(message=text):
-            return {"type": "error", "message": text}
-        case Retry():
-            return {"type": "retry"}
-
-
-def from_stream_json(obj: Any) -> Message | Rejection:
-    """Decode a stream-json object, or reject it (events such as session_start included)."""
-    if not isinstance(obj, Mapping) or not isinstance(obj.get("type"), str):
-        return Rejection(MALFORMED, "a stream-json message is an object with a string 'type'")
-    kind: str = obj["type"]
-    decode = _FROM_STREAM_JSON.get(kind)
-    if decode is None:
-        return Rejection(UNKNOWN_TYPE, f"{kind[:40]!r} is not a message kind")
-    try:
-        return decode(obj)
-    except _Invalid as exc:
-        return Rejection(INVALID_PAYLOAD, f"{kind}: {exc}")
-
-
-def _snake(kind: str) -> str:
-    return kind.lower()
-
-
-def _str(obj: Mapping[str, Any], key: str, default: str | None = None) -> str:
-    value = obj.get(key, default)
-    if not isinstance(value, str):
-        raise _Invalid(f"{key} must be a string")
-    return value
-
-
-def _count(obj: Mapping[str, Any], key: str) -> int:
-    value = obj.get(key, 0)
-    if value is None:
-        return 0
-    if type(value) is not int or value < 0:
-        raise _Invalid(f"{key} must be a non-negative integer")
-    return value
-
-
-def _content(value: Any) -> str:
-    return value if isinstance(value, str) else _json_text(value)
-
-
-_FROM_STREAM_JSON: Final[dict[str, Callable[[Mapping[str, Any]], Message]]] = {
-    "text": lambda o: Text(chunk=_str(o, "content")),
-    "thinking": lambda o: Thinking(chunk=_str(o, "content")),
-    "tool_call": lambda o: ToolCall.from_input(
-        _str(o, "name"), _str(o, "id", ""), o.get("input", {})
-    ),
-    "tool_result": lambda o: ToolResult(
-        tool_use_id=_str(o, "tool_use_id", ""),
-        tool_name=_str(o, "name", ""),
-        output=_content(o.get("content", "")),
-    ),
-    "usage": lambda o: Usage(
-        input_tokens=_count(o, "input_tokens"),
-        output_tokens=_count(o, "output_tokens"),
-        cache_read_input_tokens=_count(o, "cache_read_input_tokens"),
-        cache_creation_input_tokens=_count(o, "cache_creation_input_tokens"),
-        kind=_str(o, "kind", ""),
-    ),
-    "sub_agent_result": lambda o: SubAgentResult(
-        session_id=_str(o, "session_id", ""),
-        status=_str(o, "status"),
-        input_tokens=_count(o, "input_tokens"),
-        output_tokens=_count(o, "output_tokens"),
-        thinking=_str(o, "thinking", ""),
-        text=_str(o, "text", ""),
-    ),
-    "stop": lambda o: Stop(reason=_str(o, "reason")),
-    "context_update": lambda o: ContextUpdate(kind=_str(o, "kind"), trigger=_str(o, "trigger", "")),
-    "error": lambda o: Error(message=_str(o, "message")),
-    "retry": lambda o: Retry(),
-}
+def _extra(cls: type[Message], raw: Sequence[bytes]) -> dict[str, Any]:
+    """TOOL_CALL's members (pairs, a dangling key apart) or TOOL_RESULT's extra fields."""
+    text = tuple(item.decode("utf-8", "replace") for item in raw)
+    if cls is ToolResult:
+        return {"extra": text}
+    even = len(text) - len(text) % 2
+    pairs = tuple(zip(text[:even:2], text[1:even:2], strict=True))
+    return {"members": pairs, "extra": text[even:]}
 
 
 # -- wire display events ---------------------------------------------------------------------
@@ -421,6 +412,18 @@ def to_wire_events(message: Message) -> list[dict[str, Any]]:
             return [{"type": "info", "summary": _summary(summary)}]
         case Retry():
             return [{"type": "info", "summary": "retrying the request"}]
+        case _:
+            return _session_wire_events(message)
+
+
+def _session_wire_events(message: Message) -> list[dict[str, Any]]:
+    """The frames of bash-agent's session loop (input, replayed message, images, end)."""
+    match message:
+        case UserInputFrame(text=text) | UserMessage(text=text):
+            return [{"type": "user", "text": text}]
+        case ImageDescribe(images=images, description=description):
+            return [{"type": "info", "summary": _summary(f"{images}: {description}")}]
+    return []
 
 
 def from_wire_event(event: Any, *, streamed: bool = True) -> list[Message]:
@@ -529,6 +532,38 @@ def _sub_agent_info(result: SubAgentResult) -> dict[str, Any]:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+def _str(obj: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    value = obj.get(key, default)
+    if not isinstance(value, str):
+        raise _Invalid(f"{key} must be a string")
+    return value
+
+
+def _count(obj: Mapping[str, Any], key: str) -> int:
+    value = obj.get(key, 0)
+    if value is None:
+        return 0
+    if type(value) is not int or value < 0:
+        raise _Invalid(f"{key} must be a non-negative integer")
+    return value
+
+
+def _content(value: Any) -> str:
+    return value if isinstance(value, str) else _json_text(value)
+
+
+_RAW_OBJECT: Final = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+_RAW_STR: Final = msgspec.json.Decoder(str).decode
+
+
+def _raw_member(value: msgspec.Raw) -> str:
+    """A flattened member: a JSON string decoded, any other value as its JSON text."""
+    text = bytes(value)
+    if text.startswith(b'"'):
+        return _RAW_STR(text)
+    return text.decode("utf-8", "replace").strip()
 
 
 def _summary(text: str) -> str:

@@ -95,10 +95,12 @@ from tether.framing.messages import (
     Text,
     Thinking,
     Usage,
+    UserInputFrame,
     from_fields,
+    to_frame,
     to_wire_events,
 )
-from tether.framing.resp import Frame, Rejection, encode_frame
+from tether.framing.resp import Frame, Rejection
 from tether.framing.resp_hiredis import open_reader
 from tether.runtime.adapters.base import STDERR_TAIL_BYTES, TERM_GRACE_S, CliProcess
 from tether.wire.limits import POLL_BUSY_S
@@ -116,7 +118,6 @@ __all__ = [
 # Frames held for the next turn at most; past this they are shown at once instead.
 MAX_HELD_FRAMES: Final = 1024
 
-USER_INPUT: Final = b"USER_INPUT"
 # STOP reasons that end a model call but not the answer (tools run next).
 _TOOL_USE: Final = frozenset({"tool_use", "tool-use", "tool_calls", "toolUse"})
 _MODEL_CUT: Final = 160
@@ -124,7 +125,7 @@ _MODEL_CUT: Final = 160
 
 def user_input_frame(text: str) -> bytes:
     """The frame that hands ``text`` to the program: ``USER_INPUT``, ``0``, the text."""
-    return encode_frame([USER_INPUT, b"0", text.replace("\0", "\ufffd")])
+    return to_frame(UserInputFrame(text=text.replace("\0", "\ufffd")))
 
 
 class RespRunner:
