@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tether.inbox.drain import drain_file
-from tether.inbox.messages import MAX_LINE_BYTES, Clarification, InboxRejection, Progress
+from tether.inbox.messages import MAX_MESSAGE_BYTES, Clarification, InboxRejection, Progress
 from tether.inbox.store import InboxStore
 from tether.inbox.writer import append_inbox, create_inbox
 
@@ -165,11 +165,11 @@ def test_a_16_mib_line_is_accepted_and_a_longer_one_skipped_across_calls(
     store: InboxStore, inbox: Path
 ) -> None:
     prefix, suffix = b'{"type":"progress","text":"', b'"}'
-    fits = prefix + b"a" * (MAX_LINE_BYTES - len(prefix) - len(suffix)) + suffix
-    too_long = prefix + b"b" * MAX_LINE_BYTES + suffix
+    fits = prefix + b"a" * (MAX_MESSAGE_BYTES - len(prefix) - len(suffix)) + suffix
+    too_long = prefix + b"b" * MAX_MESSAGE_BYTES + suffix
     write(inbox, fits + b"\n" + too_long + b"\n" + LINES[1] + b"\n")
     # stop after the long line is known to be too long, before its newline
-    drain_file(store, inbox, "r", max_bytes=2 * MAX_LINE_BYTES + 10)
+    drain_file(store, inbox, "r", max_bytes=2 * MAX_MESSAGE_BYTES + 10)
     state = store.offset_state("r")
     assert state is not None
     assert state.skipping  # stopped inside the long line: the skip is stored
@@ -178,7 +178,7 @@ def test_a_16_mib_line_is_accepted_and_a_longer_one_skipped_across_calls(
     stored = store.messages("r")
     assert [m.type for m in stored] == ["progress", None, "clarification"]
     assert stored[0].body is not None
-    assert len(stored[0].body) == MAX_LINE_BYTES
+    assert len(stored[0].body) == MAX_MESSAGE_BYTES
     assert stored[1].rejected_reason is not None
     assert stored[1].rejected_reason.startswith("too_long: ")
     assert stored[1].raw == (prefix + b"b" * 4096)[:4096].decode()

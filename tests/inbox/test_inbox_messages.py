@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether.inbox.messages import (
-    MAX_LINE_BYTES,
+    MAX_MESSAGE_BYTES,
     ApprovalRequest,
     Clarification,
     Done,
@@ -105,13 +105,13 @@ def test_a_byte_order_mark_is_not_json() -> None:
 
 
 def test_over_long_line_is_rejected_with_its_head() -> None:
-    line = b'{"type":"progress","text":"' + b"x" * MAX_LINE_BYTES + b'"}'
+    line = b'{"type":"progress","text":"' + b"x" * MAX_MESSAGE_BYTES + b'"}'
     result = parse_line(line)
     assert isinstance(result, InboxRejection)
     assert result.code is RejectCode.TOO_LONG
     assert len(result.raw) == 4096
-    exactly = b'{"type":"progress","text":"' + b"x" * (MAX_LINE_BYTES - 29) + b'"}'
-    assert len(exactly) == MAX_LINE_BYTES
+    exactly = b'{"type":"progress","text":"' + b"x" * (MAX_MESSAGE_BYTES - 29) + b'"}'
+    assert len(exactly) == MAX_MESSAGE_BYTES
     assert isinstance(parse_line(exactly), Progress)
 
 

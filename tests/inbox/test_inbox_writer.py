@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tether.inbox.messages import MAX_LINE_BYTES, Done, Progress, parse_line
+from tether.inbox.messages import MAX_MESSAGE_BYTES, Done, Progress, parse_line
 from tether.inbox.writer import (
     append_inbox,
     create_inbox,
@@ -70,7 +70,7 @@ def test_append_inbox_refuses_unencodable_and_oversized(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="encodable"):
         encode_line({"x": object()})
     with pytest.raises(ValueError, match="over"):
-        encode_line({"type": "progress", "text": "x" * MAX_LINE_BYTES})
+        encode_line({"type": "progress", "text": "x" * MAX_MESSAGE_BYTES})
 
 
 WRITER = """

@@ -60,12 +60,12 @@ def test_too_large_line_is_reported_once_and_skipped() -> None:
     assert splitter._partial == bytearray()  # never buffered
     splitter.feed(b"zz\nnext\n")
     items = _drain(splitter)
-    assert items == [Line(0, b"ok"), TooLarge(3), Line(1031, b"next")]
+    assert items == [Line(0, b"ok"), TooLarge(3, b"z" * 25), Line(1031, b"next")]
 
 
 def test_exact_limit_is_too_large() -> None:
     items = _feed_in(b"a" * 10 + b"\n" + b"b" * 9 + b"\n", [], max_line_bytes=10)
-    assert items == [TooLarge(0), Line(11, b"b" * 9)]
+    assert items == [TooLarge(0, b"a" * 10), Line(11, b"b" * 9)]
 
 
 @given(st.lists(st.binary(max_size=40).filter(lambda b: b"\n" not in b), max_size=20), st.data())

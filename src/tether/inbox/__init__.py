@@ -1,7 +1,6 @@
 """The inbox: a reverse channel any agent writes with ``echo``, drained into SQLite.
 
 - :mod:`~tether.inbox.messages`: typed messages and the total ``parse_line``.
-- :mod:`~tether.inbox.reader`: the sans-IO bounded line splitter.
 - :mod:`~tether.inbox.store`: the ``inbox_*`` tables (WAL) and ``StoredMessage``.
 - :mod:`~tether.inbox.drain`: ``drain_file``: drain one file once.
 - :mod:`~tether.inbox.live`: ``InboxDrain``: tail many inboxes live (asyncio).

@@ -3,10 +3,10 @@
 Theory of operation: a run's inbox is append-only. The drain keeps, per run,
 the byte offset up to which every line is stored (``inbox_offsets``), reads on
 from there in big chunks with ``os.pread``, splits lines with the bounded
-:class:`~tether.inbox.reader.LineSplitter`, and stores each chunk's lines and
-the new offset in ONE ``BEGIN IMMEDIATE`` transaction. Killed at any instant,
-a restart resumes at the committed offset: nothing lost, nothing duplicated
-(``INSERT OR IGNORE`` on (run_id, offset) is a second guard).
+:class:`~tether.wire.lines.LineSplitter` (the wire's, with the inbox's 16 MiB limit),
+and stores each chunk's lines and the new offset in ONE ``BEGIN IMMEDIATE``
+transaction. Killed at any instant, a restart resumes at the committed offset: nothing
+lost, nothing duplicated (``INSERT OR IGNORE`` on (run_id, offset) is a second guard).
 
 Inside the transaction the drain first asks which offsets of the chunk are
 already stored and parses only the others, so a re-drain of a file whose rows
@@ -30,8 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from tether.inbox.messages import MAX_LINE_BYTES, RejectCode, classify, raw_text
-from tether.inbox.reader import Line, LineSplitter, Overlong
+from tether.inbox.messages import MAX_MESSAGE_BYTES, RejectCode, classify, raw_text
 from tether.inbox.store import (
     AcceptedRow,
     InboxStore,
@@ -39,6 +38,7 @@ from tether.inbox.store import (
     RejectedRow,
     StoredMessage,
 )
+from tether.wire.lines import Item, LineSplitter, TooLarge
 
 __all__ = [
     "CHUNK_BYTES",
@@ -85,7 +85,7 @@ class DrainResult:
 
 
 def build_rows(
-    run_id: str, items: Iterable[Line | Overlong], now: float, max_line: int = MAX_LINE_BYTES
+    run_id: str, items: Iterable[Item], now: float, max_line: int = MAX_MESSAGE_BYTES
 ) -> tuple[list[AcceptedRow], list[RejectedRow]]:
     """Rows for the lines: accepted objects keep their body, the others a reason."""
     accepted: list[AcceptedRow] = []
@@ -93,7 +93,7 @@ def build_rows(
     accept, check = accepted.append, classify
     for item in items:
         offset, data = item
-        if type(item) is Overlong:
+        if type(item) is TooLarge:
             reason = f"{RejectCode.TOO_LONG}: line over {max_line} bytes, skipped to its newline"
             rejected.append((run_id, offset, raw_text(data), reason, now))
             continue
@@ -105,12 +105,17 @@ def build_rows(
     return accepted, rejected
 
 
+def _splitter(offset: int, *, skipping: bool) -> LineSplitter:
+    # a message of exactly MAX_MESSAGE_BYTES is allowed; one byte more is too large
+    return LineSplitter(offset=offset, max_line_bytes=MAX_MESSAGE_BYTES + 1, skipping=skipping)
+
+
 class _FileDrain:
     """One drain_file call: the open file, its splitter and the running result."""
 
     def __init__(self, store: InboxStore, fd: int, st: os.stat_result, result: DrainResult):
         self.store, self.fd, self.st, self.result = store, fd, st, result
-        self.splitter = LineSplitter()
+        self.splitter = _splitter(0, skipping=False)
         self.committed = 0
 
     def start(self, state: OffsetState | None) -> bool:
@@ -129,7 +134,7 @@ class _FileDrain:
         return self.st.st_size > state.offset
 
     def _restart(self, offset: int, *, skipping: bool) -> None:
-        self.splitter = LineSplitter(offset=offset, skipping=skipping)
+        self.splitter = _splitter(offset, skipping=skipping)
         self.committed = self.result.offset = offset
 
     def _problem(self, state: OffsetState) -> tuple[str, str] | None:
@@ -180,19 +185,18 @@ class _FileDrain:
 
     def step(self, chunk: int, collect: bool) -> bool:
         """Read and store one chunk; False at the end of the file (or on a problem)."""
-        data = os.pread(self.fd, chunk, self.splitter.position)
+        data = os.pread(self.fd, chunk, self.splitter.fed)
         if not data:
             return False
         self.result.bytes_read += len(data)
-        items = self.splitter.feed(data)
-        resume, skipping = self.splitter.resume_offset, self.splitter.skipping
+        self.splitter.feed(data)
+        items = self.splitter.read_all()
+        resume, skipping = self.splitter.offset, self.splitter.skipping
         if items or resume != self.committed:
             return self._commit(items, resume, skipping, collect)
         return True
 
-    def _commit(
-        self, items: list[Line | Overlong], resume: int, skipping: bool, collect: bool
-    ) -> bool:
+    def _commit(self, items: list[Item], resume: int, skipping: bool, collect: bool) -> bool:
         store, result = self.store, self.result
         now = time.time()
         with store.transaction():

@@ -25,7 +25,7 @@ from tether import jsondepth
 
 __all__ = [
     "KNOWN_TYPES",
-    "MAX_LINE_BYTES",
+    "MAX_MESSAGE_BYTES",
     "ApprovalRequest",
     "Clarification",
     "Done",
@@ -42,7 +42,7 @@ __all__ = [
     "raw_text",
 ]
 
-MAX_LINE_BYTES: Final = 16 * 1024 * 1024
+MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
 """The longest accepted line, newline excluded (OpenOPC's message cap)."""
 
 
@@ -133,7 +133,7 @@ def raw_text(line: bytes) -> str:
 
 
 def classify(line: bytes) -> tuple[str | None, str | None, RejectCode | None, str | None]:
-    """Check one line (no newline, at most :data:`MAX_LINE_BYTES`), without building it.
+    """Check one line (no newline, at most :data:`MAX_MESSAGE_BYTES`), without building it.
 
     Returns ``(body, type, None, None)`` for an accepted object (``body`` is the
     line as text, surrounding whitespace removed; ``type`` None when it has no
@@ -175,8 +175,8 @@ def parse_line(line: bytes) -> InboxMessage | InboxRejection:
     """Decode one inbox line (one trailing newline is ignored). Never raises."""
     if line.endswith(b"\n"):
         line = line[:-1]
-    if len(line) > MAX_LINE_BYTES:
-        too_long = f"line of {len(line)} bytes is over the {MAX_LINE_BYTES}-byte limit"
+    if len(line) > MAX_MESSAGE_BYTES:
+        too_long = f"line of {len(line)} bytes is over the {MAX_MESSAGE_BYTES}-byte limit"
         return InboxRejection(code=RejectCode.TOO_LONG, reason=too_long, raw=raw_text(line[:4096]))
     body, kind, code, reason = classify(line)
     if code is not None or body is None:

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
-from tether.inbox.messages import MAX_LINE_BYTES
+from tether.inbox.messages import MAX_MESSAGE_BYTES
 from tether.paths import FILE_MODE
 
 __all__ = [
@@ -78,8 +78,8 @@ def encode_line(obj: Any) -> bytes:
         raise ValueError(f"inbox message is not JSON-encodable: {exc}") from exc
     if not data.startswith(b"{"):
         raise ValueError("an inbox message must be a JSON object")
-    if len(data) > MAX_LINE_BYTES:
-        raise ValueError(f"inbox message of {len(data)} bytes is over {MAX_LINE_BYTES}")
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ValueError(f"inbox message of {len(data)} bytes is over {MAX_MESSAGE_BYTES}")
     return data + b"\n"
 
 

@@ -1,45 +1,75 @@
-"""A bounded JSONL line splitter (sans-IO).
+"""The bounded JSONL line splitter (sans-IO), for every line stream tether reads.
 
 Theory of operation: :meth:`LineSplitter.feed` takes bytes of any size and cuts them
 into complete lines at once; :meth:`LineSplitter.read` hands them out at most
 ``budget_lines`` lines and ``budget_bytes`` bytes per call, so a bounded drain always
-makes progress and never starves its caller. A partial last line is kept until its
-newline arrives. A line that reaches ``max_line_bytes`` without a newline is reported
-once as :class:`TooLarge` and the rest of it is skipped up to its newline: the splitter
-never holds more than ``max_line_bytes`` of one line.
+makes progress and never starves its caller (:meth:`LineSplitter.read_all` hands out
+everything, for a caller that bounds what it feeds instead, like the inbox drain). A
+partial last line is kept until its newline arrives.
 
-Every item carries its stream offset (the byte position of its first byte), which is
-what tailing by byte offset and idempotent keys are built on.
+A line whose length without its newline is ``>= max_line_bytes`` is too large (the wire's
+MAX-LINE-BYTES is the first illegal length: the largest legal line is 65535 bytes; a
+stream whose largest legal line is N passes ``N + 1``). It is reported once, as
+:class:`TooLarge` with its first :data:`HEAD_BYTES` bytes, as soon as its length is known
+to be over the limit, and the rest of it is skipped up to its newline: the splitter never
+holds more than ``max_line_bytes`` of one line.
+
+Every item carries its stream offset (the byte position of its first byte).
+:attr:`LineSplitter.offset` is where a reader that stops now must start again so that
+nothing is lost or repeated; if :attr:`LineSplitter.skipping` is true then, pass it back
+in with the offset and the skip continues.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from itertools import accumulate
+from typing import Final, NamedTuple
 
 from tether.wire.limits import MAX_LINE_BYTES, READ_BUDGET_BYTES, READ_BUDGET_LINES
 
+__all__ = ["HEAD_BYTES", "Item", "Line", "LineSplitter", "TooLarge"]
 
-@dataclass(frozen=True, slots=True)
-class Line:
+HEAD_BYTES: Final = 4096
+"""How much of a too-large line is kept in its :class:`TooLarge` (for a rejection record)."""
+
+
+class Line(NamedTuple):
     """One complete line, without its newline, and the offset of its first byte."""
 
     offset: int
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class TooLarge:
-    """A line of at least ``max_line_bytes`` bytes starting at ``offset``; it was skipped."""
+class TooLarge(NamedTuple):
+    """A line of at least ``max_line_bytes`` bytes starting at ``offset``; it was skipped.
+
+    ``head`` is its first bytes (up to :data:`HEAD_BYTES`; fewer when it was found too
+    large before they all arrived).
+    """
 
     offset: int
+    head: bytes = b""
 
 
 Item = Line | TooLarge
 
+_plus_one = (1).__add__
+
 
 class LineSplitter:
     """Cuts a byte stream into bounded lines; see the module docstring."""
+
+    __slots__ = (
+        "_consumed",
+        "_fed",
+        "_partial",
+        "_ready",
+        "_skipping",
+        "budget_bytes",
+        "budget_lines",
+        "max_line_bytes",
+    )
 
     def __init__(
         self,
@@ -48,7 +78,10 @@ class LineSplitter:
         max_line_bytes: int = MAX_LINE_BYTES,
         budget_bytes: int = READ_BUDGET_BYTES,
         budget_lines: int = READ_BUDGET_LINES,
+        skipping: bool = False,
     ) -> None:
+        if offset < 0 or max_line_bytes < 1:
+            raise ValueError("offset must be >= 0 and max_line_bytes >= 1")
         self.max_line_bytes = max_line_bytes
         self.budget_bytes = budget_bytes
         self.budget_lines = budget_lines
@@ -56,11 +89,12 @@ class LineSplitter:
         self._consumed = offset  # stream offset just past the last item handed out
         self._ready: deque[Item] = deque()
         self._partial = bytearray()
-        self._skipping = False
+        self._skipping = skipping
 
     @property
     def offset(self) -> int:
-        """Stream offset just past everything handed out by :meth:`read` (or skipped)."""
+        """Where to start reading again after a stop: past everything handed out by
+        :meth:`read` (or skipped); an incomplete last line is not past it."""
         return self._consumed
 
     @property
@@ -72,6 +106,16 @@ class LineSplitter:
     def pending(self) -> int:
         """How many complete lines (or too-large reports) wait for :meth:`read`."""
         return len(self._ready)
+
+    @property
+    def held(self) -> int:
+        """Bytes of an incomplete trailing line held for the next feed."""
+        return len(self._partial)
+
+    @property
+    def skipping(self) -> bool:
+        """True while inside a too-large line (discarding up to its newline)."""
+        return self._skipping
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Add bytes of any size."""
@@ -100,68 +144,87 @@ class LineSplitter:
         ready = self._ready
         while ready and len(out) < self.budget_lines:
             item = ready[0]
-            size = len(item.data) + 1 if isinstance(item, Line) else 0
+            size = len(item.data) + 1 if type(item) is Line else 0
             if out and size > budget:
                 break
             budget -= size
             out.append(ready.popleft())
-            self._consumed = _end_of(item, self)
-        if not ready and not self._partial and not self._skipping:
-            self._consumed = self._fed
+            self._consumed = self._end_of(item)
+        self._settle()
+        return out
+
+    def read_all(self) -> list[Item]:
+        """Every item ready now, whatever the budgets."""
+        out = list(self._ready)
+        if out:
+            self._ready.clear()
+            self._consumed = self._end_of(out[-1])
+        self._settle()
         return out
 
     # --- internals ---------------------------------------------------------------------
+
+    def _settle(self) -> None:
+        if not self._ready and not self._partial and not self._skipping:
+            self._consumed = self._fed
 
     def _finish_partial(self, data: bytes, start: int) -> int:
         """Complete the buffered partial line; returns where the rest of ``data`` starts."""
         line_start = start - len(self._partial)
         newline = data.find(b"\n")
+        end = len(data) if newline < 0 else newline
+        if len(self._partial) + end >= self.max_line_bytes:
+            head = bytes(self._partial[:HEAD_BYTES])
+            self._too_large(line_start, head + data[: min(end, max(0, HEAD_BYTES - len(head)))])
+            if newline < 0:
+                return -1
+            self._skipping = False
+            return newline + 1
         if newline < 0:
             self._partial += data
-            if len(self._partial) >= self.max_line_bytes:
-                self._too_large(line_start)
             return -1
-        self._partial += data[:newline]
-        line = bytes(self._partial)
+        line = bytes(self._partial) + data[:newline]
         self._partial.clear()
-        self._emit(line_start, line)
+        self._ready.append(Line(line_start, line))
         return newline + 1
 
     def _cut_lines(self, data: bytes, pos: int, start: int) -> None:
-        find, size = data.find, len(data)
-        while pos < size:
-            newline = find(b"\n", pos)
-            if newline < 0:
-                rest = data[pos:]
-                if len(rest) >= self.max_line_bytes:
-                    self._too_large(start + pos)
-                else:
-                    self._partial += rest
-                return
-            self._emit(start + pos, data[pos:newline])
-            pos = newline + 1
-
-    def _emit(self, offset: int, line: bytes) -> None:
-        if len(line) >= self.max_line_bytes:
-            self._ready.append(TooLarge(offset))
+        last = data.rfind(b"\n")
+        if last >= pos:
+            lines = data[pos:last].split(b"\n")
+            if max(map(len, lines)) >= self.max_line_bytes:
+                self._cut_slowly(lines, start + pos)
+            else:  # offsets by a running sum of (length + 1), all in C
+                offsets = accumulate(map(_plus_one, map(len, lines)), initial=start + pos)
+                self._ready.extend(map(Line._make, zip(offsets, lines, strict=False)))
+            pos = last + 1
+        if pos == len(data):
+            return
+        if len(data) - pos >= self.max_line_bytes:
+            self._too_large(start + pos, data[pos : pos + HEAD_BYTES])
         else:
-            self._ready.append(Line(offset, line))
+            self._partial += data[pos:]
 
-    def _too_large(self, offset: int) -> None:
+    def _cut_slowly(self, lines: list[bytes], offset: int) -> None:
+        limit, ready = self.max_line_bytes, self._ready
+        for line in lines:
+            too_large = len(line) >= limit
+            ready.append(TooLarge(offset, line[:HEAD_BYTES]) if too_large else Line(offset, line))
+            offset += len(line) + 1
+
+    def _too_large(self, offset: int, head: bytes) -> None:
         self._partial.clear()
         self._skipping = True
-        self._ready.append(TooLarge(offset))
+        self._ready.append(TooLarge(offset, head))
 
     def _skipped_through(self, offset: int) -> None:
         if not self._ready:
             self._consumed = offset
 
-
-def _end_of(item: Item, splitter: LineSplitter) -> int:
-    if isinstance(item, Line):
-        return item.offset + len(item.data) + 1
-    # A too-large line ends where the next item starts, or where the stream stands.
-    nxt = splitter._ready[0] if splitter._ready else None
-    if nxt is not None:
-        return nxt.offset
-    return splitter.fed - len(splitter._partial)
+    def _end_of(self, item: Item) -> int:
+        if type(item) is Line:
+            return item.offset + len(item.data) + 1
+        # A too-large line ends where the next item starts, or where the stream stands.
+        if self._ready:
+            return self._ready[0].offset
+        return self._fed - len(self._partial)

@@ -1,4 +1,8 @@
-"""The bounded line splitter: offsets, partial lines, over-long lines, restarts."""
+"""The line splitter as the inbox drain uses it: fed in chunks, read whole, restarted.
+
+The inbox allows a line of exactly its limit, so it passes ``max_line_bytes = limit + 1``;
+here ``limit`` is that largest legal length.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.inbox.reader import HEAD_BYTES, LineSplitter, Overlong
+from tether.wire.lines import HEAD_BYTES, LineSplitter, TooLarge
 
 Item = tuple[str, int, bytes]
 
@@ -14,10 +18,15 @@ Item = tuple[str, int, bytes]
 def feed_all(splitter: LineSplitter, chunks: list[bytes]) -> list[Item]:
     out: list[Item] = []
     for chunk in chunks:
-        for item in splitter.feed(chunk):
-            kind = "long" if type(item) is Overlong else "line"
+        splitter.feed(chunk)
+        for item in splitter.read_all():
+            kind = "long" if type(item) is TooLarge else "line"
             out.append((kind, item[0], item[1]))
     return out
+
+
+def splitter_for(limit: int, **kw: int | bool) -> LineSplitter:
+    return LineSplitter(max_line_bytes=limit + 1, **kw)  # type: ignore[arg-type]
 
 
 def reference(data: bytes, max_line: int, start: int = 0) -> list[Item]:
@@ -49,17 +58,17 @@ def test_lines_and_offsets(mode: str) -> None:
     splitter = LineSplitter()
     assert feed_all(splitter, chunks) == reference(DATA, 1 << 20)
     assert splitter.held == len(b'{"tail":')
-    assert splitter.resume_offset == DATA.rindex(b"\n") + 1
-    assert splitter.position == len(DATA)
+    assert splitter.offset == DATA.rindex(b"\n") + 1
+    assert splitter.fed == len(DATA)
     # the partial trailing line is completed later
     assert feed_all(splitter, [b"1}\n"]) == [("line", DATA.rindex(b"\n") + 1, b'{"tail":1}')]
-    assert splitter.resume_offset == splitter.position == len(DATA) + 3
+    assert splitter.offset == splitter.fed == len(DATA) + 3
 
 
 def test_trailing_garbage_without_newline_is_held_not_reported() -> None:
     splitter = LineSplitter()
     assert feed_all(splitter, [b"\x00\xff garbage"]) == []
-    assert splitter.resume_offset == 0
+    assert splitter.offset == 0
     assert splitter.held == 10
 
 
@@ -71,22 +80,22 @@ def test_starting_offset_is_reported() -> None:
 @pytest.mark.parametrize("chunk", [1, 3, 7, 64])
 def test_over_long_lines_are_reported_once_and_skipped(chunk: int) -> None:
     data = b"ok\n" + b"L" * 50 + b"\nfine\n" + b"M" * 11 + b"\n" + b"N" * 10 + b"\n"
-    splitter = LineSplitter(max_line=10)
+    splitter = splitter_for(10)
     pieces = [data[i : i + chunk] for i in range(0, len(data), chunk)]
     got = feed_all(splitter, pieces)
     assert [(k, o) for k, o, _ in got] == [(k, o) for k, o, _ in reference(data, 10)]
     assert splitter.held <= 10
     assert not splitter.skipping
-    assert splitter.resume_offset == len(data)
+    assert splitter.offset == len(data)
 
 
 def test_an_over_long_line_is_never_held_whole() -> None:
-    splitter = LineSplitter(max_line=100)
+    splitter = splitter_for(100)
     got = feed_all(splitter, [b"x" * 60, b"x" * 60])  # over the limit, no newline yet
     assert got == [("long", 0, b"x" * 120)]
     assert splitter.skipping
     assert splitter.held == 0
-    assert splitter.resume_offset == 120  # a restart need not rescan the skipped bytes
+    assert splitter.offset == 120  # a restart need not rescan the skipped bytes
     for _ in range(100):
         assert feed_all(splitter, [b"y" * 1000]) == []
         assert splitter.held == 0
@@ -94,14 +103,14 @@ def test_an_over_long_line_is_never_held_whole() -> None:
 
 
 def test_a_skip_survives_a_restart() -> None:
-    first = LineSplitter(max_line=8)
+    first = splitter_for(8)
     assert feed_all(first, [b"abcdefghijk"]) == [("long", 0, b"abcdefghijk")]
-    resumed = LineSplitter(offset=first.resume_offset, skipping=first.skipping, max_line=8)
+    resumed = splitter_for(8, offset=first.offset, skipping=first.skipping)
     assert feed_all(resumed, [b"lmn\nok\n"]) == [("line", 15, b"ok")]
 
 
 def test_a_line_of_exactly_the_limit_is_accepted() -> None:
-    splitter = LineSplitter(max_line=5)
+    splitter = splitter_for(5)
     got = feed_all(splitter, [b"12345\n123456\n"])
     assert got == [("line", 0, b"12345"), ("long", 6, b"123456")]
 
@@ -109,8 +118,8 @@ def test_a_line_of_exactly_the_limit_is_accepted() -> None:
 def test_invalid_arguments() -> None:
     with pytest.raises(ValueError, match="offset"):
         LineSplitter(offset=-1)
-    with pytest.raises(ValueError, match="max_line"):
-        LineSplitter(max_line=0)
+    with pytest.raises(ValueError, match="max_line_bytes"):
+        LineSplitter(max_line_bytes=0)
 
 
 @given(
@@ -122,7 +131,7 @@ def test_any_chunking_gives_the_reference_split(
     parts: list[bytes], chunk: int, max_line: int
 ) -> None:
     data = b"".join(parts)
-    splitter = LineSplitter(max_line=max_line)
+    splitter = splitter_for(max_line)
     got = feed_all(splitter, [data[i : i + chunk] for i in range(0, len(data), chunk)])
     expected = reference(data, max_line)
     # a line found too long before its end was seen has a shorter head
@@ -132,5 +141,5 @@ def test_any_chunking_gives_the_reference_split(
         assert len(head) >= min(len(full), max_line + 1)
     last_newline = data.rfind(b"\n") + 1
     if not splitter.skipping:
-        assert splitter.resume_offset == last_newline
+        assert splitter.offset == last_newline
         assert splitter.held == len(data) - last_newline
