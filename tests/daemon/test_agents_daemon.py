@@ -243,7 +243,8 @@ def test_inbox_messages_are_pushed_to_the_agents_channel(agentd: AgentDaemon) ->
     assert first["params"]["meta"]["type"] == "progress"
     assert second["params"]["meta"]["type"] == "custom"
     assert '"payload": [1, 2]' in second["params"]["content"]
-    assert agentd.status("ch")["channel"]["pushed"] == 2
+    # the count moves when the daemon has read the client's answer, just after delivery
+    agentd.wait_for("ch", lambda status: status["channel"]["pushed"] == 2)
 
 
 def _serve_quietly(client: DaemonClient) -> None:

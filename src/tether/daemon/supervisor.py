@@ -212,7 +212,7 @@ class Supervisor:
         mirror = RunMirror(run.run_id)
         first_seq = self._write_task(mirror, run, p.task)
         now = time.time()
-        deadline_at = None if p.deadline_s is None else now + math.ceil(p.deadline_s)
+        deadline_at = None if p.deadline_s is None else math.ceil(now + p.deadline_s)
         record = AgentRecord(
             name=p.name,
             run_dir=str(run.path),
@@ -307,7 +307,7 @@ class Supervisor:
         append_line(run.control, stamped[1])
         return stamped[0]
 
-    def _child_env(self, p: SpawnParams, run: RunDir, deadline_at: float | None) -> dict[str, str]:
+    def _child_env(self, p: SpawnParams, run: RunDir, deadline_at: int | None) -> dict[str, str]:
         inherited = {k: v for k, v in os.environ.items() if not k.startswith(_WIRE_PREFIXES)}
         named = (("TETHER_PROVIDER", p.provider), ("TETHER_MODEL", p.model))
         passed = {k: v for k, v in named if v}

@@ -1,17 +1,90 @@
-"""Starting a child: its command, its wire environment, its process group and files."""
+"""Starting a child: its run directory, command, wire environment, process group and files.
+
+:func:`prepare_run` is the one preparation every spawn shares (the parent API and the
+daemon): a private run directory with the task already written as the first ``prompt``,
+the command, the environment and the deadline.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import shlex
 import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from tether import procs
-from tether.errors import SpawnError
-from tether.runtime.rundir import RunDir, append_line
+from tether.errors import ControlRefused, SpawnError
+from tether.runtime.mirror import RunMirror
+from tether.runtime.rundir import RunDir, append_line, create_run_dir
 from tether.runtime.sidecars import InboxTail
+from tether.wire import Rejection
+
+# A parent that is itself a child must not hand its own wire settings (a deadline!) down.
+WIRE_PREFIXES: Final = ("FEN_WIRE_", "TETHER_WIRE_")
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRun:
+    """A run ready to start (see :func:`prepare_run`)."""
+
+    run: RunDir
+    mirror: RunMirror  # it stamped the first prompt
+    first_seq: int | None  # the task's seq (None without a task)
+    command: list[str]
+    env: dict[str, str]
+    created_at: float  # Unix time
+    deadline: int | None  # Unix seconds, exactly as FEN_WIRE_DEADLINE carries it
+
+
+def prepare_run(
+    task: str | None,
+    *,
+    runs_root: Path | None = None,
+    argv: Sequence[str] | None = None,
+    provider: str | None = None,
+    model: str | None = None,
+    child_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    fixed_env: Mapping[str, str] | None = None,
+    deadline_s: float | None = None,
+) -> PreparedRun:
+    """Make the run directory, write ``task`` as the first prompt, and build the spawn.
+
+    The command is ``argv``, else ``tether child`` with the provider and model flags and
+    ``child_args``. The environment is this process's (without its own wire settings),
+    then ``TETHER_PROVIDER``/``TETHER_MODEL``, ``env``, the wire variables and
+    ``fixed_env``. The deadline is ``ceil(now + deadline_s)``: a whole second on the wire
+    that never comes before the time asked for. Raises :class:`ControlRefused` when the
+    task cannot be sent as a prompt. Blocking (files): call it from a thread.
+    """
+    run = create_run_dir(runs_root)
+    mirror = RunMirror(run.run_id)
+    first_seq = None
+    if task is not None:
+        stamped = mirror.control("prompt", text=task)
+        if isinstance(stamped, Rejection):
+            raise ControlRefused(f"cannot send the task as a prompt: {stamped.reason}")
+        first_seq = stamped[0]
+        append_line(run.control, stamped[1])
+    created_at = time.time()
+    deadline = None if deadline_s is None else math.ceil(created_at + deadline_s)
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(WIRE_PREFIXES)}
+    passed = {k: v for k, v in (("TETHER_PROVIDER", provider), ("TETHER_MODEL", model)) if v}
+    wire = wire_env(run, deadline)
+    child_env = {**inherited, **passed, **(env or {}), **wire, **(fixed_env or {})}
+    command = list(argv) if argv is not None else default_argv(provider, model) + list(child_args)
+    return PreparedRun(run, mirror, first_seq, command, child_env, created_at, deadline)
+
+
+def monotonic_at(unix_time: float) -> float:
+    """The monotonic clock's reading at ``unix_time`` (for timers set in wall time)."""
+    return time.monotonic() + (unix_time - time.time())
 
 
 def default_argv(provider: str | None, model: str | None) -> list[str]:
@@ -24,7 +97,7 @@ def default_argv(provider: str | None, model: str | None) -> list[str]:
     return argv
 
 
-def wire_env(run: RunDir, deadline: float | None) -> dict[str, str]:
+def wire_env(run: RunDir, deadline: int | None) -> dict[str, str]:
     """The environment that points a child at its run (FEN_* and TETHER_* names)."""
     env: dict[str, str] = {}
     values = {
@@ -33,8 +106,8 @@ def wire_env(run: RunDir, deadline: float | None) -> dict[str, str]:
         "RUN_ID": run.run_id,
     }
     if deadline is not None:
-        values["DEADLINE"] = str(int(deadline))
-    for prefix in ("FEN_WIRE_", "TETHER_WIRE_"):
+        values["DEADLINE"] = str(deadline)
+    for prefix in WIRE_PREFIXES:
         env.update({prefix + k: v for k, v in values.items()})
     env["TETHER_RUN_DIR"] = str(run.path)
     env["TETHER_INBOX_PATH"] = env["RUNEX_INBOX_PATH"] = str(run.inbox)

@@ -13,13 +13,15 @@ Status = Literal["done", "cancelled", "failed", "timed-out"]
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    """How long the parent waits before it decides a child stopped keeping its promises."""
+    """How long a parent (the API or the daemon) waits before it decides a child stopped
+    keeping its promises (see :mod:`tether.runtime.supervise`)."""
 
     start_s: float = 20.0  # spawn -> ready
     ack_s: float = 30.0  # control -> control-ack, once the child is ready
     cancel_grace_s: float = 3.0  # cancel (or the deadline) -> exit, before SIGTERM
     kill_grace_s: float = 2.0  # SIGTERM -> SIGKILL of the process group
     exit_grace_s: float = 3.0  # exit event -> the process is gone
+    tick_s: float = 1.0  # re-check the files and the process at least this often
 
 
 @dataclass(frozen=True, slots=True)

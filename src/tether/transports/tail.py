@@ -30,6 +30,9 @@ class TailStatus(enum.StrEnum):
 class TailRead:
     status: TailStatus
     items: list[Item] = field(default_factory=list)
+    # More is waiting right now (buffered lines, or bytes not read yet): read again before
+    # waiting. A read inside a line too long to keep hands out no items but says more.
+    more: bool = False
 
 
 class FileTail:
@@ -66,7 +69,7 @@ class FileTail:
     def read(self) -> TailRead:
         """The next bounded run of complete lines (maybe none)."""
         if self._splitter.pending:
-            return TailRead(TailStatus.OK, self._splitter.read())
+            return TailRead(TailStatus.OK, self._splitter.read(), more=True)
         fd = self._open()
         if fd is None:
             return TailRead(TailStatus.MISSING)
@@ -79,7 +82,9 @@ class FileTail:
             return TailRead(TailStatus.REMOVED)
         if size > position:
             self._splitter.feed(os.pread(fd, min(self._budget, size - position), position))
-        return TailRead(TailStatus.OK, self._splitter.read())
+        items = self._splitter.read()
+        more = self._splitter.pending > 0 or size > self._splitter.fed
+        return TailRead(TailStatus.OK, items, more=more)
 
     def size_changed(self) -> bool:
         """Cheap check: is there anything new to read (or has the file shrunk)?"""
