@@ -230,6 +230,8 @@ def test_inbox_messages_are_pushed_to_the_agents_channel(agentd: AgentDaemon) ->
         append_inbox(inbox, {"type": "progress", "text": "step 1"})
         append_inbox(inbox, {"type": "custom", "payload": [1, 2]})
         assert got_two.wait(15), received
+        # the count moves once the daemon has read the answer to the second delivery
+        agentd.wait_for("ch", lambda status: status["channel"]["pushed"] == 2)
     finally:
         channel.close()
     first, second = received
@@ -243,8 +245,6 @@ def test_inbox_messages_are_pushed_to_the_agents_channel(agentd: AgentDaemon) ->
     assert first["params"]["meta"]["type"] == "progress"
     assert second["params"]["meta"]["type"] == "custom"
     assert '"payload": [1, 2]' in second["params"]["content"]
-    # the count moves when the daemon has read the client's answer, just after delivery
-    agentd.wait_for("ch", lambda status: status["channel"]["pushed"] == 2)
 
 
 def _serve_quietly(client: DaemonClient) -> None:
