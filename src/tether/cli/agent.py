@@ -2,6 +2,7 @@
 
     tether agent spawn NAME [--task T] [--provider P] [--model M] [--script F] [--cwd D]
                             [--deadline S] [--channel-id C] [--env K=V] [--wait] [-- ARGV...]
+    tether agent spawn NAME --pty [--cols C] [--rows R] [--cwd D] [--env K=V] -- COMMAND...
     tether agent ask NAME TEXT [--timeout S]
     tether agent list | status NAME | reconcile
     tether agent stop NAME [--mode close|finalize|cancel] [--note N] [--timeout S]
@@ -82,6 +83,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     spawn.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     spawn.add_argument("--wait", action="store_true", help="wait for the task's answer")
     spawn.add_argument("--timeout", type=float, metavar="S", help="with --wait: wait at most S s")
+    spawn.add_argument(
+        "--pty", action="store_true", help="run -- COMMAND on a pseudo-terminal (any program)"
+    )
+    spawn.add_argument("--cols", type=int, help="with --pty: terminal columns (default 80)")
+    spawn.add_argument("--rows", type=int, help="with --pty: terminal rows (default 24)")
     ask = action("ask", "send a message and print the answer of the turn that reads it")
     ask.add_argument("text")
     ask.add_argument("--timeout", type=float, metavar="S", help="wait at most S seconds")
@@ -171,6 +177,11 @@ def _spawn(args: argparse.Namespace, child_argv: list[str] | None) -> int:
     except DaemonSetupError as exc:
         print(f"tether agent: could not start the daemon: {exc}", file=sys.stderr)
         return 1
+    if args.pty and not child_argv:
+        print(
+            "tether agent: --pty needs a program: spawn NAME --pty -- COMMAND...", file=sys.stderr
+        )
+        return 2
     params = _spawn_params(args, child_argv)
     with _connect(args) as client:
         client.settimeout(None)  # spawn waits for ready (bounded by the daemon)
@@ -178,6 +189,8 @@ def _spawn(args: argparse.Namespace, child_argv: list[str] | None) -> int:
     answer = result.get("answer")
     where = f"pid {result['pid']}, run {result['run_id']}"
     human = f"spawned {result['name']} ({where}): {result['state']}"
+    if result.get("kind") == "pty":
+        human += f"; attach with 'tether agent attach {result['name']}'"
     if answer is not None and not answer.get("timed_out"):
         human = answer["text"]
         print(f"spawned {result['name']} ({where})", file=sys.stderr)
@@ -207,6 +220,9 @@ def _spawn_params(args: argparse.Namespace, child_argv: list[str] | None) -> dic
         "argv": child_argv,
         "env": env or None,
         "timeout_s": args.timeout,
+        "pty": args.pty or None,
+        "cols": args.cols,
+        "rows": args.rows,
     }
     params.update({key: value for key, value in optional.items() if value is not None})
     return params

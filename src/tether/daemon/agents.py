@@ -42,11 +42,17 @@ Verbs (params -> result; errors are ``RpcError`` codes):
   then the call answers ``{name, last_seq, count, state, ended}``. Every event is sent
   exactly once, in increasing seq order, so a client that reconnects with its last seq
   loses nothing.
+- PTY agents (:mod:`tether.daemon.pty_agent`): ``agent.spawn {name, pty: true, argv,
+  cols?=80, rows?=24, cwd?, env?}`` runs any program on a pseudo-terminal; ``status``,
+  ``list``, ``stop`` and ``rm`` serve them too, and ``agent.drive {name}`` turns the
+  connection into a WebSocket onto the terminal (:mod:`tether.daemon.drive`). The wire
+  verbs (``ask``, ``steer``, ``events``, ...) answer ``invalid_status`` for them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -56,8 +62,11 @@ import msgspec
 
 from tether.daemon.agent_run import AgentRun
 from tether.daemon.agent_state import Follower
+from tether.daemon.drive import drive_handler
 from tether.daemon.methods import RpcFailure, decode_params
 from tether.daemon.protocol import ErrorCode
+from tether.daemon.pty_agent import PtyAgent, PtyFleet
+from tether.daemon.pty_wire import MAX_SIZE, MIN_SIZE
 from tether.daemon.supervisor import SpawnParams, Supervisor
 from tether.daemon.turns import AskFailed, TurnAnswer
 from tether.transports.tail import FileTail
@@ -116,8 +125,14 @@ class EventsParams(msgspec.Struct, frozen=True):
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_EVENTS)] = 1000
 
 
+PtySize = Annotated[int, msgspec.Meta(ge=MIN_SIZE, le=MAX_SIZE)]
+
+
 class SpawnRequest(SpawnParams, frozen=True):
     timeout_s: Seconds | None = None
+    pty: bool = False
+    cols: PtySize = 80
+    rows: PtySize = 24
 
 
 def check_name(name: str) -> str:
@@ -136,8 +151,9 @@ def invalid_status(message: str) -> RpcFailure:
 class AgentVerbs:
     """The ``agent.*`` handlers over one :class:`Supervisor`."""
 
-    def __init__(self, supervisor: Supervisor) -> None:
+    def __init__(self, supervisor: Supervisor, ptys: PtyFleet) -> None:
         self.sup = supervisor
+        self.ptys = ptys
 
     def register(self, daemon: Daemon) -> None:
         handlers: dict[str, Callable[[CallContext, Any], Any]] = {
@@ -156,9 +172,18 @@ class AgentVerbs:
         }
         for verb, handler in handlers.items():
             daemon.methods.register(f"agent.{verb}", handler)
+        daemon.methods.register("agent.drive", drive_handler(self.ptys))
 
     def _agent(self, name: str) -> AgentRun:
-        return self.sup.require(check_name(name))
+        if self.ptys.get(check_name(name)) is not None:
+            raise invalid_status(
+                f"agent {name!r} is a PTY agent: type into it through agent.drive "
+                f"('tether agent attach {name}')"
+            )
+        return self.sup.require(name)
+
+    def _pty(self, name: str) -> PtyAgent | None:
+        return self.ptys.get(check_name(name))
 
     def _live(self, name: str) -> AgentRun:
         agent = self._agent(name)
@@ -176,6 +201,8 @@ class AgentVerbs:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "deadline_s must be positive")
         if args.cwd is not None and not Path(args.cwd).is_absolute():
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "cwd must be an absolute path")
+        if args.pty:
+            return await self._spawn_pty(args)
         agent, answer = await self.sup.spawn(args)
         if answer is None:
             return agent.status_dict()
@@ -186,6 +213,29 @@ class AgentVerbs:
         else:
             reply = _answer(agent, outcome)
         return {**agent.status_dict(), "answer": reply}
+
+    async def _spawn_pty(self, args: SpawnRequest) -> dict[str, Any]:
+        if not args.argv or not all(isinstance(a, str) and a and "\0" not in a for a in args.argv):
+            raise RpcFailure(
+                ErrorCode.INVALID_PARAMS, "a PTY agent needs argv: a list of non-empty strings"
+            )
+        unused = [
+            k for k in ("task", "provider", "model", "script", "channel_id") if getattr(args, k)
+        ]
+        if unused or args.wait:
+            raise RpcFailure(
+                ErrorCode.INVALID_PARAMS,
+                f"a PTY agent runs argv only; {', '.join(unused) or 'wait'} does not apply",
+            )
+        agent = await self.ptys.spawn(
+            args.name,
+            list(args.argv),
+            cwd=args.cwd or os.getcwd(),
+            cols=args.cols,
+            rows=args.rows,
+            env=args.env,
+        )
+        return agent.status_dict()
 
     async def ask(self, context: CallContext, params: Any) -> dict[str, Any]:
         args = decode_params(params, AskParams)
@@ -213,14 +263,24 @@ class AgentVerbs:
         return _answer(agent, outcome)
 
     def list(self, context: CallContext, params: Any) -> dict[str, Any]:
-        agents = sorted(self.sup.agents.values(), key=lambda a: (a.record.created_at, a.name))
+        agents: list[AgentRun | PtyAgent] = [*self.sup.agents.values(), *self.ptys.agents.values()]
+        agents.sort(key=lambda a: (a.record.created_at, a.name))
         return {"agents": [agent.status_dict() for agent in agents]}
 
     def status(self, context: CallContext, params: Any) -> dict[str, Any]:
-        return self._agent(decode_params(params, NameParams).name).status_dict()
+        name = decode_params(params, NameParams).name
+        pty = self._pty(name)
+        return pty.status_dict() if pty is not None else self._agent(name).status_dict()
 
     async def stop(self, context: CallContext, params: Any) -> dict[str, Any]:
         args = decode_params(params, StopParams)
+        pty = self._pty(args.name)
+        if pty is not None:
+            if pty.ended:
+                raise invalid_status(f"agent {args.name!r} has ended ({pty.state})")
+            ended = await pty.stop(max(1.0, args.timeout_s))
+            result = {"name": args.name, "seq": 0, "ack": "accepted", "state": pty.state}
+            return {**result, "mode": args.mode, "ended": ended}
         kind = ControlKind(args.mode)
         fields = {"note": args.note} if args.note and kind is ControlKind.FINALIZE else {}
         agent = self._live(args.name)
@@ -230,10 +290,16 @@ class AgentVerbs:
 
     async def rm(self, context: CallContext, params: Any) -> dict[str, Any]:
         args = decode_params(params, RmParams)
+        if self._pty(args.name) is not None:
+            return await self.ptys.remove(args.name, force=args.force)
         return await self.sup.remove(check_name(args.name), force=args.force)
 
     async def reconcile(self, context: CallContext, params: Any) -> dict[str, Any]:
-        return await self.sup.reconcile()
+        report = await self.sup.reconcile()
+        ptys = await self.ptys.reconcile()
+        report["recovered"] += ptys["recovered"]
+        report["orphaned"] += ptys["orphaned"]
+        return report
 
     async def steer(self, context: CallContext, params: Any) -> dict[str, Any]:
         args = decode_params(params, TextParams)

@@ -5,8 +5,10 @@ Who installs what, read top to bottom in :func:`build_daemon`::
     Daemon(config)                          socket server, method registry    server.py
     ChannelHub(...).install(daemon)         channel.*                          channels.py
     Supervisor(channels=hub)                the agents, their runs, registry   supervisor.py
-    AgentVerbs(supervisor).register(daemon) agent.*                            agents.py
+    PtyFleet(supervisor)                    PTY agents and their holders       pty_agent.py
+    AgentVerbs(supervisor, ptys).register(daemon)   agent.* (agent.drive: drive.py) agents.py
     daemon.on_start(supervisor.start)       recover agents before serving
+    daemon.on_start(ptys.start)             re-attach to PTY holders
     daemon.on_shutdown(supervisor.shutdown) stop supervising (children live on)
 
 :func:`run_daemon` adds the process around it: the private socket directory, the lock,
@@ -34,6 +36,7 @@ from tether.daemon.lifecycle import (
     ensure_socket_dir,
     lock_path_for,
 )
+from tether.daemon.pty_agent import PtyFleet
 from tether.daemon.server import Daemon, ServerConfig
 from tether.daemon.supervisor import Supervisor
 
@@ -51,8 +54,11 @@ def build_daemon(config: ServerConfig) -> Daemon:
     hub = ChannelHub(deliver_timeout_s=config.deliver_timeout_s, max_channels=config.max_channels)
     hub.install(daemon)
     supervisor = Supervisor(channels=hub)
-    AgentVerbs(supervisor).register(daemon)
+    ptys = PtyFleet(supervisor)
+    AgentVerbs(supervisor, ptys).register(daemon)
     daemon.on_start(supervisor.start)
+    daemon.on_start(ptys.start)
+    daemon.on_shutdown(ptys.shutdown)
     daemon.on_shutdown(supervisor.shutdown)
     return daemon
 

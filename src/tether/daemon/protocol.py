@@ -239,6 +239,14 @@ class FrameDecoder:
             self._pos = end
         return frame
 
+    def take_buffered(self) -> bytes:
+        """Hand out, and forget, the bytes received after the last whole frame (for a
+        connection that stops speaking frames, such as an ``agent.drive`` upgrade)."""
+        rest = bytes(self._buf[self._pos :]) if self._error is None else b""
+        self._buf = bytearray()
+        self._pos = 0
+        return rest
+
     def eof(self) -> ProtocolError | None:
         """The peer closed: ``None`` for a clean close between frames, else the error."""
         if self._error is not None:

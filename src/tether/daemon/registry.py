@@ -95,16 +95,18 @@ class AgentRecord(msgspec.Struct, kw_only=True):
     usage: dict[str, Any] | None = None
     started_at: float | None = None
     snapshot: dict[str, Any] | None = None
+    pty: dict[str, Any] | None = None  # PTY agents: holder pid/start time, socket, size
 
 
 COLUMNS: Final = tuple(AgentRecord.__struct_fields__)
-_JSON_COLUMNS: Final = frozenset({"argv", "usage", "snapshot"})
+_JSON_COLUMNS: Final = frozenset({"argv", "usage", "snapshot", "pty"})
 # Columns added after the first schema: (name, type), added to older databases on open.
 _ADDED_COLUMNS: Final = (
     ("turn", "INTEGER NOT NULL DEFAULT 0"),
     ("usage", "TEXT"),
     ("started_at", "REAL"),
     ("snapshot", "TEXT"),
+    ("pty", "TEXT"),
 )
 _UPDATABLE: Final = frozenset(COLUMNS) - {"name", "created_at"}
 # Column names come from AgentRecord, never from callers.

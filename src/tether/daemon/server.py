@@ -25,6 +25,11 @@ This module knows no handler: :mod:`tether.daemon.app`, the composition root, bu
 daemon and installs ``channel.*`` and ``agent.*`` on it (:meth:`Daemon.on_start`,
 :meth:`Daemon.on_shutdown` and :meth:`Daemon.add_counter` are how parts hook in).
 
+Upgrades: an inline handler may call :meth:`Connection.upgrade` (``agent.drive`` does).
+Once its answer is written, the connection stops speaking frames and every later byte
+(including any the client sent right behind the request) goes to the
+:class:`UpgradedProtocol` the factory returns, e.g. a WebSocket.
+
 One method outside the spec's namespaces is served: ``daemon.status`` (no params)
 returns the daemon's pid, uptime and counters. The CLI and the benchmark use it.
 """
@@ -40,7 +45,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import msgspec
 
@@ -72,6 +77,16 @@ _UCRED = struct.Struct("3i")
 
 class ConnectionClosed(Exception):
     """The peer went away before answering a request the daemon sent it."""
+
+
+class UpgradedProtocol(Protocol):
+    """What a connection becomes after :meth:`Connection.upgrade`."""
+
+    def data_received(self, data: bytes) -> None: ...
+
+    def eof_received(self) -> bool | None: ...
+
+    def connection_lost(self, exc: Exception | None) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +131,8 @@ class Connection(asyncio.Protocol):
         self._half_closed = False
         self._frame_timer: asyncio.TimerHandle | None = None
         self._close_callbacks: list[Callable[[Connection], None]] = []
+        self._upgrade: Callable[[asyncio.Transport], UpgradedProtocol] | None = None
+        self._upgraded: UpgradedProtocol | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -130,6 +147,9 @@ class Connection(asyncio.Protocol):
             self._fail_and_close(0, ErrorCode.BUSY, "too many connections; retry later")
 
     def data_received(self, data: bytes) -> None:
+        if self._upgraded is not None:
+            self._upgraded.data_received(data)
+            return
         if self._closing:
             return
         decoder = self._decoder
@@ -144,11 +164,16 @@ class Connection(asyncio.Protocol):
                 return
             completed = True
             self._on_frame(frame)
+            if self._upgrade is not None and not self._closing:
+                self._switch(self._upgrade)
+                return
         if decoder.buffered or self._frame_timer is not None:
             self._arm_frame_timer(restart=completed)
 
     def eof_received(self) -> bool | None:
         """The client half-closed: answer what is in flight, then close."""
+        if self._upgraded is not None:
+            return self._upgraded.eof_received()
         error = self._decoder.eof()
         if error is not None:
             log.info("connection closed mid-frame: %s", error.message)
@@ -175,6 +200,8 @@ class Connection(asyncio.Protocol):
             except Exception:
                 log.exception("connection close callback failed")
         self._close_callbacks.clear()
+        if self._upgraded is not None:
+            self._upgraded.connection_lost(exc)
         self.daemon._forget(self)
 
     def pause_writing(self) -> None:
@@ -218,6 +245,28 @@ class Connection(asyncio.Protocol):
             return await future
         finally:
             self._pending.pop(request_id, None)
+
+    def upgrade(self, factory: Callable[[asyncio.Transport], UpgradedProtocol]) -> None:
+        """From an inline handler: once its answer is written, hand this connection's
+        bytes to ``factory(transport)``. Refused (``RpcFailure``) while other calls on the
+        connection are in flight, since their answers could no longer be sent."""
+        if self._tasks or self._pending:
+            raise RpcFailure(
+                ErrorCode.INVALID_STATUS,
+                "this connection has calls in flight; upgrade a connection of its own",
+            )
+        self._upgrade = factory
+
+    def _switch(self, factory: Callable[[asyncio.Transport], UpgradedProtocol]) -> None:
+        assert self._transport is not None
+        self._upgrade = None
+        if self._frame_timer is not None:
+            self._frame_timer.cancel()
+            self._frame_timer = None
+        rest = self._decoder.take_buffered()
+        self._upgraded = upgraded = factory(self._transport)
+        if rest:
+            upgraded.data_received(rest)
 
     def close(self) -> None:
         """Flush what is written and close."""

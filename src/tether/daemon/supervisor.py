@@ -359,7 +359,7 @@ class Supervisor:
 
     async def reconcile(self) -> dict[str, Any]:
         """Adopt what a previous daemon left; see the module docstring."""
-        rows = self.registry.list()
+        rows = [row for row in self.registry.list() if row.pty is None]  # PTY: pty_agent.py
         skipped: list[str] = []
         waits = []
         for row in rows:
