@@ -151,7 +151,9 @@ def _connect(args: argparse.Namespace) -> DaemonClient | RemoteClient:
 
         if not nats_url:
             raise DaemonUnavailable("--host needs the cluster: give --nats URL or $TETHER_NATS_URL")
-        remote = RemoteClient(nats_url, args.host or "")
+        from tether.transports.jetstream import connect_options
+
+        remote = RemoteClient(nats_url, args.host or "", connect_options(env=os.environ))
         remote.settimeout(CALL_TIMEOUT_S)
         return remote
     from tether.daemon.client import DaemonClient

@@ -33,6 +33,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "--replicas", type=int, help="replicas of the streams and buckets ($TETHER_NATS_REPLICAS)"
     )
     cluster.add_argument("--nats-creds", metavar="FILE", help="this host's NATS credentials")
+    cluster.add_argument("--nats-ca", metavar="FILE", help="CA of the servers' TLS certificates")
     tuning = parser.add_argument_group("foreground tuning")
     tuning.add_argument("--max-connections", type=int, default=512)
     tuning.add_argument("--max-in-flight", type=int, default=4096)
@@ -121,7 +122,12 @@ def _cluster(args: argparse.Namespace) -> ClusterOptions | None:
     from tether.daemon.hosts import ClusterOptions
 
     return ClusterOptions.from_env(
-        os.environ, url=args.nats, host=args.host, replicas=args.replicas, creds=args.nats_creds
+        os.environ,
+        url=args.nats,
+        host=args.host,
+        replicas=args.replicas,
+        creds=args.nats_creds,
+        ca=args.nats_ca,
     )
 
 
@@ -132,6 +138,7 @@ def _cluster_flags(args: argparse.Namespace) -> list[str]:
         "--host": args.host,
         "--replicas": None if args.replicas is None else str(args.replicas),
         "--nats-creds": args.nats_creds,
+        "--nats-ca": args.nats_ca,
     }
     return [part for flag, value in pairs.items() if value is not None for part in (flag, value)]
 

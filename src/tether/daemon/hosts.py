@@ -81,6 +81,7 @@ class ClusterOptions:
     host: str
     replicas: int = 1
     creds: str | None = None  # a NATS .creds file (JWT + NKEY seed) for this host
+    ca: str | None = None  # the CA that signed the servers' TLS certificates
 
     @classmethod
     def from_env(
@@ -91,9 +92,10 @@ class ClusterOptions:
         host: str | None = None,
         replicas: int | None = None,
         creds: str | None = None,
+        ca: str | None = None,
     ) -> ClusterOptions | None:
         """Flags first, then ``TETHER_NATS_URL``, ``TETHER_HOST``, ``TETHER_NATS_REPLICAS``,
-        ``TETHER_NATS_CREDS``; ``None`` when no URL is given (a local daemon)."""
+        ``TETHER_NATS_CREDS``, ``TETHER_NATS_CA``; ``None`` when no URL is given."""
         url = url or env.get("TETHER_NATS_URL")
         if not url:
             return None
@@ -104,10 +106,13 @@ class ClusterOptions:
             host=check_host(host),
             replicas=replicas,
             creds=creds or env.get("TETHER_NATS_CREDS") or None,
+            ca=ca or env.get("TETHER_NATS_CA") or None,
         )
 
     def connect_options(self) -> dict[str, Any]:
-        return {} if self.creds is None else {"user_credentials": self.creds}
+        from tether.transports.jetstream import connect_options
+
+        return connect_options(creds=self.creds, ca=self.ca)
 
 
 async def open_host_link(options: ClusterOptions, socket_path: Path) -> HostLink:

@@ -31,14 +31,14 @@ DEFAULT_TIMEOUT_S = 60.0
 async def connect(url: str, connect_options: dict[str, Any] | None = None) -> Client:
     import nats
 
-    from tether.transports.jetstream import server_list
+    from tether.transports.jetstream import redacted, server_list
 
     options: dict[str, Any] = {"connect_timeout": 5, "max_reconnect_attempts": 3}
     options.update(connect_options or {})
     try:
         return await nats.connect(server_list(url), **options)
     except Exception as error:  # nats raises many unrelated types here
-        raise DaemonUnavailable(f"cannot reach NATS at {url}: {error}") from error
+        raise DaemonUnavailable(f"cannot reach NATS at {redacted(url)}: {error}") from error
 
 
 async def call_host(
@@ -95,12 +95,12 @@ async def cluster_agents(client: Client) -> list[dict[str, Any]]:
 class RemoteClient:
     """The CLI's sync client shape (``call``, ``settimeout``, a context manager) over NATS."""
 
-    def __init__(self, url: str, host: str) -> None:
+    def __init__(self, url: str, host: str, connect_options: dict[str, Any] | None = None) -> None:
         self.host = host
         self._timeout: float | None = DEFAULT_TIMEOUT_S
         self._loop = asyncio.new_event_loop()
         try:
-            self._client = self._loop.run_until_complete(connect(url))
+            self._client = self._loop.run_until_complete(connect(url, connect_options))
         except BaseException:
             self._loop.close()
             raise

@@ -21,7 +21,7 @@ use ``replicas=3``. See ``docs/scale-out.md``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tether.transports.channel import (
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from nats.js.client import JetStreamContext
     from nats.js.kv import KeyValue
 
-__all__ = ["JetStreamChannel", "open_jetstream", "server_list"]
+__all__ = ["JetStreamChannel", "connect_options", "open_jetstream", "redacted", "server_list"]
 
 DUPLICATE_WINDOW_S = 120.0
 # A tail holds at most this many undelivered messages (and bytes) in memory.
@@ -65,12 +65,15 @@ async def open_jetstream(
     import nats
 
     check_consumer(prefix)
-    options: dict[str, Any] = {"max_reconnect_attempts": -1, "reconnect_time_wait": 0.2}
+    # nats-py applies max_reconnect_attempts to the first connect too (and -1, or 0, retry a
+    # refused login for ever): try a few times, then keep reconnecting for ever once in.
+    options: dict[str, Any] = {"max_reconnect_attempts": 2, "reconnect_time_wait": 0.2}
     options.update(connect_options or {})
     try:
         client = await nats.connect(server_list(url), **options)
     except Exception as error:  # nats raises many unrelated types here
-        raise ChannelError(f"cannot reach NATS at {url}: {error}") from error
+        raise ChannelError(f"cannot reach NATS at {redacted(url)}: {error}") from error
+    client.options["max_reconnect_attempts"] = -1
     channel = JetStreamChannel(client, prefix=prefix, max_line_bytes=max_line_bytes)
     try:
         await channel.ensure(replicas=replicas)
@@ -78,6 +81,32 @@ async def open_jetstream(
         await client.close()
         raise
     return channel
+
+
+def connect_options(
+    *, creds: str | None = None, ca: str | None = None, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``nats.connect`` options for a host: a ``.creds`` file (JWT and NKEY seed) and a CA
+    for ``tls://`` servers, from the arguments or ``TETHER_NATS_CREDS`` / ``TETHER_NATS_CA``.
+    A user and password go in the URL itself (``nats://user:pass@host:4222``)."""
+    env = {} if env is None else env
+    creds = creds or env.get("TETHER_NATS_CREDS") or None
+    ca = ca or env.get("TETHER_NATS_CA") or None
+    options: dict[str, Any] = {}
+    if creds is not None:
+        options["user_credentials"] = creds
+    if ca is not None:
+        import ssl
+
+        options["tls"] = ssl.create_default_context(cafile=ca)
+    return options
+
+
+def redacted(url: str) -> str:
+    """The URL without a password (errors are shown and logged)."""
+    import re
+
+    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)
 
 
 def server_list(url: str) -> list[str]:
