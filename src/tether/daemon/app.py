@@ -107,9 +107,9 @@ async def _join(daemon: Daemon, cluster: ClusterOptions, socket_path: Path) -> N
     try:
         link = await open_host_link(cluster, socket_path)
     except ChannelError as exc:
-        raise DaemonSetupError(f"cannot join the cluster at {cluster.url}: {exc}") from None
+        raise DaemonSetupError(f"cannot join the cluster: {exc}") from None
     daemon.on_shutdown(link.aclose)
-    log.info("host %s joined the cluster at %s", cluster.host, cluster.url)
+    log.info("host %s joined the cluster", cluster.host)
 
 
 def _loop_factory(use_uvloop: bool) -> Callable[[], Any] | None:
