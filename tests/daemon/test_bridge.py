@@ -7,10 +7,11 @@ import contextlib
 import os
 from pathlib import Path
 
+import pytest
 from tests.channels import backend, nats_server, open_channel
 
 from tether.daemon.bridge import BRIDGE_CONSUMER, Inbound, Outbound, last_seq
-from tether.transports.channel import Channel, Entry
+from tether.transports.channel import Channel, ChannelError, Entry, FileChannel
 
 __all__ = ["backend", "nats_server"]  # fixtures
 
@@ -99,6 +100,41 @@ def test_inbound_appends_each_control_once_even_when_redelivered(
             assert restarted.duplicates == 0
             seqs = [line for line in control.read_bytes().splitlines() if line]
             assert len(seqs) == 5
+        finally:
+            await channel.aclose()
+
+    asyncio.run(body())
+
+
+class FlakyChannel(FileChannel):
+    """A test double for a channel whose network drops: the appends named fail once."""
+
+    def __init__(self, root: Path, fail_on: set[int]) -> None:
+        super().__init__(root)
+        self.fail_on = fail_on
+        self.calls = 0
+
+    async def append(self, name: str, line: bytes, *, msg_id: str | None = None) -> int:
+        self.calls += 1
+        if self.calls in self.fail_on:
+            raise ChannelError("connection lost (test double)")
+        return await super().append(name, line, msg_id=msg_id)
+
+
+def test_outbound_reads_a_failed_batch_again_from_the_failed_line(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    _write(events, b"".join(b'{"seq":%d}\n' % i for i in range(6)))
+
+    async def body() -> None:
+        channel = FlakyChannel(tmp_path / "ch", fail_on={3})
+        try:
+            bridge = Outbound(channel, "run.r.events", events)
+            await bridge.start()
+            with pytest.raises(ChannelError):
+                await bridge.pump()  # lines 0 and 1 went; line 2 failed
+            assert await bridge.pump() == 4
+            got = await _entries(channel, "run.r.events", 6)
+            assert [e.data for e in got] == [b'{"seq":%d}' % i for i in range(6)]
         finally:
             await channel.aclose()
 

@@ -155,6 +155,48 @@ def test_a_killed_host_daemon_resumes_forwarding_without_doubles(
     _check_events_in_jetstream(nats.url, "B", str(status["run_id"]), events)
 
 
+def test_a_host_cut_off_from_nats_catches_up_with_nothing_lost_or_doubled(
+    tmp_path: Path,
+) -> None:
+    """The NATS server goes away mid-run (its port and store kept); host B's agent goes on
+    writing locally; when the server is back, B reconnects and forwards what it missed."""
+    from tests.nats_server import free_ports
+
+    port = free_ports(1)[0]
+    store = tmp_path / "nats"
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="thC"))
+    env = make_env(root)
+    b = DaemonProcess(root, Path(env["TETHER_SOCKET"]), env)
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"text": f"answer {i}"} for i in range(6)]))
+    local = ["--socket", str(b.socket)]
+    try:
+        with run_nats_server(store, port=port) as first:
+            b.start("--nats", first.url, "--host", "B")
+            spawned = tether(env, *local, "spawn", "w3", "--task", "t", "--script", str(script))
+            assert spawned.returncode == 0, spawned.stderr
+            status = json.loads(tether(env, *local, "status", "w3", "--json").stdout)
+            events = Path(str(status["run_dir"])) / "events.jsonl"
+            assert tether(env, *local, "ask", "w3", "one").returncode == 0
+        # NATS is down: the agent keeps working through B's local socket.
+        assert tether(env, *local, "ask", "w3", "two while cut off").returncode == 0
+        assert tether(env, *local, "ask", "w3", "three while cut off").returncode == 0
+        _wait_for_log(b, "forwarding h.B.run.")  # B tried, failed, and will read those again
+        with run_nats_server(store, port=port) as second:
+            _check_events_in_jetstream(second.url, "B", str(status["run_id"]), events)
+    finally:
+        b.stop(signal.SIGKILL)
+        kill_agents(Path(env["TETHER_HOME"]))
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_for_log(daemon: DaemonProcess, text: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in daemon.stderr():
+        assert time.monotonic() < deadline, f"no {text!r} in the daemon's log"
+        time.sleep(0.1)
+
+
 def _check_events_in_jetstream(url: str, host: str, run_id: str, events: Path) -> None:
     """Every complete line of the run's local control and event logs is in its channel
     once, in order (the two files share offsets: their message ids must not collide)."""

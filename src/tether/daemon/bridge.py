@@ -97,12 +97,23 @@ class Outbound:
                 self.skipped += 1
                 continue
             msg_id = f"{self.name}:{item.offset}"
-            await self.channel.append(self.name, item.data, msg_id=msg_id)
+            try:
+                await self.channel.append(self.name, item.data, msg_id=msg_id)
+            except BaseException:
+                # The channel is away (or we are cancelled): read again from this line
+                # next time; lines sent before it carry ids, so a resend stores nothing.
+                self._rewind(item.offset)
+                raise
             count += 1
         if read.items:
             await self.channel.commit(self.name, BRIDGE_CONSUMER, self._tail.offset)
         self.forwarded += count
         return len(read.items)
+
+    def _rewind(self, offset: int) -> None:
+        if self._tail is not None:
+            self._tail.close()
+        self._tail = FileTail(self.path, offset=offset)
 
     def close(self) -> None:
         if self._tail is not None:
