@@ -9,6 +9,7 @@
     tether agent rm NAME [--force]
     tether agent events NAME [--after-seq N] [--follow] [--limit N]
     tether agent steer|follow-up NAME TEXT | finalize NAME [--note N] | cancel NAME
+    tether agent attach NAME      (a PTY agent's terminal; a wire agent's live view + steering)
 
 Human output by default, ``--json`` for scripts (one JSON document; ``events --json``
 prints one event per line). ``spawn`` starts the daemon when none is running; the other
@@ -112,6 +113,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     finalize = action("finalize", "ask for one last tool-free turn and the result")
     finalize.add_argument("--note", help="the instruction for that turn")
     action("cancel", "abort the run now")
+    action("attach", "drive a PTY agent's terminal (Ctrl-] detaches), or watch and steer")
     return parser
 
 
@@ -134,6 +136,10 @@ def main(argv: list[str], prog: str) -> int:
     try:
         if args.action == "spawn":
             return _spawn(args, child_argv)
+        if args.action == "attach":
+            from tether.cli.attach import attach
+
+            return attach(args.socket, args.name)
         return _run(args)
     except DaemonClientError as exc:
         print(f"tether agent: {exc}", file=sys.stderr)

@@ -126,6 +126,11 @@ class DaemonClient:
     def settimeout(self, timeout: float | None) -> None:
         self._sock.settimeout(timeout)
 
+    def take_socket(self) -> tuple[socket.socket, bytes]:
+        """The socket and any bytes read past the last frame, for a connection that stops
+        speaking frames (``agent.drive``); this client must not be used afterwards."""
+        return self._sock, self._decoder.take_buffered()
+
     def call(self, method: str, params: Any = None) -> Any:
         """Send one request and return its result, raising :class:`DaemonCallError`."""
         request_id = self._next_id
