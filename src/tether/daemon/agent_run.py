@@ -55,6 +55,7 @@ from tether.runtime.rundir import RunDir, append_line, read_tail, write_private_
 from tether.transports.tail import FileTail, TailStatus
 from tether.wire import AnyEvent, ControlAck, Ready, Rejection, TooLarge, TurnComplete
 from tether.wire.session import ControlKind, State
+from tether.wire.usage import add_usage
 
 log = logging.getLogger("tether.daemon.agents")
 
@@ -456,9 +457,7 @@ class AgentRun:
         elif isinstance(event, Ready):
             self._set_started()
         elif isinstance(event, TurnComplete) and isinstance(event.usage, dict):
-            for key, count in event.usage.items():
-                if type(count) is int and count >= 0:
-                    self.usage[key] = self.usage.get(key, 0) + count
+            add_usage(self.usage, event.usage)
         for outcome in self.tracker.feed(event):
             self._settle_ask(outcome)
 

@@ -29,9 +29,9 @@ import msgspec
 
 from tether import jsondepth, paths
 from tether.procs import proc_start_time
+from tether.store.sqlite import connect
 
 SCHEMA_VERSION: Final = 1
-BUSY_TIMEOUT_MS: Final = 5000
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS daemon_meta (
@@ -143,11 +143,7 @@ class AgentRegistry:
         paths.ensure_private_dir(path.parent)
         if not path.exists():
             paths.create_private_file(path, exclusive=False)
-        db = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
-        db.row_factory = sqlite3.Row
-        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = NORMAL")
+        db = connect(path, named_rows=True)
         with _transaction(db):
             _create_schema(db)
         return cls(db)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -50,9 +49,9 @@ from tether.inbox.messages import (
     decode_body,
 )
 from tether.paths import DIR_MODE, FILE_MODE
+from tether.store.sqlite import connect
 
 __all__ = [
-    "BUSY_TIMEOUT_S",
     "AcceptedRow",
     "InboxStore",
     "OffsetState",
@@ -61,7 +60,6 @@ __all__ = [
     "open_store",
 ]
 
-BUSY_TIMEOUT_S: Final = 30.0
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS inbox_messages (
@@ -253,13 +251,8 @@ class InboxStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         _prepare_file(self.path)
-        self._db = sqlite3.connect(
-            self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-        )
+        self._db = connect(self.path, any_thread=True)
         try:
-            self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.executescript(_SCHEMA)
         except BaseException:
             self._db.close()

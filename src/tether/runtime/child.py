@@ -66,6 +66,7 @@ from tether.wire import (
     tag_of,
 )
 from tether.wire.limits import POLL_BUSY_S, POLL_IDLE_S
+from tether.wire.messages import DEFAULT_FINALIZE_NOTE
 from tether.wire.session import (
     AckStatus,
     Effect,
@@ -75,12 +76,10 @@ from tether.wire.session import (
     decide_for_run,
     is_terminal,
 )
+from tether.wire.usage import add_usage, clean_usage
 
-__all__ = ["DEFAULT_FINALIZE_NOTE", "ChildOptions", "Presenter", "run_child"]
+__all__ = ["ChildOptions", "Presenter", "run_child"]
 
-DEFAULT_FINALIZE_NOTE: Final = (
-    "Stop working now. Without calling tools, give your final answer from what you have so far."
-)
 DEADLINE_ERROR: Final = "run deadline exceeded"
 # How long a cancelled turn may take to unwind before `exit` is written anyway.
 UNWIND_GRACE_S: Final = 1.0
@@ -386,9 +385,8 @@ class Presenter:
             self.fail(f"internal error: {type(exc).__name__}: {exc}")
 
     def _turn_finished(self, outcome: TurnOutcome) -> None:
-        usage = _wire_usage(outcome.usage)
-        for key, count in usage.items():
-            self.usage[key] = self.usage.get(key, 0) + count
+        usage = {"input": 0, "output": 0, **clean_usage(outcome.usage)}
+        add_usage(self.usage, usage)
         self.last_stop = outcome.stop_reason
         self.log.emit(TurnComplete, turn=self.turn, stop_reason=outcome.stop_reason, usage=usage)
         self.turn_task, self.control = None, None
@@ -509,15 +507,6 @@ class Presenter:
     def _emit_display(self, raw: Mapping[str, Any]) -> None:
         meta = {"run-id": self.log.run} if raw.get("type") == "agent-started" else None
         self.log.emit_display(raw, meta)
-
-
-def _wire_usage(usage: Mapping[str, Any]) -> dict[str, int]:
-    """A runner's usage object, keeping only non-negative integer counts."""
-    out = {"input": 0, "output": 0}
-    for key, count in usage.items():
-        if isinstance(key, str) and type(count) is int and count >= 0:
-            out[key] = count
-    return out
 
 
 def run_child(options: ChildOptions, log: EventLog | None = None) -> int:

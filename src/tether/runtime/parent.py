@@ -27,7 +27,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from tether import procs
 from tether.errors import ControlRefused, ParentError, RunEnded, SpawnError, TetherError
@@ -55,7 +55,6 @@ from tether.wire import AnyEvent, ControlAck, Rejection
 from tether.wire.session import ControlKind, State
 
 __all__ = [
-    "DEFAULT_FINALIZE_NOTE",
     "ChannelError",
     "ControlRefused",
     "InboxItem",
@@ -72,9 +71,6 @@ __all__ = [
 ]
 
 
-DEFAULT_FINALIZE_NOTE: Final = (
-    "Stop working now. Without calling tools, give your final answer from what you have so far."
-)
 
 
 class RunHandle:

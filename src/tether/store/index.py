@@ -33,9 +33,9 @@ from typing import Any, Final
 from tether import jsondepth
 from tether.paths import FILE_MODE, db_path, ensure_private_dir
 from tether.procs import proc_start_time, process_matches
+from tether.store.sqlite import connect
 
 SCHEMA_VERSION: Final = 1
-BUSY_TIMEOUT_MS: Final = 5000
 TASK_LIMIT: Final = 65536  # characters of the task kept in the index
 
 _SCHEMA: Final = """
@@ -183,10 +183,8 @@ class RunIndex:
     def _connect(self) -> Iterator[sqlite3.Connection]:
         if not self._ready:
             self._prepare()
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn = connect(self.path, named_rows=True)
         try:
-            conn.row_factory = sqlite3.Row
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             yield conn
         finally:
             conn.close()
@@ -195,10 +193,8 @@ class RunIndex:
         ensure_private_dir(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         os.close(fd)
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn = connect(self.path)
         try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA journal_mode = WAL")
             conn.executescript(_SCHEMA)
             _add_missing_columns(conn)
             if conn.execute("SELECT count(*) FROM runs_schema").fetchone()[0] == 0:

@@ -13,7 +13,7 @@ reads them back to explain a rejection field by field.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, TypeAlias
+from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType, field
@@ -231,8 +231,14 @@ class FollowUp(Control, tag="follow-up", frozen=True, kw_only=True):
     text: str
 
 
+DEFAULT_FINALIZE_NOTE: Final = (
+    "Stop working now. Without calling tools, give your final answer from what you have so far."
+)
+"""What the child tells its agent on a ``finalize`` without a ``note``."""
+
+
 class Finalize(Control, tag="finalize", frozen=True, kw_only=True):
-    note: str | UnsetType = UNSET
+    note: str | UnsetType = UNSET  # absent: DEFAULT_FINALIZE_NOTE
 
 
 class Cancel(Control, tag="cancel", frozen=True, kw_only=True):
