@@ -71,8 +71,6 @@ __all__ = [
 ]
 
 
-
-
 class RunHandle:
     """A live run: send controls, read its updates, wait for its :class:`Result`.
 
