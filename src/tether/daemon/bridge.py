@@ -28,6 +28,7 @@ from pathlib import Path
 
 import msgspec
 
+from tether import jsondepth
 from tether.transports.channel import Channel, Entry
 from tether.transports.tail import FileTail, TailStatus
 from tether.wire.lines import Line
@@ -47,7 +48,7 @@ _decode_seq = msgspec.json.Decoder(_Seq)
 def seq_of(line: bytes) -> int:
     """The line's ``seq`` (-1 when it has none or is not a JSON object)."""
     try:
-        return _decode_seq.decode(line).seq
+        return jsondepth.decode(_decode_seq, line).seq
     except (msgspec.DecodeError, msgspec.ValidationError):
         return -1
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from tether import jsondepth
 from tether.daemon.client import DaemonCallError, DaemonUnavailable, result_of
 from tether.daemon.hosts import REGISTRY_BUCKET, rpc_subject
 from tether.daemon.protocol import ErrorCode, ProtocolError, Request, decode_response
@@ -88,7 +89,9 @@ async def cluster_agents(client: Client) -> list[dict[str, Any]]:
         with contextlib.suppress(Exception):
             entry = await kv.get(key)
             if entry.value:
-                rows.append(msgspec.json.decode(entry.value))
+                row = jsondepth.decode_any(entry.value)
+                if isinstance(row, dict):
+                    rows.append(row)
     return sorted(rows, key=lambda row: (str(row.get("host")), str(row.get("name"))))
 
 
