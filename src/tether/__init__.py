@@ -23,6 +23,7 @@ __all__ = [
     "ControlRefused",
     "InboxItem",
     "ParentError",
+    "RemoteRunHandle",
     "Result",
     "RunEnded",
     "RunEvent",
@@ -36,6 +37,7 @@ __all__ = [
     "open_run",
     "run",
     "spawn",
+    "spawn_remote",
 ]
 _API = frozenset(__all__) - {"__version__"}
 
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
         ControlRefused,
         InboxItem,
         ParentError,
+        RemoteRunHandle,
         Result,
         RunEnded,
         RunEvent,
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
         open_run,
         run,
         spawn,
+        spawn_remote,
     )
 
 

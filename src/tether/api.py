@@ -12,10 +12,15 @@ Blocking::
     with tether.open_run("...") as run:
         run.steer("be brief")
         print(run.wait().final_text)
+
+On another host of a cluster (see docs/scale-out.md)::
+
+    handle = await tether.spawn_remote("run the tests", host="build1", provider="scripted")
 """
 
 from __future__ import annotations
 
+from tether.daemon.remote_run import RemoteRunHandle, spawn_remote
 from tether.runtime.mirror import ChannelError, RunMirror
 from tether.runtime.parent import (
     ControlRefused,
@@ -38,6 +43,7 @@ __all__ = [
     "ControlRefused",
     "InboxItem",
     "ParentError",
+    "RemoteRunHandle",
     "Result",
     "RunEnded",
     "RunEvent",
@@ -51,4 +57,5 @@ __all__ = [
     "open_run",
     "run",
     "spawn",
+    "spawn_remote",
 ]

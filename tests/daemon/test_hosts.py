@@ -250,3 +250,52 @@ async def _read_all(channel: object, name: str, count: int) -> list[Entry]:
     finally:
         await tail.aclose()
     return got
+
+
+def test_the_python_api_spawns_and_drives_a_run_on_another_host(
+    hosts: dict[str, DaemonProcess], nats: NatsServer, tmp_path: Path
+) -> None:
+    """``tether.spawn_remote``: a handle with RunHandle's methods for a child on host B:
+    steer and follow-up get the child's own acks (read back from JetStream), updates carry
+    the run's events in order, and the result is B's, a text too long for one line included."""
+    import tether
+    from tether.runtime.updates import RunEvent
+    from tether.wire import ControlAck, Exit
+
+    long_text = "x" * 70_000  # over one wire line: the child writes final-text-path
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"text": long_text, "delay_ms": 200}] * 6))
+
+    async def main() -> None:
+        handle = await tether.spawn_remote(
+            "hi", host="B", nats_url=nats.url, provider="scripted", script=str(script)
+        )
+        try:
+            seqs: list[int] = []
+
+            async def read() -> None:
+                async for update in handle.updates():
+                    if isinstance(update, RunEvent):
+                        seqs.append(update.event.seq)
+
+            reader = asyncio.ensure_future(read())
+            steered = await handle.steer("also this")
+            assert isinstance(steered, ControlAck)
+            assert steered.status == "accepted"
+            followed = await handle.follow_up("then this")
+            assert followed.status == "accepted"
+            await handle.close()
+            async with asyncio.timeout(60):
+                result = await handle.wait()
+                await reader
+            assert result.status == "done", result.error
+            assert result.final_text == long_text
+            assert not result.truncated
+            assert handle.state.value == "done"
+            assert seqs == sorted(seqs)
+            assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # none lost or doubled
+            assert isinstance(handle.mirror.exit, Exit)
+        finally:
+            await handle.release()
+
+    asyncio.run(main())

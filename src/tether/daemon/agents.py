@@ -270,7 +270,13 @@ class AgentVerbs:
     def status(self, context: CallContext, params: Any) -> dict[str, Any]:
         name = decode_params(params, NameParams).name
         pty = self._pty(name)
-        return pty.status_dict() if pty is not None else self._agent(name).status_dict()
+        if pty is not None:
+            return pty.status_dict()
+        agent = self._agent(name)
+        data = agent.status_dict()
+        if agent.ended and agent.final_text:  # the whole answer, once read (status only)
+            data["final_text"] = agent.final_text
+        return data
 
     async def stop(self, context: CallContext, params: Any) -> dict[str, Any]:
         args = decode_params(params, StopParams)
