@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final, NamedTuple, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+from tether import jsondepth
 from tether.agent.scripted import Reply, load_script
 
 __all__ = [
@@ -226,8 +227,8 @@ class _Handler(BaseHTTPRequestHandler):
             return {"error": f"body of {length} bytes not read (limit {MAX_BODY_BYTES})"}
         data = self.rfile.read(length)
         try:
-            return json.loads(data)
-        except ValueError:
+            return jsondepth.loads(data)
+        except (ValueError, RecursionError):
             return {"unparsed": data[:4096].decode("utf-8", "replace")}
 
 

@@ -32,7 +32,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from tether import procs
+from tether import jsondepth, procs
 from tether.agent.runner import RunnerSetupError
 from tether.wire.limits import SUMMARY_BYTES
 from tether.wire.lines import Line, LineSplitter
@@ -60,8 +60,6 @@ READ_CHUNK: Final = 64 * 1024
 EXIT_POLL_S: Final = 0.02
 # The longest stdout line a JSON-lines CLI may write (tool results can be large).
 CLI_LINE_BYTES: Final = 16 * 1024 * 1024
-# JSON nesting accepted from a CLI's line.
-MAX_DEPTH: Final = 64
 ERROR_LINE_BYTES: Final = SUMMARY_BYTES
 STDERR_LABEL: Final = "; stderr: "
 
@@ -80,7 +78,6 @@ class JsonLines:
         self._splitter = LineSplitter(
             max_line_bytes=max_line_bytes, budget_bytes=max_line_bytes + 1, budget_lines=1024
         )
-        self._decoder = msgspec.json.Decoder()
 
     def feed(self, data: bytes) -> list[dict[str, Any] | BadLine]:
         self._splitter.feed(data)
@@ -96,40 +93,13 @@ class JsonLines:
         data = item.data.strip()
         if not data:
             return BadLine(item.offset, "an empty line")
-        if _depth_exceeds(data, MAX_DEPTH):
-            return BadLine(item.offset, f"JSON nested deeper than {MAX_DEPTH}")
         try:
-            value = self._decoder.decode(data)
+            value = jsondepth.decode_any(data)
         except msgspec.DecodeError as exc:
             return BadLine(item.offset, f"not JSON ({exc}): {_preview(data)}")
         if not isinstance(value, dict):
             return BadLine(item.offset, f"not a JSON object: {_preview(data)}")
         return value
-
-
-def _depth_exceeds(data: bytes, limit: int) -> bool:
-    """A cheap upper bound of the nesting (brackets inside strings count too)."""
-    if data.count(b"[") + data.count(b"{") <= limit:
-        return False
-    depth = 0
-    in_string = escaped = False
-    for byte in data:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            depth += 1
-            if depth > limit:
-                return True
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    return False
 
 
 def _preview(data: bytes) -> str:

@@ -1,0 +1,129 @@
+"""Running real agent CLIs in tests: finding them, a private HOME, wire checks, survivors.
+
+A CLI is found on PATH or in ``$TETHER_CI_CACHE/npm/node_modules/.bin`` (where
+``.ci/setup`` installs the pinned npm packages). When it is missing the test FAILS under
+``CI=true`` and is skipped otherwise, with a reason naming the package.
+
+Every process a test starts carries ``TETHER_TEST_MARK=<uuid>`` in its environment, and
+every process below it inherits it (the adapter child, the CLI, the CLI's tools), so
+:func:`survivors` finds whatever outlived the run by reading ``/proc/*/environ``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.runtime.adapters.registry import AGENTS, find_command, search_path
+
+MARK = "TETHER_TEST_MARK"
+CI_CACHE = "/var/cache/tether-ci"  # .ci/setup's default for $TETHER_CI_CACHE
+Event = dict[str, Any]
+
+
+def require_cli(agent: str) -> str:
+    """The agent's program (a path); fails under CI, skips locally, when it is missing."""
+    kind = AGENTS[agent]
+    env = dict(os.environ)
+    env.setdefault("TETHER_CI_CACHE", CI_CACHE)
+    found = find_command(kind, kind.command[:1], env)
+    if found is None:
+        why = f"{kind.command[0]} is not installed (.ci/setup installs {kind.package})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    return found[0]
+
+
+def cli_env(root: Path, program: str, **extra: str) -> dict[str, str]:
+    """An environment with its own HOME and tether state under ``root``, the CLI on PATH."""
+    home = root / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FEN_WIRE_", "TETHER_"))}
+    env.update(
+        HOME=str(home),
+        TETHER_HOME=str(root / "tether-home"),
+        XDG_RUNTIME_DIR=str(root / "xdg-run"),
+        PATH=os.pathsep.join([str(Path(program).parent), search_path(os.environ)]),
+        PYTHONUNBUFFERED="1",
+        **{MARK: uuid.uuid4().hex},
+    )
+    env.update(extra)
+    return env
+
+
+def survivors(mark: str) -> list[str]:
+    """``pid cmdline`` of every live process whose environment carries ``mark``."""
+    needle = f"{MARK}={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            stat = (entry / "stat").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0") and stat.rpartition(b")")[2].split()[0] != b"Z":
+            command = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry.name} {command}")
+    return found
+
+
+def assert_no_survivors(mark: str, timeout: float = 5.0) -> None:
+    """Nothing started under ``mark`` is alive (waits a little for exits in progress)."""
+    deadline = time.monotonic() + timeout
+    while (left := survivors(mark)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"processes outlived the run: {left}"
+
+
+def kill_marked(mark: str) -> None:
+    for line in survivors(mark):
+        with contextlib.suppress(OSError):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+
+
+def read_events(path: Path) -> list[Event]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def check_wire(events: list[Event], controls: list[Event]) -> None:
+    """The invariants a parent relies on, checked on one run's events.jsonl."""
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "ready", kinds[:3]
+    assert kinds[-1] == "exit", kinds[-3:]
+    assert kinds.count("exit") == 1
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    acks = Counter(e["ref"] for e in events if e["type"] == "control-ack" and "ref" in e)
+    for control in controls:
+        assert acks[control["seq"]] == 1, f"control {control} acked {acks[control['seq']]} times"
+    status = events[-1]["status"]
+    if status == "done":
+        assert kinds.count("result") == 1
+        assert kinds[-2] == "result"
+    else:
+        assert "result" not in kinds
+    started = [e["turn"] for e in events if e["type"] == "turn-started"]
+    completed = [e["turn"] for e in events if e["type"] == "turn-complete"]
+    assert completed == started[: len(completed)]
+    assert len(started) - len(completed) <= 1
+    # each control's ack comes before anything it causes: a turn it starts, its injection
+    position = {e["seq"]: i for i, e in enumerate(events)}
+    ack_at = {
+        e["ref"]: position[e["seq"]] for e in events if e["type"] == "control-ack" and "ref" in e
+    }
+    for event in events:
+        ref = event.get("ref")
+        if event["type"] in ("steering-injected", "follow-up-injected") and ref in ack_at:
+            assert ack_at[ref] < position[event["seq"]], event
