@@ -144,9 +144,11 @@ def test_run_a_plain_prompt(make_claude: Callable[[list[Any]], Claude]) -> None:
     done = world.run_cli("say hello")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "Hello from the scripted model."
-    events = world.checked(world.cli_run_dir())
+    run_dir = world.cli_run_dir()
+    events = world.checked(run_dir)
     assert events[-2]["final-text"] == "Hello from the scripted model."
-    assert any("Claude Code session" in e.get("summary", "") for e in of(events, "info"))
+    session = (run_dir / "agent-session").read_text().strip()  # for claude --resume
+    assert any(session in e.get("summary", "") for e in of(events, "info"))
     assert of(events, "assistant-thinking-delta")
     assert of(events, "turn-complete")[0]["stop-reason"] == "stop"
     assert of(events, "turn-complete")[0]["usage"]["output"] > 0

@@ -143,6 +143,7 @@ class CliProcess:
 
     async def start(self) -> None:
         """Start the CLI; a failure is a :class:`RunnerSetupError` naming the command."""
+        adopt_orphans()
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.argv,
@@ -268,6 +269,29 @@ class CliProcess:
         await wait_exit(proc, None)
         await asyncio.sleep(DEATH_WAIT_S)
         self._ended()
+
+
+_PR_SET_CHILD_SUBREAPER: Final = 36
+_adopted: list[bool] = []
+
+
+def adopt_orphans() -> bool:
+    """Make this process the subreaper of everything it starts (Linux; once).
+
+    A CLI's tool that outlives the CLI (Claude Code runs Bash in its own session; a CLI
+    killed mid-turn leaves its tools behind) is then reparented to this process, not to
+    init, so the adapter still finds it among its descendants and ends it. False where
+    the kernel does not offer it.
+    """
+    if not _adopted:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            _adopted.append(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+        except (OSError, AttributeError):
+            _adopted.append(False)
+    return _adopted[0]
 
 
 async def wait_exit(proc: asyncio.subprocess.Process, seconds: float | None) -> bool:

@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple, Protocol
 
@@ -76,6 +76,9 @@ class Traits(NamedTuple):
     name: str  # the agent's name, for messages and agent-started
     steer: bool  # steers go to inject() (else they wait for the next turn)
     follow_up: bool  # follow-ups go to inject() (else they open the next CLI turn)
+    # When set, finalize's last turn runs in a new CLI whose command gets these arguments
+    # (given the session id), e.g. Claude Code's `--resume ID --tools ""` (no tools).
+    final_args: Callable[[str | None], Sequence[str]] | None = None
 
 
 class _Turn:
@@ -107,9 +110,8 @@ class TranslatingRunner:
         self.emit = emit
         self.run_dir = run_dir
         self.inbox = env.get("TETHER_INBOX_PATH") or env.get("RUNEX_INBOX_PATH")
-        self.process = CliProcess(
-            argv, cwd=cwd, env=env, on_message=self._on_message, on_eof=self._on_eof
-        )
+        self._command = (list(argv), cwd, env)
+        self.process = self._new_process(argv)
         self.session: str | None = None
         self._started = asyncio.Event()
         self._problem: str | None = None
@@ -135,6 +137,26 @@ class TranslatingRunner:
         finally:
             self._prepared.set()
 
+    def _new_process(self, argv: Sequence[str]) -> CliProcess:
+        """A CLI process whose end is mourned only while it is the current one."""
+
+        def on_eof() -> None:
+            if process is self.process:
+                self._on_eof()
+
+        _, cwd, env = self._command
+        process = CliProcess(argv, cwd=cwd, env=env, on_message=self._on_message, on_eof=on_eof)
+        return process
+
+    async def _restart(self, extra: Sequence[str]) -> None:
+        """Finalize's last turn: the CLI again, with ``extra`` arguments (Traits.final_args)."""
+        await self.aclose()
+        self.process = self._new_process([*self._command[0], *extra])
+        self._dead = self._problem = self._setup_error = None
+        self._started.clear()
+        self._prepared.clear()
+        await self.prepare()
+
     async def _note(self, why: str) -> str:
         if self.process.eof or self.process.returncode is not None:
             return await self.process.death_note("during the hand-shake")
@@ -149,6 +171,8 @@ class TranslatingRunner:
 
     async def run_turn(self, request: TurnRequest, control: TurnControl) -> TurnOutcome:
         await self._wait_prepared()
+        if request.final and self.traits.final_args is not None:
+            await self._restart(self.traits.final_args(self.session))
         self.emit({"type": "agent-started", "provider": self.traits.name})
         turn = self._turn = _Turn()
         try:
@@ -229,7 +253,11 @@ class TranslatingRunner:
 
     async def _mourn(self) -> None:
         """The CLI's output ended: say why (exit status, stderr tail) and end the turn."""
-        note = await self.process.death_note("mid-run")
+        process = self.process
+        note = await process.death_note("mid-run")
+        if process is not self.process:
+            return  # replaced meanwhile (finalize's restart)
+        _kill_groups(_strays(process))  # its tools have no one to answer to now
         self._dead = note
         if not self._started.is_set():
             self._problem = self._problem or note
@@ -337,15 +365,19 @@ def descendants(pid: int) -> list[int]:
 
 
 def _strays(process: CliProcess) -> list[int]:
-    """The process groups of the CLI's descendants that left its group."""
+    """The process groups of the CLI's descendants that left its group.
+
+    Searched below this process, not below the CLI: the adapter is the subreaper of what
+    it starts (:func:`~tether.runtime.adapters.base.adopt_orphans`), so a tool whose CLI
+    died first (Claude Code runs Bash in its own session) is still found here.
+    """
     proc = process.proc
-    if proc is None or proc.returncode is not None:
-        return []
+    own = os.getpgrp()
     groups = []
-    for pid in descendants(proc.pid):
+    for pid in descendants(os.getpid()):
         with contextlib.suppress(OSError):
             group = os.getpgid(pid)
-            if group != proc.pid and group not in groups and group != os.getpgrp():
+            if group not in (own, proc.pid if proc else None) and group not in groups:
                 groups.append(group)
     return groups
 

@@ -105,18 +105,19 @@ AGENTS: Final[dict[str, AgentKind]] = {
             package="@anthropic-ai/claude-code@2.1.197",
             controls=_caps(
                 steer=(
-                    E,
-                    "written to Claude Code's stdin as a user message during the turn; "
-                    "Claude Code takes it in after its current step",
+                    N,
+                    "a user message written during the turn; Claude Code takes it in before "
+                    "its next model call (or, during its last answer, right after it, in the "
+                    "same turn); steering-injected when its echo shows it was taken in",
                 ),
                 follow_up=(N, "the next user message, written when the turn's result arrives"),
                 finalize=(
                     E,
-                    "interrupt control request, then one last turn with the note in a "
-                    "Claude Code resumed from the session with no tools (--tools '')",
+                    "interrupt control request, then the last turn with the note in a "
+                    "Claude Code resumed from the session with --tools '' (no tools at all)",
                 ),
-                cancel=(N, "interrupt control request, then its process group is ended"),
-                deadline=(N, "interrupt control request, then its process group is ended"),
+                cancel=(N, "interrupt control request, then its process group and tools ended"),
+                deadline=(N, "interrupt control request, then its process group and tools ended"),
                 close=(N, "stdin is closed after the current turn; Claude Code exits"),
             ),
             notes="permission prompts become inbox approval_request messages and are "
