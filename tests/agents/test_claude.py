@@ -293,7 +293,7 @@ def test_the_deadline_ends_a_run_inside_a_tool(make_claude: Callable[[list[Any]]
     world = make_claude([bash("sleep 60")])
 
     async def go() -> tuple[tether.Result, Path]:
-        handle = await world.spawn("work long", "--allowedTools=Bash", deadline_s=6)
+        handle = await world.spawn("work long", "--allowedTools=Bash", deadline_s=15)
         updates = handle.updates()
         await until(updates, "tool-call")
         return await handle.wait(), handle.run_dir.path
