@@ -173,7 +173,7 @@ def test_incidents_show_in_statistics(db_path: Path, tmp_path: Path) -> None:
 
 def test_a_failing_drain_is_retried_and_reported(db_path: Path, tmp_path: Path) -> None:
     inbox = tmp_path / "inbox.jsonl"
-    inbox.mkdir()  # opens, but reading it fails with IsADirectoryError
+    inbox.mkdir()  # not a regular file: the safe open refuses it
 
     async def scenario() -> tuple[int, str | None, list[StoredMessage]]:
         async with InboxDrain(db_path, idle_interval=0.05) as drain:
@@ -192,5 +192,5 @@ def test_a_failing_drain_is_retried_and_reported(db_path: Path, tmp_path: Path) 
     errors, last_error, got = asyncio.run(scenario())
     assert errors >= 2
     assert last_error is not None
-    assert "IsADirectoryError" in last_error
+    assert "not a regular file" in last_error
     assert got[0].message() == Progress(text="recovered")

@@ -44,14 +44,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from tether import procs
+from tether import fsafe, procs
 from tether.daemon.agent_state import Follower, Limits, snapshot
 from tether.daemon.registry import AgentRecord, AgentRegistry
 from tether.daemon.turns import Outcome, TurnTracker
 from tether.runtime.finaltext import full_text
 from tether.runtime.hub import WatchHub
 from tether.runtime.mirror import ChannelError, RunMirror
-from tether.runtime.rundir import RunDir, append_line, read_tail, write_private_text
+from tether.runtime.rundir import RunDir, read_tail, write_private_text
 from tether.transports.tail import FileTail, TailStatus
 from tether.wire import AnyEvent, ControlAck, Ready, Rejection, TooLarge, TurnComplete
 from tether.wire.session import ControlKind, State
@@ -120,6 +120,7 @@ class AgentRun:
         self._on_inbox = on_inbox
         self._on_end = on_end
         self._tail = FileTail(self.run.events, offset=record.event_offset)
+        self._control: fsafe.AppendFile | None = None  # opened once, on the first send
         self._clock = _Clock(time.monotonic())
         self._wake = asyncio.Event()
         self._inbox_dirty = inbox is not None
@@ -203,12 +204,22 @@ class AgentRun:
             self._read_events()
 
     def send(self, kind: ControlKind, **fields: Any) -> int:
-        """Append a control; returns its seq. Raises ``ValueError`` when it cannot encode."""
+        """Append a control; returns its seq.
+
+        Raises ``ValueError`` when it cannot encode, ``LookupError`` when the control file
+        cannot be written (the child swapped it: the run then fails).
+        """
         stamped = self.mirror.control(kind, **fields)
         if isinstance(stamped, Rejection):
             raise ValueError(stamped.reason)
         seq, line = stamped
-        append_line(self.run.control, line)
+        try:
+            if self._control is None:
+                self._control = fsafe.AppendFile(self.run.control)
+            self._control.append(line)
+        except OSError as exc:  # the child swapped its control file (a FIFO, a symlink...)
+            self.fail_soon("failed", f"cannot write the control file: {exc.strerror or exc}")
+            raise LookupError(f"its control file cannot be written: {exc.strerror}") from None
         if kind is ControlKind.CANCEL and self._clock.cancel_sent is None:
             self._clock.cancel_sent = time.monotonic()
             self._wake.set()
@@ -541,7 +552,7 @@ class AgentRun:
         status, error = self._outcome()
         result = self.mirror.result
         if result is not None:
-            text, _ = full_text(result)
+            text, _ = full_text(result, self.run.path)
             self.final_text = text
             if text:
                 with contextlib.suppress(OSError):
@@ -583,6 +594,9 @@ class AgentRun:
         return f"{reason}; the tail of its stderr:\n{tail}" if tail else reason
 
     def _release(self) -> None:
+        if self._control is not None:
+            self._control.close()
+            self._control = None
         for path, token in self._tokens:
             self._hub.unsubscribe(path, token)
         self._tokens.clear()

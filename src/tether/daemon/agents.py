@@ -358,6 +358,8 @@ def _send(send: Callable[[ControlKind, str], Any], kind: ControlKind, text: str)
         return send(kind, text)
     except ValueError as exc:
         raise RpcFailure(ErrorCode.INVALID_PARAMS, f"cannot send {kind}: {exc}") from None
+    except LookupError as exc:  # its control file is unusable: the run is ending
+        raise RpcFailure(ErrorCode.INVALID_STATUS, f"cannot send {kind}: {exc}") from None
 
 
 def _answer(agent: AgentRun, outcome: TurnAnswer | AskFailed) -> dict[str, Any]:
@@ -374,6 +376,8 @@ async def _control(agent: AgentRun, kind: ControlKind, fields: dict[str, Any]) -
         seq = agent.send(kind, **fields)
     except ValueError as exc:
         raise RpcFailure(ErrorCode.INVALID_PARAMS, f"cannot send {kind}: {exc}") from None
+    except LookupError as exc:  # its control file is unusable: the run is ending
+        raise invalid_status(f"agent {agent.name!r}: {exc}") from None
     try:
         ack = await asyncio.wait_for(asyncio.shield(agent.ack_future(seq)), ACK_TIMEOUT_S)
     except LookupError as exc:

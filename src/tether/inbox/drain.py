@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
+from tether import fsafe
 from tether.inbox.messages import MAX_MESSAGE_BYTES, RejectCode, classify, raw_text
 from tether.inbox.store import (
     AcceptedRow,
@@ -258,9 +259,11 @@ def drain_file(
 
     ``collect`` keeps the newly stored rows in ``result.messages``; ``max_bytes``
     bounds the bytes read in this call (``result.more`` says whether more is
-    waiting). A missing file gives status ``missing`` and changes nothing.
-    Database and read errors (``sqlite3.Error``, ``OSError``) propagate; what
-    was committed before them stays committed.
+    waiting). A missing file gives status ``missing`` and changes nothing; a symlink,
+    FIFO or other unsafe file in its place is refused with ``OSError`` at once (never
+    followed, never blocked on; see :mod:`tether.fsafe`). Database and read errors
+    (``sqlite3.Error``, ``OSError``) propagate; what was committed before them stays
+    committed.
     """
     result = DrainResult(run_id=run_id, path=os.fspath(path))
     drain_into(result, store, collect=collect, chunk_bytes=chunk_bytes, max_bytes=max_bytes)
@@ -277,7 +280,7 @@ def drain_into(
 ) -> None:
     """:func:`drain_file` filling ``result`` as it goes (kept even if this raises)."""
     try:
-        fd = os.open(result.path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = fsafe.open_path(result.path, os.O_RDONLY)  # never blocks, never follows a link
     except FileNotFoundError:
         result.status = STATUS_MISSING
         state = store.offset_state(result.run_id)

@@ -483,9 +483,7 @@ class Presenter:
 
     def _emit_result(self) -> None:
         assert self.runner is not None
-        import tempfile
-
-        spill = [self.options.event_path.parent, Path(tempfile.gettempdir())]
+        spill = [self.options.event_path.parent]  # the run dir: the only place a parent reads
         fields = result_fields(
             self.runner.final_text(),
             self.last_stop,

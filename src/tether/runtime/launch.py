@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from tether import procs
+from tether import fsafe, procs
 from tether.errors import ControlRefused, SpawnError
 from tether.runtime.mirror import RunMirror
 from tether.runtime.rundir import RunDir, append_line, create_run_dir
@@ -40,6 +40,7 @@ class PreparedRun:
     env: dict[str, str]
     created_at: float  # Unix time
     deadline: int | None  # Unix seconds, exactly as FEN_WIRE_DEADLINE carries it
+    control: fsafe.AppendFile  # opened before the child exists; close it when the run ends
 
 
 def prepare_run(
@@ -66,12 +67,14 @@ def prepare_run(
     run = create_run_dir(runs_root)
     mirror = RunMirror(run.run_id)
     first_seq = None
+    control = fsafe.AppendFile(run.control)  # a path the child swaps later changes nothing
     if task is not None:
         stamped = mirror.control("prompt", text=task)
         if isinstance(stamped, Rejection):
+            control.close()
             raise ControlRefused(f"cannot send the task as a prompt: {stamped.reason}")
         first_seq = stamped[0]
-        append_line(run.control, stamped[1])
+        control.append(stamped[1])
     created_at = time.time()
     deadline = None if deadline_s is None else math.ceil(created_at + deadline_s)
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(WIRE_PREFIXES)}
@@ -79,7 +82,7 @@ def prepare_run(
     wire = wire_env(run, deadline)
     child_env = {**inherited, **passed, **(env or {}), **wire, **(fixed_env or {})}
     command = list(argv) if argv is not None else default_argv(provider, model) + list(child_args)
-    return PreparedRun(run, mirror, first_seq, command, child_env, created_at, deadline)
+    return PreparedRun(run, mirror, first_seq, command, child_env, created_at, deadline, control)
 
 
 def monotonic_at(unix_time: float) -> float:

@@ -44,7 +44,7 @@ from tether.runtime.launch import (
 from tether.runtime.mirror import ChannelError, RunMirror
 from tether.runtime.nested import NestedFollower
 from tether.runtime.outcome import Result, Timeouts
-from tether.runtime.rundir import RunDir, append_line, write_private_text
+from tether.runtime.rundir import RunDir, write_private_text
 from tether.runtime.sidecars import InboxTail, Recorder
 from tether.runtime.supervise import Drain, Finish, RunWatch, Send, Terminate, Verdict, Wait
 from tether.runtime.updates import InboxItem, RunEvent, Update, UpdateQueue
@@ -94,6 +94,7 @@ class RunHandle:
         run = prepared.run
         self.run_id = run.run_id
         self.run_dir: RunDir = run
+        self._control = prepared.control  # one fd: a child swapping the path cannot redirect it
         self.task = task
         self.watch = watch
         self.mirror: RunMirror = watch.mirror
@@ -239,7 +240,7 @@ class RunHandle:
         sent = self.watch.send(kind, time.monotonic(), **fields)
         if isinstance(sent, Rejection):
             raise ControlRefused(f"cannot send {kind}: {sent.reason}")
-        append_line(self.run_dir.control, sent.line)
+        self._control.append(sent.line)
         self._wake.set()  # the watch has a new timer
         return sent.seq
 
@@ -268,7 +269,7 @@ class RunHandle:
             await self._read_nested()
             for action in self.watch.next(time.monotonic()):
                 if isinstance(action, Send):
-                    append_line(self.run_dir.control, action.line)
+                    self._control.append(action.line)
                 elif isinstance(action, Wait):
                     await self._wait(action.until, more)
                 elif isinstance(action, Terminate):
@@ -321,6 +322,7 @@ class RunHandle:
 
     async def _finish(self) -> None:
         self._ended = True
+        self._control.close()
         if self._lifeline is not None:
             os.close(self._lifeline)
             self._lifeline = None
@@ -360,7 +362,7 @@ class RunHandle:
         if result is None:
             status, error = verdict.status, verdict.error
             return Result(status, error=error, run_id=self.run_id, elapsed_s=elapsed)
-        text, truncated = full_text(result)
+        text, truncated = full_text(result, self.run_dir.path)
         return Result(
             verdict.status,
             final_text=text,
@@ -474,6 +476,7 @@ async def spawn(
     try:
         proc, lifeline = await start_child(command, run, cwd, prepared.env)
     except SpawnError as exc:
+        prepared.control.close()
         if recorder is not None:
             await recorder.finish(Result("failed", error=str(exc), run_id=run.run_id))
         raise

@@ -6,7 +6,13 @@ Every run gets a private directory ``<runs dir>/<run id>/`` (0700) holding
 - ``events.jsonl``: the child's events, also the run's permanent log (0600),
 - ``inbox.jsonl``: the reverse channel any agent can append to (0600),
 - ``stderr.log``: the child's stderr and stdout (0600),
-- ``final.txt``: the run's complete final answer, once it has one (0600).
+- ``final.txt``: the run's complete final answer, once it has one (0600),
+- ``final-text-*.txt``: a child's uncut final text (``final-text-path``), until the parent
+  has read and removed it.
+
+The child may touch every one of these files: the parent and the daemon open them only
+through :mod:`tether.fsafe` (no symlink followed, no FIFO blocked on, regular files with one
+link owned by this user).
 
 Run ids sort by creation time and are unique: ``20261130T061500-ab12cd`` (UTC second,
 then random hex); the directory is created exclusively, so two parents never share one.
@@ -14,22 +20,41 @@ then random hex); the directory is created exclusively, so two parents never sha
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from tether.paths import FILE_MODE, create_private_file, ensure_private_dir, runs_dir
+from tether import fsafe
+from tether.fsafe import append_line  # the one safe O_APPEND writer, used by every run file
+from tether.paths import create_private_file, ensure_private_dir, runs_dir
 
 CONTROL_FILE: Final = "control.jsonl"
 EVENTS_FILE: Final = "events.jsonl"
 INBOX_FILE: Final = "inbox.jsonl"
 STDERR_FILE: Final = "stderr.log"
 FINAL_FILE: Final = "final.txt"
+SPILL_PREFIX: Final = "final-text-"  # a child's uncut final text: final-text-XXXX.txt
 
 _ID_ATTEMPTS: Final = 16
+
+__all__ = [
+    "CONTROL_FILE",
+    "EVENTS_FILE",
+    "FINAL_FILE",
+    "INBOX_FILE",
+    "SPILL_PREFIX",
+    "STDERR_FILE",
+    "RunDir",
+    "append_line",
+    "create_run_dir",
+    "is_run_id",
+    "new_run_id",
+    "read_tail",
+    "run_dir_for",
+    "write_private_text",
+]
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -101,43 +126,20 @@ def create_run_dir(root: Path | None = None, *, now: float | None = None) -> Run
     raise FileExistsError(f"could not make a unique run directory under {base}")
 
 
-def append_line(path: Path, line: bytes) -> None:
-    """Append one line (a newline is added) with a single ``O_APPEND`` write."""
-    data = line + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-    try:
-        written = os.write(fd, data)
-        while written < len(data):  # a full disk or a signal: finish the line
-            written += os.write(fd, data[written:])
-    finally:
-        os.close(fd)
-
-
 def write_private_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` (0600), replacing it atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-    try:
-        data = text.encode("utf-8", "replace")
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    """Write ``text`` to ``path`` (0600), atomically (see :func:`tether.fsafe.replace_file`)."""
+    fsafe.replace_file(path, text.encode("utf-8", "replace"))
 
 
 def read_tail(path: Path, limit: int = 2000) -> str:
     """The last ``limit`` bytes of a file as text ("" when it cannot be read)."""
     try:
-        with path.open("rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - limit))
-            data = handle.read(limit)
+        data = fsafe.read_tail(path, limit + 1)  # a FIFO or symlink in its place reads as ""
     except OSError:
         return ""
-    text = data.decode("utf-8", "replace")
-    if size > limit:
+    cut = len(data) > limit
+    text = data[-limit:].decode("utf-8", "replace")
+    if cut:
         text = text.split("\n", 1)[-1] if "\n" in text else text
         text = "…" + text
     return text.strip()

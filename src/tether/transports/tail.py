@@ -3,7 +3,9 @@
 Each :meth:`FileTail.read` reads at most one budget (64 KiB) from the file at the
 current offset and hands out at most 64 complete lines; a partial last line waits for
 its newline; a line too long for one read is reported once and skipped. The file may
-not exist yet (``missing``). A file that shrinks below what was read is ``truncated``:
+not exist yet (``missing``); a symlink, FIFO or other unsafe file in its place is never
+followed nor blocked on (see :mod:`tether.fsafe`) and reads as ``missing`` too, with the
+reason in :attr:`FileTail.refused`. A file that shrinks below what was read is ``truncated``:
 the stream cannot continue, and callers treat it as fatal. A file deleted while open is
 read to its end, then reported ``removed`` (its writer can no longer reach the reader).
 """
@@ -15,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tether import fsafe
 from tether.wire.limits import MAX_LINE_BYTES, READ_BUDGET_BYTES, READ_BUDGET_LINES
 from tether.wire.lines import Item, LineSplitter
 
@@ -56,6 +59,7 @@ class FileTail:
             budget_lines=budget_lines,
         )
         self._fd: int | None = None
+        self.refused: str | None = None  # why the file in its place was not opened
 
     @property
     def offset(self) -> int:
@@ -96,8 +100,13 @@ class FileTail:
     def _open(self) -> int | None:
         if self._fd is None:
             try:
-                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                self._fd = fsafe.open_path(self.path, os.O_RDONLY)
             except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if not fsafe.is_refusal(exc):
+                    raise
+                self.refused = f"{self.path}: {exc.strerror}"
                 return None
         return self._fd
 

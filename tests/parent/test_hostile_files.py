@@ -1,0 +1,93 @@
+"""A hostile child cannot make its parent read, destroy, write through or block on files.
+
+Every case runs the hostile TEST DOUBLE (tests/doubles/hostile_child.py) as a real
+process with real symlinks, hard links and FIFOs. The double keeps its own channel open
+from the start, so a parent that is not fooled ends the run normally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.doubles import hostile
+from tether.runtime.parent import Result, spawn
+
+from .helpers import FAST
+
+SECRET = "the victim's secret, never to be read by tether"
+pytestmark = pytest.mark.timeout(60)  # a parent blocked in open() would hang for ever
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    path = tmp_path / "victim.txt"
+    path.write_text(SECRET)
+    return path
+
+
+def _run(mode: str, victim: Path) -> Result:
+    async def go() -> Result:
+        handle = await spawn("task", argv=hostile(mode, arg=victim), timeouts=FAST)
+        return await asyncio.wait_for(handle.wait(), 30)
+
+    return asyncio.run(go())
+
+
+def _intact(victim: Path) -> None:
+    assert victim.read_text() == SECRET  # neither unlinked, nor truncated, nor written
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "final-path-victim",
+        "final-path-symlink",
+        "final-path-hardlink",
+        "final-path-dotdot",
+        "final-path-events",
+        "final-path-fifo",
+    ],
+)
+def test_final_text_path_only_reads_and_removes_the_childs_own_file(
+    mode: str, victim: Path
+) -> None:
+    result = _run(mode, victim)
+    _intact(victim)
+    assert result.status == "done"
+    assert SECRET not in (result.final_text or "")
+    assert result.truncated is True
+    assert "the full text could not be read" in (result.final_text or "")
+    run_dir = Path(os.environ["TETHER_HOME"]) / "runs" / str(result.run_id)
+    assert (run_dir / "events.jsonl").stat().st_size > 0  # the run's own log survives
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "control-symlink",
+        "control-fifo",
+        "final-tmp-symlink",
+        "final-tmp-fifo",
+        "final-symlink",
+        "inbox-fifo",
+        "inbox-symlink",
+        "events-fifo",
+    ],
+)
+def test_files_replaced_under_the_parent_are_never_followed_nor_blocked_on(
+    mode: str, victim: Path
+) -> None:
+    result = _run(mode, victim)
+    _intact(victim)
+    assert result.status == "done", result.error
+    assert result.final_text == "answer: task"
+
+
+def test_stderr_replaced_by_a_fifo_still_fails_the_run_promptly(victim: Path) -> None:
+    result = _run("stderr-fifo", victim)
+    assert result.status == "failed"
+    assert "without an exit event" in (result.error or "")
