@@ -89,6 +89,7 @@ class AgentRun:
         inbox: Any = None,
         popen: subprocess.Popen[bytes] | None = None,
         adopted: bool = False,
+        control: fsafe.AppendFile | None = None,
         watch: bool = True,
         on_inbox: Callable[[AgentRun, list[dict[str, Any]]], None] | None = None,
         on_end: Callable[[AgentRun], Any] | None = None,
@@ -120,7 +121,8 @@ class AgentRun:
         self._on_inbox = on_inbox
         self._on_end = on_end
         self._tail = FileTail(self.run.events, offset=record.event_offset)
-        self._control: fsafe.AppendFile | None = None  # opened once, on the first send
+        # Opened once, before the child started (else on the first send, after a restart).
+        self._control = control
         self._clock = _Clock(time.monotonic())
         self._wake = asyncio.Event()
         self._inbox_dirty = inbox is not None

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from tether import fsafe
 from tether.daemon.agent_run import AgentRun
 from tether.daemon.agent_state import Limits, is_live_state, restore_mirror
 from tether.daemon.methods import RpcFailure
@@ -210,7 +211,12 @@ class Supervisor:
         run = await asyncio.to_thread(create_run_dir, self.runs_root)
         inbox = make_inbox(run, self.db)
         mirror = RunMirror(run.run_id)
-        first_seq = self._write_task(mirror, run, p.task)
+        control = fsafe.AppendFile(run.control)  # before the child exists: it cannot swap it
+        try:
+            first_seq = self._write_task(mirror, control, p.task)
+        except BaseException:
+            control.close()
+            raise
         now = time.time()
         deadline_at = None if p.deadline_s is None else math.ceil(now + p.deadline_s)
         record = AgentRecord(
@@ -229,12 +235,14 @@ class Supervisor:
         try:
             self.registry.insert(record)
         except AgentExists:
+            control.close()
             message = f"an agent named {p.name!r} already exists"
             raise RpcFailure(ErrorCode.AGENT_EXISTS, message) from None
         env = self._child_env(p, run, deadline_at)
         try:
             popen = await asyncio.to_thread(_launch, command, run, cwd, env)
         except (OSError, ValueError) as exc:
+            control.close()
             self._forget_row(p.name)
             raise spawn_failed(f"cannot start the child ({shlex.join(command)}): {exc}") from None
         record = self.registry.update(
@@ -243,7 +251,7 @@ class Supervisor:
             pid_start_time=proc_start_time(popen.pid),
             started_at=time.time(),
         )
-        agent = self._make_run(record, mirror, inbox=inbox, popen=popen)
+        agent = self._make_run(record, mirror, inbox=inbox, popen=popen, control=control)
         answer = agent.expect_answer(first_seq) if p.wait and first_seq is not None else None
         self.agents[p.name] = agent
         agent.start()
@@ -298,13 +306,15 @@ class Supervisor:
         command: list[str] = child_args(agent, p.agent_args or [], p.argv or [])
         return [*default_argv(None, None), *command]
 
-    def _write_task(self, mirror: RunMirror, run: RunDir, task: str | None) -> int | None:
+    def _write_task(
+        self, mirror: RunMirror, control: fsafe.AppendFile, task: str | None
+    ) -> int | None:
         if task is None:
             return None
         stamped = mirror.control(ControlKind.PROMPT, text=task)
         if isinstance(stamped, Rejection):
             raise invalid(f"the task cannot be sent: {stamped.reason}")
-        append_line(run.control, stamped[1])
+        control.append(stamped[1])
         return stamped[0]
 
     def _child_env(self, p: SpawnParams, run: RunDir, deadline_at: int | None) -> dict[str, str]:
@@ -340,9 +350,11 @@ class Supervisor:
         popen: subprocess.Popen[bytes] | None = None,
         adopted: bool = False,
         watch: bool = True,
+        control: fsafe.AppendFile | None = None,
     ) -> AgentRun:
         return AgentRun(
             record,
+            control=control,
             registry=self.registry,
             hub=self.hub,
             limits=self.limits,
