@@ -110,24 +110,50 @@ def test_register_push_deliver_round_trip(daemon: DaemonProcess) -> None:
     asyncio.run(main())
 
 
-def test_channels_die_with_their_connection(daemon: DaemonProcess) -> None:
-    with daemon.connect() as receiver:
-        result = call(receiver, 1, "channel.register_channel", {"session_id": "s"})["result"]
-        assert isinstance(result, dict)
-    with daemon.connect() as pusher:
-        for attempt in range(200):
-            reply = call(
-                pusher,
-                attempt + 1,
-                "channel.push_to_channel",
-                {"channel_id": result["channel_id"], "envelope": envelope()},
-            )
-            if "error" in reply:
-                break
-        assert reply["error"] == {
-            "code": "channel_unknown",
-            "message": f"no channel with id {result['channel_id']!r}",
-        }
+def _one_shot(daemon: DaemonProcess, method: str, params: object) -> dict[str, Any]:
+    """One request on its own connection, as the fno-agents reference client sends it."""
+    with daemon.connect() as sock:
+        reply = call(sock, 1, method, params)
+    assert set(reply) == {"id", "result"}, reply
+    result = reply["result"]
+    assert isinstance(result, dict)
+    return result
+
+
+def test_a_channel_outlives_its_registering_connection(daemon: DaemonProcess) -> None:
+    # the reference client's exact requests, one connection each
+    registered = _one_shot(daemon, "channel.register_channel", {"cc_session_id": "cc-1"})
+    channel_id = registered["mcp_channel_id"]
+    assert registered["channel_id"] == channel_id
+    route = {"mcp_channel_id": channel_id}
+    assert _one_shot(daemon, "channel.push_to_channel", route) == {"routed": True}
+    held = _one_shot(daemon, "channel.push_to_channel", {**route, "envelope": envelope("one")})
+    assert held["routed"] is True
+    assert held["delivered"] is False
+    assert "no receiver" in held["reason"]
+    # the channel server registers the same session: it receives what was held, then more
+    with daemon.connect() as server:
+        again = call(server, 1, "channel.register_channel", {"cc_session_id": "cc-1"})
+        assert again["result"] == registered
+        delivery = read_frame(server)
+        assert delivery is not None
+        assert delivery["method"] == "channel.deliver"
+        assert delivery["params"] == {"channel_id": channel_id, "envelope": envelope("one")}
+        server.sendall(_result_frame(delivery["id"]))
+        with daemon.connect() as pusher:
+            pusher.sendall(_frame(2, "channel.push_to_channel", {**route, "envelope": envelope()}))
+            live = read_frame(server)
+            assert live is not None
+            server.sendall(_result_frame(live["id"]))
+            assert read_frame(pusher) == {"id": 2, "result": {"routed": True, "delivered": True}}
+    gone = _one_shot(daemon, "channel.unregister_channel", route)
+    assert gone == {"unregistered": True}
+    with daemon.connect() as sock:
+        reply = call(sock, 1, "channel.push_to_channel", {**route, "envelope": envelope()})
+    assert reply["error"] == {
+        "code": "channel_unknown",
+        "message": f"no channel with id {channel_id!r}",
+    }
 
 
 def test_refusal_and_timeout_are_reported_as_not_delivered(daemon: DaemonProcess) -> None:
@@ -172,6 +198,12 @@ def _frame(id: int, method: str, params: object) -> bytes:
     from daemon_helpers import frame
 
     return frame({"id": id, "method": method, "params": params})
+
+
+def _result_frame(id: object) -> bytes:
+    from daemon_helpers import frame
+
+    return frame({"id": id, "result": {}})
 
 
 def _error_frame(id: object, code: str, message: str) -> bytes:

@@ -265,6 +265,9 @@ def _simple(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> in
             params["note"] = args.note
         client.settimeout(args.timeout + CALL_TIMEOUT_S)
         result = client.call("agent.stop", params)
+        if result.get("already_exited"):
+            _emit(args, result, f"{name}: already ended ({result['state']})")
+            return 0
         ended = "ended" if result["ended"] else "still ending"
         _emit(args, result, f"{name}: {args.mode} {result['ack']}; {result['state']} ({ended})")
         return 0

@@ -2,7 +2,7 @@
 
     tether channel register [--session-id ID] [--name NAME]
         Stays connected. Prints {"channel_id": ...} first, then one JSON line per delivery
-        ({"channel_id", "envelope"}), answering each. Channels die with the connection.
+        ({"channel_id", "envelope"}), answering each. The channel stays after it disconnects.
     tether channel push CHANNEL_ID [ENVELOPE_JSON | --content TEXT [--meta k=v ...]] [--json]
         Exit 0 when delivered, 1 when routed but not delivered.
     tether channel unregister CHANNEL_ID [--json]

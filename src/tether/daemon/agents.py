@@ -20,8 +20,18 @@ Verbs (params -> result; errors are ``RpcError`` codes):
   **Timeout**: when ``timeout_s`` passes first the call still succeeds, with ``{name, seq,
   turn, state, timed_out: true}``: the message was delivered and the turn goes on (follow
   it with ``agent.events`` from ``last_seq``). The CLI exits 124 then.
-- ``agent.list`` -> ``{agents: [status...]}``; ``agent.status {name}`` -> ``{name, state,
-  turn, pid, run_id, run_dir, usage, created_at, started_at, last_seq, ...}``.
+- ``agent.list {cwd?, provider?, status?}`` -> ``{agents: [status...], filters_applied,
+  fields_omitted}``; ``agent.status {name}`` -> ``{name, state, turn, pid, run_id, run_dir,
+  usage, created_at, started_at, last_seq, ...}``; ``agent.status {}`` is the daemon's own
+  status (fno-agents' ``status-v1``: ``{schema_version, daemon, agents, restarts,
+  channels}``).
+- fno-agents' requests are accepted as its client sends them (REFERENCE-FACTS §3):
+  ``message`` for ``task`` (spawn) and ``text`` (ask), ``timeout`` for ``timeout_s``;
+  ``agent.ask`` of an unknown name with ``provider`` (or ``agent``) creates the agent with
+  the message as its task -> ``{created: true, short_id, ...}``; answers carry the keys
+  its client reads (:mod:`tether.daemon.fno_shapes`: ``short_id``, ``harness``, ``status``
+  live/exited/orphaned/unknown, ``reply``/``backend`` on ask, ``stopped`` or
+  ``already_exited`` on stop, ``registry_removed``/``was_orphaned`` on rm) beside tether's.
 - ``agent.stop {name, mode: close|finalize|cancel, timeout_s?=10, note?}`` sends that
   control, then waits up to ``timeout_s`` for the run to end -> ``{name, mode, seq, ack,
   state, ended}``. A cancelled child that does not exit within its grace is killed.
@@ -63,6 +73,13 @@ import msgspec
 from tether.daemon.agent_run import AgentRun
 from tether.daemon.agent_state import Follower
 from tether.daemon.drive import drive_handler
+from tether.daemon.fno_shapes import (
+    FIELDS_OMITTED,
+    LANE,
+    agent_fields,
+    daemon_status,
+    with_reference,
+)
 from tether.daemon.methods import RpcFailure, decode_params
 from tether.daemon.protocol import ErrorCode
 from tether.daemon.pty_agent import PtyAgent, PtyFleet
@@ -90,10 +107,42 @@ class NameParams(msgspec.Struct, frozen=True):
     name: str
 
 
+class StatusParams(msgspec.Struct, frozen=True):
+    name: str | None = None  # none: the daemon's own status (fno-agents' agent.status {})
+
+
 class AskParams(msgspec.Struct, frozen=True):
+    """``text`` (or fno-agents' ``message``); ``provider``/``agent`` create the agent on first
+    contact; ``timeout`` is fno-agents' name for ``timeout_s``."""
+
     name: str
-    text: str
+    text: str | None = None
+    message: str | None = None
     timeout_s: Seconds | None = None
+    timeout: Seconds | None = None
+    provider: str | None = None
+    agent: str | None = None
+    cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.text is None) == (self.message is None):
+            raise ValueError("give the message as text (or message), once")
+
+    @property
+    def body(self) -> str:
+        return self.text if self.text is not None else self.message or ""
+
+    @property
+    def wait_s(self) -> float | None:
+        return self.timeout_s if self.timeout_s is not None else self.timeout
+
+
+class ListParams(msgspec.Struct, frozen=True):
+    """fno-agents' filters (all optional; ``all`` and the rest are accepted and ignored)."""
+
+    cwd: str | None = None
+    provider: str | None = None
+    status: str | None = None
 
 
 class TextParams(msgspec.Struct, frozen=True):
@@ -130,6 +179,14 @@ PtySize = Annotated[int, msgspec.Meta(ge=MIN_SIZE, le=MAX_SIZE)]
 
 class SpawnRequest(SpawnParams, frozen=True):
     timeout_s: Seconds | None = None
+    message: str | None = None  # fno-agents' name for task
+
+    def spawn_params(self) -> SpawnRequest:
+        """With fno-agents' ``message`` read as ``task``."""
+        if self.message is None or self.task is not None:
+            return self
+        return msgspec.structs.replace(self, task=self.message, message=None)
+
     pty: bool = False
     cols: PtySize = 80
     rows: PtySize = 24
@@ -195,7 +252,7 @@ class AgentVerbs:
     # -- verbs ------------------------------------------------------------------------
 
     async def spawn(self, context: CallContext, params: Any) -> dict[str, Any]:
-        args = decode_params(params, SpawnRequest)
+        args = decode_params(params, SpawnRequest).spawn_params()
         check_name(args.name)
         if args.deadline_s is not None and not args.deadline_s > 0:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "deadline_s must be positive")
@@ -205,14 +262,14 @@ class AgentVerbs:
             return await self._spawn_pty(args)
         agent, answer = await self.sup.spawn(args)
         if answer is None:
-            return agent.status_dict()
+            return with_reference(agent.status_dict(), agent)
         try:
             outcome = await asyncio.wait_for(asyncio.shield(answer), args.timeout_s)
         except TimeoutError:
             reply: dict[str, Any] = {"timed_out": True, "seq": 1}
         else:
             reply = _answer(agent, outcome)
-        return {**agent.status_dict(), "answer": reply}
+        return with_reference({**agent.status_dict(), "answer": reply}, agent)
 
     async def _spawn_pty(self, args: SpawnRequest) -> dict[str, Any]:
         if not args.argv or not all(isinstance(a, str) and a and "\0" not in a for a in args.argv):
@@ -239,16 +296,20 @@ class AgentVerbs:
 
     async def ask(self, context: CallContext, params: Any) -> dict[str, Any]:
         args = decode_params(params, AskParams)
+        check_name(args.name)
+        unknown = args.name not in self.sup.agents and self._pty(args.name) is None
+        if unknown and (args.provider or args.agent):
+            return await self._first_contact(context, args)
         agent = self._live(args.name)
         kind = _ask_kind(agent)
-        seq, future = _send(agent.ask, kind, args.text)
+        seq, future = _send(agent.ask, kind, args.body)
         try:
-            outcome = await asyncio.wait_for(asyncio.shield(future), args.timeout_s)
+            outcome = await asyncio.wait_for(asyncio.shield(future), args.wait_s)
             if isinstance(outcome, AskFailed) and outcome.rejected and kind is ControlKind.PROMPT:
                 agent.catch_up()  # the child started a turn meanwhile: ask as a follow-up
                 if agent.mirror.state is State.RUNNING:
-                    seq, future = _send(agent.ask, ControlKind.FOLLOW_UP, args.text)
-                    outcome = await asyncio.wait_for(asyncio.shield(future), args.timeout_s)
+                    seq, future = _send(agent.ask, ControlKind.FOLLOW_UP, args.body)
+                    outcome = await asyncio.wait_for(asyncio.shield(future), args.wait_s)
         except TimeoutError:
             agent.catch_up()
             return {
@@ -260,23 +321,44 @@ class AgentVerbs:
             }
         finally:
             agent.forget_ask(seq)
-        return _answer(agent, outcome)
+        answer = _answer(agent, outcome)
+        return {**answer, "reply": answer.get("text", ""), "backend": LANE}
+
+    async def _first_contact(self, context: CallContext, args: AskParams) -> dict[str, Any]:
+        """fno-agents' ask of an unknown name with a provider: create it with the message as
+        its task -> ``{created: true, short_id}`` (with tether's status keys)."""
+        spawn: dict[str, Any] = {"name": args.name, "task": args.body}
+        for key in ("provider", "agent", "cwd"):
+            if getattr(args, key):
+                spawn[key] = getattr(args, key)
+        status = await self.spawn(context, spawn)
+        return {**status, "created": True}
 
     def list(self, context: CallContext, params: Any) -> dict[str, Any]:
+        args = decode_params(params, ListParams)
         agents: list[AgentRun | PtyAgent] = [*self.sup.agents.values(), *self.ptys.agents.values()]
         agents.sort(key=lambda a: (a.record.created_at, a.name))
-        return {"agents": [agent.status_dict() for agent in agents]}
+        rows = [with_reference(agent.status_dict(), agent) for agent in agents]
+        rows = [row for row in rows if _matches(row, args)]
+        applied = {"cwd": args.cwd, "provider": args.provider, "status": args.status}
+        return {"agents": rows, "filters_applied": applied, "fields_omitted": list(FIELDS_OMITTED)}
 
     def status(self, context: CallContext, params: Any) -> dict[str, Any]:
-        name = decode_params(params, NameParams).name
+        name = decode_params(params, StatusParams).name
+        if name is None:
+            agents: list[AgentRun | PtyAgent] = [
+                *self.sup.agents.values(),
+                *self.ptys.agents.values(),
+            ]
+            return daemon_status(context.daemon.statistics(), agents)
         pty = self._pty(name)
         if pty is not None:
-            return pty.status_dict()
+            return with_reference(pty.status_dict(), pty)
         agent = self._agent(name)
         data = agent.status_dict()
         if agent.ended and agent.final_text:  # the whole answer, once read (status only)
             data["final_text"] = agent.final_text
-        return data
+        return with_reference(data, agent)
 
     async def stop(self, context: CallContext, params: Any) -> dict[str, Any]:
         args = decode_params(params, StopParams)
@@ -289,16 +371,31 @@ class AgentVerbs:
             return {**result, "mode": args.mode, "ended": ended}
         kind = ControlKind(args.mode)
         fields = {"note": args.note} if args.note and kind is ControlKind.FINALIZE else {}
-        agent = self._live(args.name)
+        agent = self._agent(args.name)
+        agent.catch_up()
+        if agent.ended or agent.mirror.finished:
+            # fno-agents' answer for stopping what already ended (tether's keys beside it)
+            return {"name": agent.name, "already_exited": True, "state": agent.state}
         result = await _control(agent, kind, fields)
         ended = await agent.wait_ended(args.timeout_s)
-        return {**result, "mode": args.mode, "state": agent.state, "ended": ended}
+        stopped = {"stopped": True, "short_id": agent.run_id}
+        return {**result, "mode": args.mode, "state": agent.state, "ended": ended, **stopped}
 
     async def rm(self, context: CallContext, params: Any) -> dict[str, Any]:
         args = decode_params(params, RmParams)
-        if self._pty(args.name) is not None:
-            return await self.ptys.remove(args.name, force=args.force)
-        return await self.sup.remove(check_name(args.name), force=args.force)
+        pty = self._pty(args.name)
+        agent = pty if pty is not None else self.sup.agents.get(args.name)
+        extra = {} if agent is None else agent_fields(agent)
+        if pty is not None:
+            result = await self.ptys.remove(args.name, force=args.force)
+        else:
+            result = await self.sup.remove(args.name, force=args.force)
+        return {
+            **result,
+            "registry_removed": bool(result.get("removed")),
+            "harness": extra.get("harness"),
+            "was_orphaned": extra.get("status") == "orphaned",
+        }
 
     async def reconcile(self, context: CallContext, params: Any) -> dict[str, Any]:
         report = await self.sup.reconcile()
@@ -342,6 +439,15 @@ class AgentVerbs:
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+
+def _matches(row: dict[str, Any], args: ListParams) -> bool:
+    """fno-agents' list filters: cwd, provider (the harness or tether's provider), status."""
+    if args.cwd is not None and row.get("cwd") != args.cwd:
+        return False
+    if args.provider is not None and args.provider not in (row.get("harness"), row.get("provider")):
+        return False
+    return args.status is None or args.status in (row.get("status"), row.get("state"))
 
 
 def _ask_kind(agent: AgentRun) -> ControlKind:

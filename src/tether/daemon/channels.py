@@ -1,12 +1,22 @@
-"""``channel.*``: connection-bound channels that receive MCP channel notifications.
+"""``channel.*``: channels that receive MCP channel notifications, kept by the daemon.
 
-Theory of operation: ``channel.register_channel`` binds a new channel id to the calling
-connection; when that connection closes, its channels go away. ``channel.push_to_channel``
-validates the envelope (the MCP ``notifications/claude/channel`` shape), then sends the
-registering connection a request ``channel.deliver {channel_id, envelope}`` and waits for
-its answer: ``{routed: true, delivered: true}`` on a success answer, else
-``delivered: false`` with a ``reason`` (the client answered an error, timed out, or went
-away). An unknown channel id is ``channel_unknown``.
+Theory of operation: a channel lives in the hub's registry, not in a connection (the
+fno-agents client opens one connection per request). ``channel.register_channel
+{cc_session_id, name?}`` (``session_id`` works too) creates a channel for that session and
+makes the calling connection its *receiver*; registering the same session again (as the
+MCP channel server, ``tether mcp-channel``, does when it starts) returns the same channel
+and makes the new connection the receiver. When the receiver's connection closes the
+channel stays, without a receiver, until ``channel.unregister_channel {mcp_channel_id}``.
+The result carries both spellings of the id, ``{mcp_channel_id, channel_id}``.
+
+Any connection may push: ``channel.push_to_channel {mcp_channel_id, envelope?}`` validates
+the envelope (the MCP ``notifications/claude/channel`` shape), then sends the receiver a
+request ``channel.deliver {channel_id, envelope}`` and waits for its answer:
+``{routed: true, delivered: true}`` on a success answer, else ``delivered: false`` with a
+``reason`` (the receiver answered an error, timed out, or went away). With no receiver
+connected the envelope is held (up to :data:`MAX_HELD` per channel) and handed over when
+one registers: ``delivered: false`` with a reason saying so. Without an envelope the push
+only confirms the route: ``{routed: true}``. An unknown channel id is ``channel_unknown``.
 
 Other daemon parts push with :meth:`ChannelHub.push` and build envelopes with
 :func:`make_channel_envelope` (the inbox uses this to forward messages).
@@ -18,6 +28,7 @@ import asyncio
 import re
 import secrets
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -33,6 +44,7 @@ META_KEY: Final = re.compile(r"[A-Za-z0-9_]+")
 DELIVER_METHOD: Final = "channel.deliver"
 DEFAULT_DELIVER_TIMEOUT_S: Final = 10.0
 DEFAULT_MAX_CHANNELS: Final = 4096
+MAX_HELD: Final = 64  # envelopes held per channel while no receiver is connected
 MAX_NAME_CHARS: Final = 256
 
 
@@ -91,17 +103,32 @@ def _meta_problem(meta: Any) -> str | None:
 
 
 class RegisterParams(msgspec.Struct, frozen=True):
-    session_id: str
+    """``cc_session_id`` (fno-agents) or ``session_id`` (tether's first name for it)."""
+
+    cc_session_id: str | None = None
+    session_id: str | None = None
     name: str | None = None
+
+    @property
+    def session(self) -> str:
+        return self.cc_session_id or self.session_id or ""
 
 
 class ChannelIdParams(msgspec.Struct, frozen=True):
-    channel_id: str
+    """``mcp_channel_id`` (fno-agents) or ``channel_id``."""
+
+    mcp_channel_id: str | None = None
+    channel_id: str | None = None
+
+    @property
+    def id(self) -> str:
+        if self.mcp_channel_id is None and self.channel_id is None:
+            raise RpcFailure(ErrorCode.INVALID_PARAMS, "missing mcp_channel_id")
+        return self.mcp_channel_id or self.channel_id or ""
 
 
-class PushParams(msgspec.Struct, frozen=True):
-    channel_id: str
-    envelope: Any
+class PushParams(ChannelIdParams, frozen=True):
+    envelope: Any = msgspec.UNSET
 
 
 @dataclass
@@ -109,19 +136,20 @@ class Channel:
     channel_id: str
     session_id: str
     name: str | None
-    connection: Connection
+    receiver: Connection | None
     created_at: float = field(default_factory=time.time)
     delivered: int = 0
+    held: deque[Any] = field(default_factory=deque)
 
 
 class PushResult(msgspec.Struct, frozen=True, omit_defaults=True):
     routed: bool
-    delivered: bool
+    delivered: bool | None = None  # None: the push only confirmed the route
     reason: str | None = None
 
 
 class ChannelHub:
-    """The daemon's channels, keyed by id, each bound to its registering connection."""
+    """The daemon's channels, keyed by id; each has at most one receiving connection."""
 
     def __init__(
         self,
@@ -132,6 +160,7 @@ class ChannelHub:
         self.deliver_timeout_s = deliver_timeout_s
         self.max_channels = max_channels
         self._channels: dict[str, Channel] = {}
+        self._handing: set[asyncio.Task[None]] = set()
 
     def install(self, daemon: Daemon) -> None:
         daemon.methods.register("channel.register_channel", self._register)
@@ -146,30 +175,65 @@ class ChannelHub:
         return self._channels.get(channel_id)
 
     def register(self, connection: Connection, session_id: str, name: str | None) -> Channel:
-        if len(self._channels) >= self.max_channels:
-            raise RpcFailure(ErrorCode.BUSY, f"too many channels (cap {self.max_channels})")
-        channel_id = "ch_" + secrets.token_hex(8)
-        channel = Channel(channel_id, session_id, name, connection)
-        self._channels[channel_id] = channel
+        """The session's channel (a new one, or the one it registered before) with
+        ``connection`` as its receiver."""
+        channel = self._of_session(session_id, name)
+        if channel is None:
+            if len(self._channels) >= self.max_channels:
+                raise RpcFailure(ErrorCode.BUSY, f"too many channels (cap {self.max_channels})")
+            channel = Channel("ch_" + secrets.token_hex(8), session_id, name, None)
+            self._channels[channel.channel_id] = channel
+        channel.receiver = connection
         connection.add_close_callback(self._drop_connection)
+        if channel.held:
+            task = asyncio.get_running_loop().create_task(self._hand_over(channel))
+            self._handing.add(task)
+            task.add_done_callback(self._handing.discard)
         return channel
+
+    def _of_session(self, session_id: str, name: str | None) -> Channel | None:
+        for channel in self._channels.values():
+            if channel.session_id == session_id and (name is None or channel.name == name):
+                return channel
+        return None
 
     def unregister(self, channel_id: str) -> None:
         if self._channels.pop(channel_id, None) is None:
             raise _unknown_channel(channel_id)
 
     async def push(self, channel_id: str, envelope: Any) -> PushResult:
-        """Deliver ``envelope`` to the channel's connection and report what happened."""
+        """Deliver ``envelope`` to the channel's receiver and report what happened."""
         problem = envelope_problem(envelope)
         if problem is not None:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, problem)
         channel = self._channels.get(channel_id)
         if channel is None:
             raise _unknown_channel(channel_id)
-        params = {"channel_id": channel_id, "envelope": envelope}
+        if channel.receiver is None:
+            return self._hold(channel, envelope)
+        return await self._deliver(channel, channel.receiver, envelope)
+
+    def _hold(self, channel: Channel, envelope: Any) -> PushResult:
+        if len(channel.held) >= MAX_HELD:
+            reason = f"no receiver is connected and {MAX_HELD} envelopes already wait; dropped"
+            return PushResult(routed=True, delivered=False, reason=reason)
+        channel.held.append(envelope)
+        reason = "no receiver is connected; held until the channel server registers"
+        return PushResult(routed=True, delivered=False, reason=reason)
+
+    async def _hand_over(self, channel: Channel) -> None:
+        """Deliver what was held, in order, to the channel's new receiver."""
+        while channel.held and channel.receiver is not None:
+            result = await self._deliver(channel, channel.receiver, channel.held[0])
+            if not result.delivered:
+                return
+            channel.held.popleft()
+
+    async def _deliver(self, channel: Channel, receiver: Connection, envelope: Any) -> PushResult:
+        params = {"channel_id": channel.channel_id, "envelope": envelope}
         try:
             async with asyncio.timeout(self.deliver_timeout_s):
-                answer = await channel.connection.call(DELIVER_METHOD, params)
+                answer = await receiver.call(DELIVER_METHOD, params)
         except TimeoutError:
             reason = f"the channel did not answer within {self.deliver_timeout_s:g}s"
             return PushResult(routed=True, delivered=False, reason=reason)
@@ -186,25 +250,29 @@ class ChannelHub:
 
     def _register(self, context: CallContext, params: Any) -> dict[str, str]:
         args = decode_params(params, RegisterParams)
-        if not args.session_id:
-            raise RpcFailure(ErrorCode.INVALID_PARAMS, "session_id must not be empty")
+        if not args.session:
+            raise RpcFailure(ErrorCode.INVALID_PARAMS, "cc_session_id must not be empty")
         if args.name is not None and len(args.name) > MAX_NAME_CHARS:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, f"name exceeds {MAX_NAME_CHARS} chars")
-        channel = self.register(context.connection, args.session_id, args.name)
-        return {"channel_id": channel.channel_id}
+        channel = self.register(context.connection, args.session, args.name)
+        return {"mcp_channel_id": channel.channel_id, "channel_id": channel.channel_id}
 
     def _unregister(self, context: CallContext, params: Any) -> dict[str, bool]:
-        self.unregister(decode_params(params, ChannelIdParams).channel_id)
+        self.unregister(decode_params(params, ChannelIdParams).id)
         return {"unregistered": True}
 
     async def _push(self, context: CallContext, params: Any) -> PushResult:
         args = decode_params(params, PushParams)
-        return await self.push(args.channel_id, args.envelope)
+        if args.envelope is msgspec.UNSET:
+            if self.get(args.id) is None:
+                raise _unknown_channel(args.id)
+            return PushResult(routed=True)  # confirm-only: the route exists
+        return await self.push(args.id, args.envelope)
 
     def _drop_connection(self, connection: Connection) -> None:
-        gone = [cid for cid, ch in self._channels.items() if ch.connection is connection]
-        for channel_id in gone:
-            del self._channels[channel_id]
+        for channel in self._channels.values():
+            if channel.receiver is connection:
+                channel.receiver = None
 
 
 def _unknown_channel(channel_id: str) -> RpcFailure:
