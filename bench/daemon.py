@@ -36,7 +36,6 @@ from typing import Any
 
 from tether.daemon.aclient import AsyncDaemonClient
 from tether.daemon.protocol import (
-    NEED_DATA,
     FrameDecoder,
     ProtocolError,
     Request,
@@ -45,6 +44,7 @@ from tether.daemon.protocol import (
     encode_call,
     encode_frame,
 )
+from tether.wire.needdata import NEED_DATA
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

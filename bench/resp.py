@@ -22,8 +22,9 @@ import statistics
 import time
 from collections.abc import Callable
 
-from tether.framing.resp import NEED_DATA, PureReader, encode_frame
+from tether.framing.resp import PureReader, encode_frame
 from tether.framing.resp_hiredis import HiredisReader
+from tether.wire.needdata import NEED_DATA
 
 CHUNK = 64 * 1024
 TARGET_RATIO = 6.0

@@ -14,7 +14,6 @@ import struct
 import sys
 
 from tether.daemon.protocol import (
-    NEED_DATA,
     FrameDecoder,
     ProtocolError,
     Request,
@@ -23,6 +22,7 @@ from tether.daemon.protocol import (
     decode_request,
     decode_response,
 )
+from tether.wire.needdata import NEED_DATA
 
 MAX_FRAME = 4096
 

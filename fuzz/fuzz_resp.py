@@ -2,8 +2,8 @@
 
 Each input is fed to the pure and the hiredis-backed reader, whole and in chunks whose
 sizes come from the input itself, under default and tight limits. Every result must be a
-frame or a Rejection, both readers must give identical results, and every frame must
-decode to a message or a Rejection (and a message must round-trip through its frame).
+frame or a FrameRejection, both readers must give identical results, and every frame must
+decode to a message or a FrameRejection (and a message must round-trip through its frame).
 
 Run under atheris when it is installed (``python fuzz/fuzz_resp.py -atheris_runs=100000``),
 else a bounded random loop: ``python fuzz/fuzz_resp.py [iterations]``.
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 from tether.framing import messages, stream_json
-from tether.framing.resp import PureReader, Rejection, encode_frame
+from tether.framing.resp import FrameRejection, PureReader, encode_frame
 from tether.framing.resp_hiredis import HiredisReader
 
 SEEDS = [
@@ -42,7 +42,7 @@ def read(cls: type[PureReader], chunks: list[bytes], limits: dict[str, int]) -> 
     for chunk in chunks:
         reader.feed(chunk)
         for result in reader:
-            assert isinstance(result, tuple | Rejection), result
+            assert isinstance(result, tuple | FrameRejection), result
             out.append(result)
     out.append(reader.eof())
     return out
@@ -59,7 +59,7 @@ def one_input(data: bytes) -> None:
     for result in whole:
         if isinstance(result, tuple):
             message = messages.from_fields(result)
-            if not isinstance(message, Rejection):
+            if not isinstance(message, FrameRejection):
                 assert messages.from_fields(messages.to_fields(message)) == message
                 stream_json.to_stream_json(message)
                 messages.to_wire_events(message)

@@ -57,7 +57,7 @@ def test_spawn_names_the_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv("TETHER_CI_CACHE", raising=False)
     monkeypatch.setenv("TETHER_HOME", str(tmp_path / "home"))
 
-    async def go() -> tether.Result:
+    async def go() -> tether.RunResult:
         handle = await tether.spawn("hi", agent="claude", runs_root=tmp_path / "runs")
         return await handle.wait()
 

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from tether.daemon.protocol import (
     MAX_FRAME_BYTES,
-    NEED_DATA,
     ErrorCode,
     FrameDecoder,
     FrameTooLarge,
@@ -31,6 +30,7 @@ from tether.daemon.protocol import (
     encode_response,
     recover_id,
 )
+from tether.wire.needdata import NEED_DATA
 
 
 def prefix(size: int) -> bytes:

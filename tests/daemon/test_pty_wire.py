@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.daemon.protocol import NEED_DATA, FrameDecoder
+from tether.daemon.protocol import FrameDecoder
 from tether.daemon.pty_wire import (
     ExitInfo,
     Hello,
@@ -20,6 +20,7 @@ from tether.daemon.pty_wire import (
     encode,
 )
 from tether.transports.ws import WsBinary, WsClosed, WsOpen, WsPeer, WsRequest, WsText
+from tether.wire.needdata import NEED_DATA
 
 
 def test_ring_keeps_the_newest_bytes_and_starts_at_a_line() -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tether.cli.shell_lib import library_path
 from tether.framing import messages as m
-from tether.framing.resp import PureReader, Rejection
+from tether.framing.resp import FrameRejection, PureReader
 
 SAMPLES: list[m.Message] = [
     m.Text(chunk="héllo\r\nworld"),
@@ -103,7 +103,7 @@ def test_usage_layout_and_lenient_counts() -> None:
 )
 def test_rejections(fields: list[bytes], code: str, words: str) -> None:
     result = m.from_fields(fields)
-    assert isinstance(result, Rejection)
+    assert isinstance(result, FrameRejection)
     assert result.code == code
     assert words in result.reason
     assert result.offset is None
@@ -162,7 +162,7 @@ def test_extra_fields_are_ignored_and_bad_utf8_is_replaced() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(max_size=30), max_size=9))
 def test_from_fields_is_total(fields: list[bytes]) -> None:
-    assert isinstance(m.from_fields(fields), m.Message | Rejection)
+    assert isinstance(m.from_fields(fields), m.Message | FrameRejection)
 
 
 @settings(max_examples=300, deadline=None)
@@ -172,7 +172,7 @@ def test_from_fields_is_total(fields: list[bytes]) -> None:
 )
 def test_from_fields_is_total_for_every_kind(kind: str, fields: list[bytes]) -> None:
     result = m.from_fields([kind.encode(), *fields])
-    if not isinstance(result, Rejection):
+    if not isinstance(result, FrameRejection):
         assert m.from_fields(m.to_fields(result)) == result
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tether.cli.shell_lib import library_path
-from tether.framing.resp import PureReader, Rejection
+from tether.framing.resp import FrameRejection, PureReader
 from tether.framing.resp_hiredis import HiredisReader
 
 # Quoted verbatim from spec/message-protocol-and-display.md.
@@ -209,7 +209,7 @@ def run_writers(target: str, body: str, writers: int = 50, frames: int = 4) -> N
 def check_frames(data: bytes, body: str, writers: int = 50, frames: int = 4) -> None:
     for cls in (PureReader, HiredisReader):
         results = parse_all(cls, data)
-        assert not [r for r in results if isinstance(r, Rejection)]
+        assert not [r for r in results if isinstance(r, FrameRejection)]
         expected = {
             (b"TEXT", b"writer %d frame %d" % (w, i), body.encode(), b"end %d" % w)
             for w in range(writers)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.framing.resp import PureReader, Rejection, encode_frame
+from tether.framing.resp import FrameRejection, PureReader, encode_frame
 from tether.framing.resp_hiredis import HiredisReader
 
 fields_st = st.lists(st.binary(max_size=300), max_size=12)
@@ -36,7 +36,7 @@ def run(cls: type[PureReader], chunks: list[bytes], **limits: int) -> list[objec
     for chunk in chunks:
         reader.feed(chunk)
         for result in reader:
-            assert isinstance(result, tuple | Rejection)
+            assert isinstance(result, tuple | FrameRejection)
             out.append(result)
     out.append(reader.eof())
     return out

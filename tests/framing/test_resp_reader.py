@@ -6,12 +6,13 @@ import random
 
 import pytest
 
-from tether.framing.resp import NEED_DATA, Code, PureReader, Rejection, encode_frame
+from tether.framing.resp import FrameCode, FrameRejection, PureReader, encode_frame
 from tether.framing.resp_hiredis import HiredisReader, hiredis_available, open_reader
+from tether.wire.needdata import NEED_DATA
 
 READERS = [PureReader, HiredisReader]
 
-Result = tuple[bytes, ...] | Rejection
+Result = tuple[bytes, ...] | FrameRejection
 
 
 @pytest.fixture(params=READERS, ids=["pure", "hiredis"])
@@ -50,7 +51,7 @@ def feedings(data: bytes) -> dict[str, list[bytes]]:
 
 def shape(results: list[Result]) -> list[object]:
     """Frames as-is, rejections as (code, offset)."""
-    return [(r.code, r.offset) if isinstance(r, Rejection) else r for r in results]
+    return [(r.code, r.offset) if isinstance(r, FrameRejection) else r for r in results]
 
 
 GOOD_FRAMES: list[tuple[bytes, ...]] = [
@@ -158,8 +159,8 @@ def test_rejection_codes_and_reasons(reader_cls: type[PureReader]) -> None:
     reader = reader_cls()
     reader.feed(b"*1\r\n$1\r\nab\r\n")
     result = reader.next()
-    assert isinstance(result, Rejection)
-    assert result.code == Code.MALFORMED == "malformed"
+    assert isinstance(result, FrameRejection)
+    assert result.code == FrameCode.MALFORMED == "malformed"
     assert "field 0" in result.reason
     assert "CRLF" in result.reason
 
@@ -168,7 +169,7 @@ def test_too_many_fields_rejected_from_the_header_alone(reader_cls: type[PureRea
     reader = reader_cls(max_fields=4)
     reader.feed(b"*5\r\n")
     result = reader.next()
-    assert isinstance(result, Rejection)
+    assert isinstance(result, FrameRejection)
     assert result.code == "too-many-fields"
     assert "5 fields" in result.reason
     assert "limit is 4" in result.reason
@@ -178,7 +179,7 @@ def test_field_too_large_rejected_before_its_bytes_arrive(reader_cls: type[PureR
     reader = reader_cls(max_field_bytes=1000)
     reader.feed(b"*2\r\n$4\r\nTEXT\r\n$1001\r\n")
     result = reader.next()
-    assert isinstance(result, Rejection)
+    assert isinstance(result, FrameRejection)
     assert result.code == "field-too-large"
     assert "field 1" in result.reason
     # the reader now skips without holding the refused field's bytes
@@ -193,7 +194,7 @@ def test_hostile_length_never_waits_for_data(reader_cls: type[PureReader]) -> No
     reader = reader_cls()
     reader.feed(b"*1\r\n$99999999999999999999\r\n")
     result = reader.next()
-    assert isinstance(result, Rejection)
+    assert isinstance(result, FrameRejection)
     assert result.code == "field-too-large"
 
 
@@ -215,7 +216,7 @@ def test_bad_header_detected_without_waiting_for_crlf(reader_cls: type[PureReade
     reader = reader_cls()
     reader.feed(b"*1\r\n$x")
     result = reader.next()
-    assert isinstance(result, Rejection)
+    assert isinstance(result, FrameRejection)
     assert result.code == "malformed"
 
 
@@ -311,7 +312,7 @@ def test_open_reader_prefers_hiredis() -> None:
     reader = open_reader(max_fields=2, use_hiredis=True)
     reader.feed(b"*3\r\n")
     result = reader.next()
-    assert isinstance(result, Rejection)
+    assert isinstance(result, FrameRejection)
     assert result.code == "too-many-fields"
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tether.framing import messages as m
 from tether.framing import stream_json as sj
-from tether.framing.resp import Rejection
+from tether.framing.resp import FrameRejection
 from tether.framing.stream_json import Entry
 
 from .test_messages import json_st
@@ -140,7 +140,7 @@ def test_stream_json_tool_result_content_blocks_become_text() -> None:
 )
 def test_stream_json_rejections(obj: Any, code: str) -> None:
     result = sj.from_stream_json(obj)
-    assert isinstance(result, Rejection)
+    assert isinstance(result, FrameRejection)
     assert result.code == code
 
 
@@ -153,7 +153,7 @@ def test_stream_json_rejections(obj: Any, code: str) -> None:
 )
 def test_stream_json_decoding_is_total(obj: dict[str, Any]) -> None:
     result = sj.from_stream_json(obj)
-    if not isinstance(result, Rejection):
+    if not isinstance(result, FrameRejection):
         assert sj.from_stream_json(sj.to_stream_json(result)) == result
 
 
@@ -176,9 +176,9 @@ def test_empty_printf_values_are_read_as_null() -> None:
     line = b'{"type":"sub_agent_start","session_id":"sub_1","prompt":"p","fork":}'
     start = sj.from_stream_json(sj.decode_line(line))
     assert start == sj.SubAgentStart(session_id="sub_1", prompt="p", fork=None)
-    assert isinstance(sj.decode_line(b'{"a":}x'), Rejection)
-    assert isinstance(sj.decode_line(b"[1]"), Rejection)
-    assert isinstance(sj.decode_line(b"[" * 100_000), Rejection)
+    assert isinstance(sj.decode_line(b'{"a":}x'), FrameRejection)
+    assert isinstance(sj.decode_line(b"[1]"), FrameRejection)
+    assert isinstance(sj.decode_line(b"[" * 100_000), FrameRejection)
 
 
 def test_tool_result_extra_pairs_travel_as_members() -> None:
@@ -210,7 +210,7 @@ def test_a_whole_bash_agent_session_decodes_and_writes_back() -> None:
     assert lines[0].startswith(b'{"type":"session_start"')
     for line in lines:
         entry = sj.from_stream_json(sj.decode_line(line))
-        assert not isinstance(entry, Rejection), (line, entry)
+        assert not isinstance(entry, FrameRejection), (line, entry)
         obj = sj.to_stream_json(entry)
         assert obj is not None
         again = msgspec.json.encode(obj)

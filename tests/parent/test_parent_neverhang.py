@@ -15,7 +15,7 @@ import pytest
 
 from tether import procs
 from tether.runtime.mirror import ChannelError
-from tether.runtime.parent import Result, RunHandle, Timeouts, spawn
+from tether.runtime.parent import RunHandle, RunResult, Timeouts, spawn
 from tether.store.index import RunIndex
 
 from .helpers import FAST, Collector, double
@@ -30,8 +30,8 @@ def _group_gone(pgid: int) -> bool:
     return False
 
 
-def _run(mode: str, *, turn_ms: int = 150, timeouts: Timeouts = FAST, **kw: object) -> Result:
-    async def go() -> Result:
+def _run(mode: str, *, turn_ms: int = 150, timeouts: Timeouts = FAST, **kw: object) -> RunResult:
+    async def go() -> RunResult:
         handle = await spawn("task", argv=double(mode, turn_ms), timeouts=timeouts, **kw)  # type: ignore[arg-type]
         return await handle.wait()
 
@@ -61,7 +61,7 @@ def test_child_that_stops_answering_is_killed() -> None:
 
 
 def test_child_that_ignores_cancel_and_sigterm_has_its_group_killed() -> None:
-    async def go() -> tuple[RunHandle, Result, object]:
+    async def go() -> tuple[RunHandle, RunResult, object]:
         handle = await spawn("task", argv=double("ignore-cancel", 5000), timeouts=FAST)
         seen = Collector(handle)
         await seen.until_type("turn-started")
@@ -85,7 +85,7 @@ def test_child_exiting_without_exit_event_fails() -> None:
 
 
 def test_child_lingering_after_exit_is_ended_and_the_run_is_done() -> None:
-    async def go() -> tuple[RunHandle, Result]:
+    async def go() -> tuple[RunHandle, RunResult]:
         handle = await spawn("task", argv=double("linger"), timeouts=FAST)
         return handle, await handle.wait()
 
@@ -108,7 +108,7 @@ def test_deadline_the_child_ignores_is_enforced_by_the_parent() -> None:
 
 
 def test_truncated_event_file_is_a_channel_error() -> None:
-    async def go() -> tuple[Result, list[object]]:
+    async def go() -> tuple[RunResult, list[object]]:
         handle = await spawn("task", argv=double("truncate-events", 5000), timeouts=FAST)
         seen = Collector(handle)
         await seen.until_type("turn-started")
@@ -138,7 +138,7 @@ def test_foreign_run_and_bad_lines_surface_as_errors_and_the_run_goes_on() -> No
         ("bad-line", "invalid event line (malformed)"),
     ):
 
-        async def go(mode: str = mode) -> tuple[Result, list[object]]:
+        async def go(mode: str = mode) -> tuple[RunResult, list[object]]:
             handle = await spawn("task", argv=double(mode), timeouts=FAST)
             seen = Collector(handle)
             result = await handle.wait()
@@ -154,7 +154,7 @@ def test_foreign_run_and_bad_lines_surface_as_errors_and_the_run_goes_on() -> No
 
 
 def test_long_result_is_read_whole_from_final_text_path_and_removed() -> None:
-    async def go() -> tuple[Result, str]:
+    async def go() -> tuple[RunResult, str]:
         handle = await spawn("task", argv=double("long-result"), timeouts=FAST)
         seen = Collector(handle)
         result = await handle.wait()

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tether.runtime.mirror import ChannelError
-from tether.runtime.parent import Result, RunHandle, spawn
+from tether.runtime.parent import RunHandle, RunResult, spawn
 from tether.wire.session import ControlKind, State, decide
 
 from .helpers import FAST, Collector
@@ -47,7 +47,7 @@ def test_a_run_with_a_real_tool_call(tmp_path: Path) -> None:
         {"text": "Wrote f.txt."},
     ]
 
-    async def go() -> tuple[Result, Collector]:
+    async def go() -> tuple[RunResult, Collector]:
         handle = await _scripted(tmp_path, "tool", replies)
         seen = Collector(handle)
         result = await handle.wait()
@@ -71,7 +71,7 @@ def test_steer_mid_turn_is_injected(tmp_path: Path) -> None:
         {"text": "Steered answer."},
     ]
 
-    async def go() -> tuple[Result, Collector]:
+    async def go() -> tuple[RunResult, Collector]:
         handle = await _scripted(tmp_path, "steer", replies)
         seen = Collector(handle)
         await seen.until_type("tool-call")
@@ -98,7 +98,7 @@ def test_finalize_interrupts_a_long_tool_and_answers(tmp_path: Path) -> None:
         {"text": "Partial answer."},
     ]
 
-    async def go() -> Result:
+    async def go() -> RunResult:
         handle = await _scripted(tmp_path, "finalize", replies, finalize_after_s=1.0, deadline_s=20)
         seen = Collector(handle)
         result = await handle.wait()
@@ -116,7 +116,7 @@ def test_cancel_and_deadline(tmp_path: Path) -> None:
         {"text": "Waiting.", "tool_calls": [{"name": "bash", "arguments": {"command": "sleep 30"}}]}
     ]
 
-    async def go() -> tuple[Result, Result]:
+    async def go() -> tuple[RunResult, RunResult]:
         first = await _scripted(tmp_path, "cancel", replies)
         second = await _scripted(tmp_path, "deadline", replies, deadline_s=1)
         seen = Collector(first)

@@ -53,7 +53,7 @@ MAX_TASK_CHARS: Final = 32_000
 
 
 class SubRunResult(Protocol):
-    """What the tool reads of a finished sub-run (``tether.Result`` is one)."""
+    """What the tool reads of a finished sub-run (``tether.RunResult`` is one)."""
 
     @property
     def status(self) -> str: ...

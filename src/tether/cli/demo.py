@@ -87,11 +87,11 @@ class _Child:
 
 
 async def _demo(scenarios: dict[str, Path], output: str, *, keep: bool) -> int:
-    from tether.cli.run import Presenter
+    from tether.cli.run import DisplayFeed
     from tether.display import open_display
 
     display = open_display(output, stdout=sys.stdout, stderr=sys.stderr)
-    presenter = Presenter(display)
+    presenter = DisplayFeed(display)
     scratch = Path(tempfile.mkdtemp(prefix="tether-demo-"))
     ok = False
     try:

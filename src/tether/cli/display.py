@@ -99,7 +99,7 @@ def _wire(stream: BinaryIO, display: Display) -> int:
 
 def _resp(stream: BinaryIO, display: Display) -> int:
     from tether.framing.messages import from_fields
-    from tether.framing.resp import Rejection
+    from tether.framing.resp import FrameRejection
     from tether.framing.resp_hiredis import open_reader
 
     reader = open_reader()
@@ -110,8 +110,8 @@ def _resp(stream: BinaryIO, display: Display) -> int:
         nonlocal rejected, frames
         for frame in reader:
             frames += 1
-            result = frame if isinstance(frame, Rejection) else from_fields(list(frame))
-            if isinstance(result, Rejection):
+            result = frame if isinstance(frame, FrameRejection) else from_fields(list(frame))
+            if isinstance(result, FrameRejection):
                 rejected += 1
                 where = f"byte {result.offset}" if result.offset is not None else f"frame {frames}"
                 display.notice(f"{where}: {result.code}: {result.reason}", level="warning")
@@ -129,7 +129,7 @@ def _resp(stream: BinaryIO, display: Display) -> int:
 
 
 def _stream_json(stream: BinaryIO, display: Display) -> int:
-    from tether.framing.resp import Rejection
+    from tether.framing.resp import FrameRejection
     from tether.framing.stream_json import decode_line, from_stream_json
     from tether.wire.lines import TooLarge
 
@@ -141,8 +141,8 @@ def _stream_json(stream: BinaryIO, display: Display) -> int:
             continue
         else:
             obj = decode_line(item.data)
-            result = obj if isinstance(obj, Rejection) else from_stream_json(obj)
-            if not isinstance(result, Rejection):
+            result = obj if isinstance(obj, FrameRejection) else from_stream_json(obj)
+            if not isinstance(result, FrameRejection):
                 display.message(result)
                 continue
             problem = f"{result.code}: {result.reason}"

@@ -2,7 +2,7 @@
 
 Runs are found in the run index (``runs_*`` tables of the state directory's database);
 each run's permanent log is ``events.jsonl`` in its run directory. ``replay`` feeds that
-log to a fresh display through the same :class:`~tether.cli.run.Presenter` the live
+log to a fresh display through the same :class:`~tether.cli.run.DisplayFeed` the live
 ``tether run`` uses, so it renders what the live view rendered. RUN is a run id, a
 unique prefix or suffix of one, or ``latest``.
 """
@@ -256,14 +256,14 @@ def _replay(args: argparse.Namespace) -> int:
 
 def replay(record: RunRecord | None, path: Path, display: Any) -> str:
     """Feed a recorded run to ``display`` exactly as ``tether run`` did; returns its status."""
-    from tether.cli.run import Presenter
+    from tether.cli.run import DisplayFeed
     from tether.runtime.mirror import RunMirror
     from tether.runtime.replay import end_from_log, read_log
     from tether.runtime.rundir import RunDir
 
     run_id = record.id if record is not None else path.name
     run = RunDir(run_id, path)
-    presenter = Presenter(display)
+    presenter = DisplayFeed(display)
     mirror = RunMirror(run_id)
     for update in read_log(run.events, run_id, mirror, controls=run.control):
         presenter.update(update)

@@ -2,7 +2,7 @@
 
 Theory of operation: :func:`tether.runtime.parent.spawn` starts the child; every update
 goes to the display (the only code that writes to the terminal) through
-:class:`Presenter`, which ``tether replay`` uses too, so a replay renders exactly what
+:class:`DisplayFeed`, which ``tether replay`` uses too, so a replay renders exactly what
 the live view rendered. Lines typed on stdin become ``steer`` (``+text``: ``follow-up``);
 Ctrl-C sends ``finalize``, a second ``cancel``, a third kills the child's process group;
 SIGTERM and SIGHUP cancel (a hangup first points the dead terminal's fds at /dev/null).
@@ -161,7 +161,7 @@ async def _main(args: argparse.Namespace, task: str) -> int:
         display.notice(str(exc), level="error")
         display.close()
         return EXIT_CODES["failed"]
-    presenter = Presenter(display)
+    presenter = DisplayFeed(display)
     controls = _Controls(handle, display, read_stdin=not args.no_stdin)
     controls.install()
     status = asyncio.create_task(_status_loop(handle, display, args.output))
@@ -198,7 +198,7 @@ def exit_code(status: str, stop_reason: str | None) -> int:
     return EXIT_CODES.get(status, EXIT_CODES["failed"])
 
 
-class Presenter:
+class DisplayFeed:
     """Feeds a run's updates to the display; live and replay call it the same way."""
 
     def __init__(self, display: Any) -> None:

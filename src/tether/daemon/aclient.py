@@ -21,7 +21,6 @@ from tether.daemon.client import (
     unavailable_hint,
 )
 from tether.daemon.protocol import (
-    NEED_DATA,
     ErrorCode,
     FrameDecoder,
     ProtocolError,
@@ -30,6 +29,7 @@ from tether.daemon.protocol import (
     decode_message,
     encode_call,
 )
+from tether.wire.needdata import NEED_DATA
 
 
 class AsyncDaemonClient(asyncio.Protocol):

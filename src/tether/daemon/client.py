@@ -23,7 +23,6 @@ from typing import Any, Final
 
 from tether import paths
 from tether.daemon.protocol import (
-    NEED_DATA,
     ErrorCode,
     FrameDecoder,
     ProtocolError,
@@ -34,6 +33,7 @@ from tether.daemon.protocol import (
     encode_call,
     encode_response,
 )
+from tether.wire.needdata import NEED_DATA
 
 EXIT_NOT_RUNNING: Final = 3
 """CLI exit status when no daemon answers (not an ErrorCode: there was no answer)."""

@@ -32,6 +32,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from tether import jsondepth
+from tether.wire.needdata import NEED_DATA, NeedData
 
 __all__ = [
     "MAX_FRAME_BYTES",
@@ -165,14 +166,6 @@ class FrameTooLarge(ValueError):
     def __init__(self, size: int) -> None:
         super().__init__(f"frame exceeds max size: {size} > {MAX_FRAME_BYTES}")
         self.size = size
-
-
-class NeedData(enum.Enum):
-    NEED_DATA = "need_data"
-
-
-NEED_DATA: Final = NeedData.NEED_DATA
-"""Returned by :meth:`FrameDecoder.next_frame` when the buffer holds no whole frame yet."""
 
 
 class FrameDecoder:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from tether import procs
 from tether.daemon.methods import RpcFailure
-from tether.daemon.protocol import NEED_DATA, ErrorCode, FrameDecoder
+from tether.daemon.protocol import ErrorCode, FrameDecoder
 from tether.daemon.pty_holder import read_exit_file
 from tether.daemon.pty_wire import (
     EXIT_NAME,
@@ -57,6 +57,7 @@ from tether.daemon.pty_wire import (
 from tether.daemon.registry import AgentExists, AgentNotFound, AgentRecord
 from tether.procs import proc_start_time, process_matches
 from tether.runtime.rundir import RunDir, create_run_dir
+from tether.wire.needdata import NEED_DATA
 
 if TYPE_CHECKING:
     from tether.daemon.supervisor import Supervisor

@@ -44,7 +44,7 @@ from typing import Final, NoReturn
 
 import msgspec
 
-from tether.daemon.protocol import NEED_DATA, FrameDecoder
+from tether.daemon.protocol import FrameDecoder
 from tether.daemon.pty_wire import (
     CHUNK_BYTES,
     EXIT_NAME,
@@ -62,6 +62,7 @@ from tether.daemon.pty_wire import (
     decode_json,
     encode,
 )
+from tether.wire.needdata import NEED_DATA
 
 SEND_TIMEOUT_S: Final = 10.0
 MAX_PENDING_INPUT: Final = 1_048_576

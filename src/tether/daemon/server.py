@@ -52,7 +52,6 @@ import msgspec
 from tether.daemon.methods import AsyncHandler, MethodRegistry, RpcFailure, SyncHandler
 from tether.daemon.protocol import (
     MAX_FRAME_BYTES,
-    NEED_DATA,
     ErrorCode,
     FrameDecoder,
     FrameTooLarge,
@@ -66,6 +65,7 @@ from tether.daemon.protocol import (
     encode_ok,
     recover_id,
 )
+from tether.wire.needdata import NEED_DATA
 
 __all__ = ["CallContext", "Connection", "ConnectionClosed", "Daemon", "ServerConfig"]
 

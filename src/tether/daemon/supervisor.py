@@ -56,7 +56,7 @@ from tether.runtime.mirror import RunMirror
 from tether.runtime.rundir import RunDir, append_line, create_run_dir
 from tether.runtime.sidecars import InboxTail
 from tether.wire import Rejection
-from tether.wire.session import ControlKind
+from tether.wire.session import ControlKind, State
 
 if TYPE_CHECKING:
     from tether.daemon.channels import ChannelHub
@@ -471,7 +471,7 @@ class Supervisor:
         row = RunRecord(
             id=agent.run_id,
             task=record.task or "",
-            status="running",
+            status=State.RUNNING.value,
             created_at=record.created_at,
             run_dir=record.run_dir,
             provider=record.provider,

@@ -10,30 +10,26 @@
 from __future__ import annotations
 
 from tether.framing.resp import (
-    NEED_DATA,
-    Code,
     Frame,
+    FrameCode,
     FrameReader,
-    NeedData,
+    FrameRejection,
     PureReader,
     ReaderStatistics,
     ReadResult,
-    Rejection,
     encode_frame,
 )
 from tether.framing.resp_hiredis import HiredisReader, hiredis_available, open_reader
 
 __all__ = [
-    "NEED_DATA",
-    "Code",
     "Frame",
+    "FrameCode",
     "FrameReader",
+    "FrameRejection",
     "HiredisReader",
-    "NeedData",
     "PureReader",
     "ReadResult",
     "ReaderStatistics",
-    "Rejection",
     "encode_frame",
     "hiredis_available",
     "open_reader",

@@ -23,7 +23,7 @@ IMAGE_DESCRIBE images (``[Image #1] ...``), description
 ============== =====================================================================
 
 Decoding is total: :func:`from_fields` returns a message or a
-:class:`~tether.framing.resp.Rejection` (codes ``empty-frame``, ``unknown-type``,
+:class:`~tether.framing.resp.FrameRejection` (codes ``empty-frame``, ``unknown-type``,
 ``invalid-payload``), never raises. It accepts what bash-agent's own reader accepts
 (REFERENCE-FACTS §2): fields are UTF-8, with invalid bytes replaced by U+FFFD (tool output
 may be binary; it is shown, not dropped); token counts are decimal digits, and an empty,
@@ -47,11 +47,11 @@ from typing import Any, ClassVar, Final, TypeAlias
 import msgspec
 
 from tether import jsondepth
-from tether.framing.resp import Rejection, encode_frame
+from tether.framing.resp import FrameRejection, encode_frame
 from tether.wire.limits import SUMMARY_BYTES
 from tether.wire.text import first_line_summary
 
-# Rejection codes of this layer.
+# FrameRejection codes of this layer.
 EMPTY_FRAME: Final = "empty-frame"
 MALFORMED: Final = "malformed"
 UNKNOWN_TYPE: Final = "unknown-type"
@@ -301,26 +301,26 @@ _INT_FIELDS: Final = frozenset(
 
 
 class _Invalid(Exception):
-    """A field that does not fit its layout (internal: becomes a Rejection)."""
+    """A field that does not fit its layout (internal: becomes a FrameRejection)."""
 
 
 # -- frames ----------------------------------------------------------------------------------
 
 
-def from_fields(fields: Sequence[bytes]) -> Message | Rejection:
+def from_fields(fields: Sequence[bytes]) -> Message | FrameRejection:
     """Decode a frame's fields (field 0 is the type) into a message, or reject them."""
     if not fields:
-        return Rejection(EMPTY_FRAME, "a frame needs at least the message type field")
+        return FrameRejection(EMPTY_FRAME, "a frame needs at least the message type field")
     name = fields[0].decode("ascii", "replace")
     cls = _CLASSES.get(name)
     if cls is None:
-        return Rejection(UNKNOWN_TYPE, f"unknown message type {name[:40]!r}")
+        return FrameRejection(UNKNOWN_TYPE, f"unknown message type {name[:40]!r}")
     layout = _LAYOUT[name]
     required = _REQUIRED.get(name, len(layout))
     if len(fields) - 1 < required:
         need = ", ".join(layout[:required])
         reason = f"{name} needs {required} fields after the type ({need}), got {len(fields) - 1}"
-        return Rejection(INVALID_PAYLOAD, reason)
+        return FrameRejection(INVALID_PAYLOAD, reason)
     if name == "USER_INPUT" and len(fields) == 2:
         fields = [fields[0], b"", fields[1]]  # one field: it is the text
     try:
@@ -331,7 +331,7 @@ def from_fields(fields: Sequence[bytes]) -> Message | Rejection:
         if name in _KEEPS_EXTRA:
             values.update(_extra(cls, fields[1 + len(layout) :]))
     except _Invalid as exc:
-        return Rejection(INVALID_PAYLOAD, f"{name}: {exc}")
+        return FrameRejection(INVALID_PAYLOAD, f"{name}: {exc}")
     return cls(**values)
 
 

@@ -14,7 +14,7 @@ A reader is fed bytes with :meth:`PureReader.feed` and asked for the next result
 :meth:`PureReader.next`, which returns one of:
 
 - a frame: ``tuple[bytes, ...]``;
-- a :class:`Rejection` (``code``, ``reason``, ``offset`` = stream offset of the bad frame);
+- a :class:`FrameRejection` (``code``, ``reason``, ``offset`` = stream offset of the bad frame);
 - :data:`NEED_DATA`: feed more bytes first.
 
 It owns no file, socket, thread or clock. Call ``next()`` after every ``feed()`` until it
@@ -32,7 +32,7 @@ the field's bytes are waited for, so a hostile header never makes the reader buf
   (headers included) grows past it, ``frame-too-large``.
 - a header line longer than ``1 + MAX_LENGTH_DIGITS + 2`` bytes is ``malformed``.
 
-Rejection codes (:class:`Code`): ``malformed``, ``too-many-fields``, ``field-too-large``,
+FrameRejection codes (:class:`FrameCode`): ``malformed``, ``too-many-fields``, ``field-too-large``,
 ``frame-too-large``, and ``truncated`` (only from ``eof()``). The reason names the field
 (0-based, field 0 is the type) and the limit.
 
@@ -63,6 +63,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, TypeAlias
+
+from tether.wire.needdata import NEED_DATA, NeedData
 
 # Largest number of fields one frame may declare. bash-agent's widest message is TOOL_CALL
 # with its flattened input members; 1024 leaves room for 510 of them.
@@ -96,8 +98,8 @@ _CR: Final = 13
 _LF: Final = 10
 
 
-class Code(enum.StrEnum):
-    """Rejection codes, one per way a frame can fail."""
+class FrameCode(enum.StrEnum):
+    """FrameRejection codes, one per way a frame can fail."""
 
     MALFORMED = "malformed"
     TOO_MANY_FIELDS = "too-many-fields"
@@ -106,20 +108,11 @@ class Code(enum.StrEnum):
     TRUNCATED = "truncated"
 
 
-class NeedData(enum.Enum):
-    """The type of :data:`NEED_DATA`."""
-
-    NEED_DATA = "need-data"
-
-
-NEED_DATA: Final = NeedData.NEED_DATA
-"""Returned by ``next()`` when no whole frame or rejection is available yet."""
-
 Frame: TypeAlias = tuple[bytes, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Rejection:
+class FrameRejection:
     """Why bytes (or a frame, or a decoded object) were refused.
 
     ``offset`` is the stream offset of the rejected frame's first byte (``None`` when the
@@ -131,7 +124,7 @@ class Rejection:
     offset: int | None = None
 
 
-ReadResult: TypeAlias = Frame | Rejection | Literal[NeedData.NEED_DATA]
+ReadResult: TypeAlias = Frame | FrameRejection | Literal[NeedData.NEED_DATA]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +141,9 @@ class FrameReader(Protocol):
 
     def feed(self, data: bytes | bytearray | memoryview) -> None: ...
     def next(self) -> ReadResult: ...
-    def eof(self) -> Rejection | None: ...
+    def eof(self) -> FrameRejection | None: ...
     def statistics(self) -> ReaderStatistics: ...
-    def __iter__(self) -> Iterator[Frame | Rejection]: ...
+    def __iter__(self) -> Iterator[Frame | FrameRejection]: ...
 
 
 _BAD_START: Final = "a frame must start with '*' at the beginning of a line"
@@ -256,7 +249,7 @@ class PureReader:
         self._size = 0  # its encoded bytes read so far
         self._scan = -1  # while resyncing: first index where a '*' may restart, else -1
         self._skip_from = 0  # stream offset where the skipped run began
-        self._ready: deque[Frame | Rejection] = deque()
+        self._ready: deque[Frame | FrameRejection] = deque()
         self._rejections = 0
         self._skipped = 0
 
@@ -301,7 +294,7 @@ class PureReader:
     # -- reading ---------------------------------------------------------------------------
 
     def next(self) -> ReadResult:
-        """The next frame, a :class:`Rejection`, or :data:`NEED_DATA`."""
+        """The next frame, a :class:`FrameRejection`, or :data:`NEED_DATA`."""
         ready = self._ready
         if not ready:
             self._parse()
@@ -393,16 +386,16 @@ class PureReader:
         if count is not None:
             pos = start + 4
         elif buf[start] != _STAR:
-            return self._reject(start, start, Code.MALFORMED, _BAD_START)
+            return self._reject(start, start, FrameCode.MALFORMED, _BAD_START)
         else:
             count, pos = _read_number(buf, start)
             if count < 0:
                 if count == _NEED:
                     return NEED_DATA
-                return self._reject(start, start, Code.MALFORMED, _BAD_COUNT)
+                return self._reject(start, start, FrameCode.MALFORMED, _BAD_COUNT)
         if count > self._max_fields:
             reason = f"frame declares {count} fields; the limit is {self._max_fields}"
-            return self._reject(start, start, Code.TOO_MANY_FIELDS, reason)
+            return self._reject(start, start, FrameCode.TOO_MANY_FIELDS, reason)
         self._size = pos - start
         return self._read_fields(start, pos, count, [])
 
@@ -428,20 +421,22 @@ class PureReader:
                 elif pos >= n:
                     break
                 elif buf[pos] != _DOLLAR:
-                    return self._reject(start, pos, Code.MALFORMED, _bad_field_header(index))
+                    return self._reject(start, pos, FrameCode.MALFORMED, _bad_field_header(index))
                 else:
                     length, body = _read_number(buf, pos)
                     if length < 0:
                         if length == _NEED:
                             break
-                        return self._reject(start, pos, Code.MALFORMED, _bad_field_header(index))
+                        return self._reject(
+                            start, pos, FrameCode.MALFORMED, _bad_field_header(index)
+                        )
             if length > max_field:
                 reason = f"field {index} declares {length} bytes; the limit is {max_field}"
-                return self._reject(start, pos, Code.FIELD_TOO_LARGE, reason)
+                return self._reject(start, pos, FrameCode.FIELD_TOO_LARGE, reason)
             stop = body + length
             if size + stop + 2 - pos > max_frame:
                 reason = f"frame exceeds {max_frame} bytes at field {index}"
-                return self._reject(start, pos, Code.FRAME_TOO_LARGE, reason)
+                return self._reject(start, pos, FrameCode.FRAME_TOO_LARGE, reason)
             if stop + 2 > n:
                 if stop < n and buf[stop] != _CR:
                     return self._unterminated(start, stop, index, length)
@@ -463,20 +458,20 @@ class PureReader:
         self._size = size
         return NEED_DATA
 
-    def _unterminated(self, start: int, stop: int, index: int, length: int) -> Rejection:
+    def _unterminated(self, start: int, stop: int, index: int, length: int) -> FrameRejection:
         reason = f"field {index}: its {length} bytes of data are not followed by CRLF"
-        return self._reject(start, stop, Code.MALFORMED, reason)
+        return self._reject(start, stop, FrameCode.MALFORMED, reason)
 
     # -- rejection and resync --------------------------------------------------------------
 
-    def _reject(self, start: int, at: int, code: Code, reason: str) -> Rejection:
+    def _reject(self, start: int, at: int, code: FrameCode, reason: str) -> FrameRejection:
         """Refuse the frame at ``start`` (error found at ``at``) and begin resyncing."""
         self._start = -1
         self._fields = []
         self._rejections += 1
         self._scan = max(at, start + 1)
         self._skip_from = self._base + start
-        return Rejection(str(code), reason, self._base + start)
+        return FrameRejection(str(code), reason, self._base + start)
 
     def _resync(self) -> bool:
         """Skip to the next '*' at a line start; False while none has arrived yet."""
@@ -492,7 +487,7 @@ class PureReader:
 
     # -- end of stream and introspection ---------------------------------------------------
 
-    def eof(self) -> Rejection | None:
+    def eof(self) -> FrameRejection | None:
         """The stream has ended. Returns a ``truncated`` rejection if a frame was cut short.
 
         Call it after ``next()`` returned ``NEED_DATA``; the reader is empty afterwards and
@@ -507,7 +502,7 @@ class PureReader:
         elif held > 0:
             self._rejections += 1
             reason = f"the stream ended inside a frame ({held} bytes of it were read)"
-            verdict = Rejection(str(Code.TRUNCATED), reason, self._base + start)
+            verdict = FrameRejection(str(FrameCode.TRUNCATED), reason, self._base + start)
         self._start = -1
         self._scan = -1
         self._fields = []
@@ -525,7 +520,7 @@ class PureReader:
             skipped += self._base + keep - self._skip_from
         return ReaderStatistics(self._rejections, skipped, held)
 
-    def __iter__(self) -> Iterator[Frame | Rejection]:
+    def __iter__(self) -> Iterator[Frame | FrameRejection]:
         """Every result available now, up to (not including) ``NEED_DATA``."""
         while (result := self.next()) is not NEED_DATA:
             yield result

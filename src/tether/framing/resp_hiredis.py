@@ -21,11 +21,11 @@ from tether.framing.resp import (
     DEFAULT_MAX_FIELD_BYTES,
     DEFAULT_MAX_FIELDS,
     DEFAULT_MAX_FRAME_BYTES,
-    NEED_DATA,
+    FrameRejection,
     PureReader,
     ReadResult,
-    Rejection,
 )
+from tether.wire.needdata import NEED_DATA
 
 __all__ = ["HiredisReader", "hiredis_available", "open_reader"]
 
@@ -189,7 +189,7 @@ class HiredisReader(PureReader):
                 pos += len(field) + 2
         return pos - start
 
-    def eof(self) -> Rejection | None:
+    def eof(self) -> FrameRejection | None:
         verdict = super().eof()
         self._hr = self._hiredis.Reader()
         self._fed = 0

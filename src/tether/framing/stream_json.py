@@ -9,7 +9,7 @@ bash-agent (``--output-format stream-json``) writes one JSON object per line; it
 records of the session that no frame carries (:data:`Record`): ``session_start`` (the first
 line of every new session), ``session_fork``, ``sub_agent_start`` and ``sub_agent_end``.
 :func:`from_stream_json` turns an object into a message or a record, or a
-:class:`~tether.framing.resp.Rejection`; :func:`to_stream_json` writes either back.
+:class:`~tether.framing.resp.FrameRejection`; :func:`to_stream_json` writes either back.
 
 Two things make a line more than its decoded object:
 
@@ -57,7 +57,7 @@ from tether.framing.messages import (
     _str,
 )
 from tether.framing.messages import _content as content_text
-from tether.framing.resp import Rejection
+from tether.framing.resp import FrameRejection
 
 __all__ = [
     "Entry",
@@ -124,13 +124,13 @@ _EMPTY_VALUE: Final = re.compile(rb'(":)\s*(?=[,}])')
 # -- lines ------------------------------------------------------------------------------------
 
 
-def decode_line(data: bytes) -> dict[str, Any] | Rejection:
+def decode_line(data: bytes) -> dict[str, Any] | FrameRejection:
     """One line as an object whose ``input`` member stays raw JSON text; never raises."""
     obj = _decode_object(data)
     if obj is None and _EMPTY_VALUE.search(data):
         obj = _decode_object(_EMPTY_VALUE.sub(rb"\1null", data))
     if obj is None:
-        return Rejection(MALFORMED, "not a JSON object")
+        return FrameRejection(MALFORMED, "not a JSON object")
     return obj
 
 
@@ -186,18 +186,18 @@ def _session_object(entry: Message) -> dict[str, Any] | None:
     return None  # SESSION_END
 
 
-def from_stream_json(obj: Any) -> Entry | Rejection:
+def from_stream_json(obj: Any) -> Entry | FrameRejection:
     """Decode a stream-json object into a message or a record, or reject it."""
     if not isinstance(obj, Mapping) or not isinstance(obj.get("type"), str):
-        return Rejection(MALFORMED, "a stream-json message is an object with a string 'type'")
+        return FrameRejection(MALFORMED, "a stream-json message is an object with a string 'type'")
     kind: str = obj["type"]
     decode = _FROM_STREAM_JSON.get(kind)
     if decode is None:
-        return Rejection(UNKNOWN_TYPE, f"{kind[:40]!r} is not a stream-json kind")
+        return FrameRejection(UNKNOWN_TYPE, f"{kind[:40]!r} is not a stream-json kind")
     try:
         return decode(obj)
     except _Invalid as exc:
-        return Rejection(INVALID_PAYLOAD, f"{kind}: {exc}")
+        return FrameRejection(INVALID_PAYLOAD, f"{kind}: {exc}")
 
 
 def _input(call: ToolCall) -> Any:

@@ -1,4 +1,4 @@
-"""What a run ends with (:class:`Result`) and how long the parent waits (:class:`Timeouts`).
+"""What a run ends with (:class:`RunResult`) and how long the parent waits (:class:`Timeouts`).
 
 The errors the parent raises are in :mod:`tether.errors`.
 """
@@ -6,9 +6,9 @@ The errors the parent raises are in :mod:`tether.errors`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-Status = Literal["done", "cancelled", "failed", "timed-out"]
+from tether.wire.session import RunStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,7 @@ class Timeouts:
 
 
 @dataclass(frozen=True, slots=True)
-class Result:
+class RunResult:
     """How a run ended and its answer.
 
     ``final_text`` is the complete answer for ``done`` runs (read from final-text-path
@@ -34,7 +34,7 @@ class Result:
     status but ``done`` (and problems the parent noticed on the way).
     """
 
-    status: Status
+    status: RunStatus
     final_text: str = ""
     stop_reason: str | None = None
     usage: dict[str, Any] | None = None

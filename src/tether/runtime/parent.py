@@ -43,7 +43,7 @@ from tether.runtime.launch import (
 )
 from tether.runtime.mirror import ChannelError, RunMirror
 from tether.runtime.nested import NestedFollower
-from tether.runtime.outcome import Result, Timeouts
+from tether.runtime.outcome import RunResult, Timeouts
 from tether.runtime.rundir import RunDir, write_private_text
 from tether.runtime.sidecars import InboxTail, Recorder
 from tether.runtime.supervise import Drain, Finish, RunWatch, Send, Terminate, Verdict, Wait
@@ -59,10 +59,10 @@ __all__ = [
     "ControlRefused",
     "InboxItem",
     "ParentError",
-    "Result",
     "RunEnded",
     "RunEvent",
     "RunHandle",
+    "RunResult",
     "SpawnError",
     "TetherError",
     "Timeouts",
@@ -72,7 +72,7 @@ __all__ = [
 
 
 class RunHandle:
-    """A live run: send controls, read its updates, wait for its :class:`Result`.
+    """A live run: send controls, read its updates, wait for its :class:`RunResult`.
 
     Create with :func:`spawn`. Every control method returns the ``control-ack`` the child
     sent for it; :meth:`wait` never hangs (see the module docstring).
@@ -112,7 +112,7 @@ class RunHandle:
         self._ack_waiters: dict[int, asyncio.Future[ControlAck]] = {}
         self._notes: list[str] = []
         self._ended = False
-        self._result: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._result: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
         self._token = hub.subscribe_event(run.events, self._wake)
         self._nested = (
             None if nested is None else NestedFollower(run.run_id, nested, hub, self._wake)
@@ -211,11 +211,11 @@ class RunHandle:
             if isinstance(item, RunEvent):
                 yield item.event
 
-    async def wait(self) -> Result:
+    async def wait(self) -> RunResult:
         """Wait for the run to end and return its result. Never hangs."""
         return await asyncio.shield(self._result)
 
-    async def aclose(self) -> Result:
+    async def aclose(self) -> RunResult:
         """Cancel the run if it is still going, and wait for its result."""
         if not self._result.done():
             await self.cancel()
@@ -355,15 +355,15 @@ class RunHandle:
         if not self._result.done():
             self._result.set_result(result)
 
-    def _build_result(self, verdict: Verdict) -> Result:
+    def _build_result(self, verdict: Verdict) -> RunResult:
         # wall time, so that the index (created_at, ended_at) gives the same elapsed_s
         elapsed = max(0.0, time.time() - self._created_at)
         result = verdict.result
         if result is None:
             status, error = verdict.status, verdict.error
-            return Result(status, error=error, run_id=self.run_id, elapsed_s=elapsed)
+            return RunResult(status, error=error, run_id=self.run_id, elapsed_s=elapsed)
         text, truncated = full_text(result, self.run_dir.path)
-        return Result(
+        return RunResult(
             verdict.status,
             final_text=text,
             stop_reason=result.stop_reason,
@@ -478,7 +478,7 @@ async def spawn(
     except SpawnError as exc:
         prepared.control.close()
         if recorder is not None:
-            await recorder.finish(Result("failed", error=str(exc), run_id=run.run_id))
+            await recorder.finish(RunResult("failed", error=str(exc), run_id=run.run_id))
         raise
     if recorder is not None:
         await recorder.started(proc.pid)

@@ -100,7 +100,7 @@ from tether.framing.messages import (
     to_frame,
     to_wire_events,
 )
-from tether.framing.resp import Frame, Rejection
+from tether.framing.resp import Frame, FrameRejection
 from tether.framing.resp_hiredis import open_reader
 from tether.runtime.adapters.base import STDERR_TAIL_BYTES, TERM_GRACE_S, CliProcess
 from tether.wire.limits import POLL_BUSY_S
@@ -153,7 +153,7 @@ class RespRunner:
         self._start: asyncio.Future[None] | None = None
         self._wake = asyncio.Event()
         self._eof = False
-        self._pending: deque[Frame | Rejection] = deque()  # read, not yet handled
+        self._pending: deque[Frame | FrameRejection] = deque()  # read, not yet handled
         self._active = False  # a turn is running
         self._owed = 0  # inputs written and not yet answered by a final STOP
         self._usage: dict[str, int] = {}  # counted for the turn that ends next
@@ -228,7 +228,7 @@ class RespRunner:
             self._pending.extend(self._reader)
         except Exception as exc:  # noqa: BLE001 - a bug here must end the turn, not hang it
             error = f"internal error in the RESP adapter: {type(exc).__name__}: {exc}"
-            self._pending.append(Rejection("internal", error))
+            self._pending.append(FrameRejection("internal", error))
         self._handle_pending()
 
     def _on_eof(self) -> None:
@@ -251,17 +251,17 @@ class RespRunner:
 
     # -- frames -> display events ----------------------------------------------------
 
-    def _on_frame(self, item: Frame | Rejection) -> None:
-        if isinstance(item, Rejection):
+    def _on_frame(self, item: Frame | FrameRejection) -> None:
+        if isinstance(item, FrameRejection):
             where = f" at byte {item.offset}" if item.offset is not None else ""
             self._adapter_error(f"bad frame from the program{where} ({item.code}): {item.reason}")
             return
         message = from_fields(item)
-        if isinstance(message, Rejection) and message.code == UNKNOWN_TYPE:
+        if isinstance(message, FrameRejection) and message.code == UNKNOWN_TYPE:
             # A kind this side does not know (a newer writer's, or bash-agent's own
             # AGENT_RESULT / SESSION_END) is skipped, as bash-agent's display does.
             self.emit({"type": "info", "summary": f"skipped a frame: {message.reason}"})
-        elif isinstance(message, Rejection):
+        elif isinstance(message, FrameRejection):
             self._adapter_error(f"bad message from the program ({message.code}): {message.reason}")
         else:
             self._on_message(message)

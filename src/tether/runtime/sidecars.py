@@ -15,6 +15,7 @@ from typing import Any
 
 from tether import jsondepth
 from tether.store.index import RunIndex, RunRecord
+from tether.wire.session import State
 
 
 class Recorder:
@@ -30,7 +31,9 @@ class Recorder:
         return await self._call(self._index.insert, record)
 
     async def started(self, pid: int) -> str | None:
-        return await self._call(self._index.update, self._run_id, pid=pid, status="running")
+        return await self._call(
+            self._index.update, self._run_id, pid=pid, status=State.RUNNING.value
+        )
 
     async def finish(self, result: Any) -> str | None:
         return await self._call(

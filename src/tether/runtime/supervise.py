@@ -46,10 +46,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tether.runtime.mirror import ChannelError, RunMirror, too_large
-from tether.runtime.outcome import Status, Timeouts
+from tether.runtime.outcome import Timeouts
 from tether.wire import AnyEvent, ControlAck, Rejection
 from tether.wire import Result as ResultEvent
-from tether.wire.session import ControlKind, State, is_terminal
+from tether.wire.session import ControlKind, RunStatus, State, is_terminal
 
 __all__ = [
     "DEADLINE_FINALIZE_NOTE",
@@ -121,7 +121,7 @@ Action = Send | Wait | Terminate | Drain | Finish
 class Verdict:
     """How the run ended: its status, the error explaining it, and the child's result."""
 
-    status: Status
+    status: RunStatus
     error: str | None
     result: ResultEvent | None
 
@@ -145,7 +145,7 @@ class RunWatch:
         self.deadline = deadline  # the wire deadline on the monotonic clock
         self.finalize_at = finalize_at
         self.close_when_idle = close_when_idle
-        self.failure: tuple[Status, str] | None = None
+        self.failure: tuple[RunStatus, str] | None = None
         self.exit_code: int | None = None
         self.ready_at: float | None = None if mirror.state is State.STARTING else now
         self.live_state = State.STARTING if is_terminal(mirror.state) else mirror.state
@@ -201,7 +201,7 @@ class RunWatch:
         if error.fatal:
             self.fail("failed", f"channel error: {error.reason}")
 
-    def fail(self, status: Status, reason: str) -> None:
+    def fail(self, status: RunStatus, reason: str) -> None:
         """End the run with ``status`` (the first reason given wins)."""
         if self.failure is None:
             self.failure = (status, reason)

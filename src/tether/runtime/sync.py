@@ -1,4 +1,4 @@
-"""The blocking face of the parent: ``tether.run(task) -> Result`` and a context-manager handle.
+"""The blocking face of the parent: ``tether.run(task) -> RunResult`` and a context-manager handle.
 
 :func:`run` is ``asyncio.run`` around :func:`~tether.runtime.parent.spawn` and
 ``wait``. :func:`open_run` gives a :class:`SyncRunHandle` whose methods block: it runs
@@ -15,21 +15,21 @@ from collections.abc import Coroutine, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
-from tether.runtime.parent import Result, RunHandle, Update, spawn
+from tether.runtime.parent import RunHandle, RunResult, Update, spawn
 from tether.wire import ControlAck
 from tether.wire.session import State
 
 T = TypeVar("T")
 
 
-def run(task: str, **options: Any) -> Result:
-    """Start a child on ``task``, wait for it, return its :class:`Result` (blocking).
+def run(task: str, **options: Any) -> RunResult:
+    """Start a child on ``task``, wait for it, return its :class:`RunResult` (blocking).
 
     Takes the keyword options of :func:`tether.runtime.parent.spawn`. Must not be called
     from a running event loop (``await spawn(...)`` there instead).
     """
 
-    async def go() -> Result:
+    async def go() -> RunResult:
         handle = await spawn(task, **options)
         try:
             return await handle.wait()
@@ -69,7 +69,7 @@ class SyncRunHandle:
 
     def __init__(self, task: str, **options: Any) -> None:
         self._loop = _LoopThread()
-        self._final: Result | None = None
+        self._final: RunResult | None = None
         try:
             self._handle: RunHandle = self._loop.call(spawn(task, **options))
         except BaseException:
@@ -104,7 +104,7 @@ class SyncRunHandle:
     def cancel(self) -> ControlAck | None:
         return self._loop.call(self._handle.cancel())
 
-    def wait(self, timeout: float | None = None) -> Result:
+    def wait(self, timeout: float | None = None) -> RunResult:
         """The result; raises ``TimeoutError`` if ``timeout`` passes first (the run goes on)."""
         if self._final is None:
             self._final = self._loop.call(self._handle.wait(), timeout)

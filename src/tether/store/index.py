@@ -34,6 +34,7 @@ from tether import jsondepth
 from tether.paths import FILE_MODE, db_path, ensure_private_dir
 from tether.procs import proc_start_time, process_matches
 from tether.store.sqlite import connect
+from tether.wire.session import State
 
 SCHEMA_VERSION: Final = 1
 TASK_LIMIT: Final = 65536  # characters of the task kept in the index
@@ -134,7 +135,7 @@ _COLUMN_TYPES: Final = {
     "owner_pid": "INTEGER",
     "owner_start": "INTEGER",
 }
-LIVE_STATUSES: Final = ("starting", "running")
+LIVE_STATUSES: Final = (State.STARTING.value, State.RUNNING.value)
 
 
 def is_lost(record: RunRecord) -> bool:

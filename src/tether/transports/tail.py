@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tether import fsafe
 from tether.wire.limits import MAX_LINE_BYTES, READ_BUDGET_BYTES, READ_BUDGET_LINES
-from tether.wire.lines import Item, LineSplitter
+from tether.wire.lines import LineItem, LineSplitter
 
 
 class TailStatus(enum.StrEnum):
@@ -32,7 +32,7 @@ class TailStatus(enum.StrEnum):
 @dataclass(slots=True)
 class TailRead:
     status: TailStatus
-    items: list[Item] = field(default_factory=list)
+    items: list[LineItem] = field(default_factory=list)
     # More is waiting right now (buffered lines, or bytes not read yet): read again before
     # waiting. A read inside a line too long to keep hands out no items but says more.
     more: bool = False

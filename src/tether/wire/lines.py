@@ -28,7 +28,7 @@ from typing import Final, NamedTuple
 
 from tether.wire.limits import MAX_LINE_BYTES, READ_BUDGET_BYTES, READ_BUDGET_LINES
 
-__all__ = ["HEAD_BYTES", "Item", "Line", "LineSplitter", "TooLarge"]
+__all__ = ["HEAD_BYTES", "Line", "LineItem", "LineSplitter", "TooLarge"]
 
 HEAD_BYTES: Final = 4096
 """How much of a too-large line is kept in its :class:`TooLarge` (for a rejection record)."""
@@ -52,7 +52,7 @@ class TooLarge(NamedTuple):
     head: bytes = b""
 
 
-Item = Line | TooLarge
+LineItem = Line | TooLarge
 
 _plus_one = (1).__add__
 
@@ -87,7 +87,7 @@ class LineSplitter:
         self.budget_lines = budget_lines
         self._fed = offset  # stream offset just past the last byte fed
         self._consumed = offset  # stream offset just past the last item handed out
-        self._ready: deque[Item] = deque()
+        self._ready: deque[LineItem] = deque()
         self._partial = bytearray()
         self._skipping = skipping
 
@@ -137,9 +137,9 @@ class LineSplitter:
                 return
         self._cut_lines(data, pos, start)
 
-    def read(self) -> list[Item]:
+    def read(self) -> list[LineItem]:
         """Up to ``budget_lines`` items totalling at most ``budget_bytes`` (at least one)."""
-        out: list[Item] = []
+        out: list[LineItem] = []
         budget = self.budget_bytes
         ready = self._ready
         while ready and len(out) < self.budget_lines:
@@ -153,7 +153,7 @@ class LineSplitter:
         self._settle()
         return out
 
-    def read_all(self) -> list[Item]:
+    def read_all(self) -> list[LineItem]:
         """Every item ready now, whatever the budgets."""
         out = list(self._ready)
         if out:
@@ -221,7 +221,7 @@ class LineSplitter:
         if not self._ready:
             self._consumed = offset
 
-    def _end_of(self, item: Item) -> int:
+    def _end_of(self, item: LineItem) -> int:
         if type(item) is Line:
             return item.offset + len(item.data) + 1
         # A too-large line ends where the next item starts, or where the stream stands.

@@ -19,6 +19,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType, field
 
 from tether.wire.limits import MAX_SAFE_INTEGER
+from tether.wire.session import RunStatus
 
 PositiveInt = Annotated[int, Meta(ge=1, le=MAX_SAFE_INTEGER)]
 SafeInt = Annotated[int, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
@@ -27,7 +28,6 @@ Finite = Annotated[float, Meta(ge=-1.7976931348623157e308, le=1.7976931348623157
 Object = dict[str, Any]
 
 AckStatus: TypeAlias = Literal["accepted", "rejected", "applied"]
-ExitStatus: TypeAlias = Literal["done", "cancelled", "failed", "timed-out"]
 
 
 class Message(
@@ -212,7 +212,7 @@ class Result(Event, tag="result", frozen=True, kw_only=True):
 
 
 class Exit(Event, tag="exit", frozen=True, kw_only=True):
-    status: ExitStatus
+    status: RunStatus
     error: str | UnsetType = UNSET
 
 

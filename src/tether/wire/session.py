@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass
 from itertools import product
 from types import MappingProxyType
-from typing import Final
+from typing import Final, Literal, TypeAlias
 
 
 class State(enum.StrEnum):
@@ -71,6 +71,9 @@ class Effect(enum.StrEnum):
 
 
 TERMINAL: Final = frozenset({State.DONE, State.CANCELLED, State.FAILED, State.TIMED_OUT})
+# How a run ended: the terminal states' values, as `exit`, a parent's result and the run
+# index spell them (a test keeps it equal to TERMINAL).
+RunStatus: TypeAlias = Literal["done", "cancelled", "failed", "timed-out"]
 ACTIVE: Final = (State.STARTING, State.READY, State.RUNNING, State.CLOSING, State.FINALIZING)
 
 
