@@ -9,7 +9,7 @@ and inbox lines into JetStream (:mod:`tether.daemon.hosts`). Here we
 - tail the run's control and event channels and mirror them with the same
   :class:`~tether.runtime.mirror.RunMirror` a local parent uses. The two channels are
   separate streams, so an ack is held until its control has been read;
-- tail its inbox channel; and build the :class:`~tether.runtime.outcome.Result` from the
+- tail its inbox channel; and build the :class:`~tether.runtime.outcome.RunResult` from the
   verdict as a local parent does (a text the child had to cut comes from the host's
   ``agent.status``).
 
@@ -34,7 +34,7 @@ from tether.daemon.hosts import control_channel, events_channel, inbox_channel
 from tether.daemon.remote import call_host, connect
 from tether.errors import ControlRefused, RunEnded
 from tether.runtime.mirror import ChannelError, RunMirror
-from tether.runtime.outcome import Result, Timeouts
+from tether.runtime.outcome import RunResult, Timeouts
 from tether.runtime.supervise import RunWatch
 from tether.runtime.updates import InboxItem, RunEvent, Update
 from tether.transports.channel import Entry
@@ -124,7 +124,7 @@ class RemoteRunHandle:
         self._held: list[tuple[ControlAck, bytes]] = []
         self._controls_seen = 0
         self._updates: asyncio.Queue[Update | None] = asyncio.Queue()
-        self._result: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._result: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
         self._tasks: list[asyncio.Task[Any]] = []
         self._notes: list[str] = []
 
@@ -303,11 +303,11 @@ class RemoteRunHandle:
         result = verdict.result
         elapsed = max(0.0, time.time() - self._created)
         if result is None:
-            outcome = Result(verdict.status, error=verdict.error, run_id=self.run_id)
+            outcome = RunResult(verdict.status, error=verdict.error, run_id=self.run_id)
         else:
             cut = result.final_text if isinstance(result.final_text, str) else ""
             text, truncated = await self._full_text(cut, result.final_text_path)
-            outcome = Result(
+            outcome = RunResult(
                 verdict.status,
                 final_text=text,
                 stop_reason=result.stop_reason,
@@ -343,10 +343,10 @@ class RemoteRunHandle:
         self._notes.append("the host did not give the full text; this is the child's cut")
         return text, True
 
-    async def wait(self) -> Result:
+    async def wait(self) -> RunResult:
         return await asyncio.shield(self._result)
 
-    async def aclose(self) -> Result:
+    async def aclose(self) -> RunResult:
         if not self.done:
             await self.cancel()
         result = await self.wait()
