@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.doubles import hostile
-from tether.runtime.parent import Result, spawn
+from tether.runtime.parent import RunResult, spawn
 
 from .helpers import FAST
 
@@ -29,8 +29,8 @@ def victim(tmp_path: Path) -> Path:
     return path
 
 
-def _run(mode: str, victim: Path) -> Result:
-    async def go() -> Result:
+def _run(mode: str, victim: Path) -> RunResult:
+    async def go() -> RunResult:
         handle = await spawn("task", argv=hostile(mode, arg=victim), timeouts=FAST)
         return await asyncio.wait_for(handle.wait(), 30)
 
