@@ -204,7 +204,7 @@ def test_steer_reaches_the_model_inside_the_turn(
 ) -> None:
     world = make_claude([bash("sleep 1.5; echo slept"), {"text": "Steered answer."}])
 
-    async def go() -> tuple[tether.Result, Path]:
+    async def go() -> tuple[tether.RunResult, Path]:
         handle = await world.spawn("start", "--allowedTools=Bash")
         updates = handle.updates()
         await until(updates, "tool-call")
@@ -225,7 +225,7 @@ def test_steer_reaches_the_model_inside_the_turn(
 def test_follow_up_is_the_next_user_turn(make_claude: Callable[[list[Any]], Claude]) -> None:
     world = make_claude([{"text": "First.", "delay_ms": 800}, {"text": "Second."}])
 
-    async def go() -> tuple[tether.Result, Path]:
+    async def go() -> tuple[tether.RunResult, Path]:
         handle = await world.spawn("one")
         updates = handle.updates()
         await until(updates, "llm-start")
@@ -249,7 +249,7 @@ def test_finalize_interrupts_a_tool_and_answers_without_tools(
 ) -> None:
     world = make_claude([bash("sleep 60"), {"text": "Final answer from what I have."}])
 
-    async def go() -> tuple[tether.Result, Path]:
+    async def go() -> tuple[tether.RunResult, Path]:
         handle = await world.spawn("work long", "--allowedTools=Bash")
         updates = handle.updates()
         await until(updates, "tool-call")
@@ -272,7 +272,7 @@ def test_finalize_interrupts_a_tool_and_answers_without_tools(
 def test_cancel_inside_a_tool_ends_everything(make_claude: Callable[[list[Any]], Claude]) -> None:
     world = make_claude([bash("sleep 60")])
 
-    async def go() -> tuple[tether.Result, Path, float]:
+    async def go() -> tuple[tether.RunResult, Path, float]:
         handle = await world.spawn("work long", "--allowedTools=Bash")
         updates = handle.updates()
         await until(updates, "tool-call")
@@ -292,7 +292,7 @@ def test_cancel_inside_a_tool_ends_everything(make_claude: Callable[[list[Any]],
 def test_the_deadline_ends_a_run_inside_a_tool(make_claude: Callable[[list[Any]], Claude]) -> None:
     world = make_claude([bash("sleep 60")])
 
-    async def go() -> tuple[tether.Result, Path]:
+    async def go() -> tuple[tether.RunResult, Path]:
         handle = await world.spawn("work long", "--allowedTools=Bash", deadline_s=15)
         updates = handle.updates()
         await until(updates, "tool-call")
@@ -309,7 +309,7 @@ def test_claude_killed_mid_turn_ends_the_turn_with_its_error(
 ) -> None:
     world = make_claude([bash("sleep 60")])
 
-    async def go() -> tuple[tether.Result, Path]:
+    async def go() -> tuple[tether.RunResult, Path]:
         handle = await world.spawn("work long", "--allowedTools=Bash")
         updates = handle.updates()
         await until(updates, "tool-call")
