@@ -33,6 +33,7 @@ from typing import Any, Final, Protocol
 from tether import jsondepth
 from tether.agent.tools import ToolContext, ToolOutput
 from tether.errors import TetherError
+from tether.wire.env import read_wire_env
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -153,7 +154,7 @@ class SubagentTool:
                 deadline_s=limit_s,
                 finalize_after_s=max(1.0, limit_s * 0.8),
                 env={DEPTH_ENV: str(depth + 1)},
-                parent_run=env.get("FEN_WIRE_RUN_ID") or env.get("TETHER_WIRE_RUN_ID"),
+                parent_run=read_wire_env(env, "RUN_ID"),
             )
         except (TetherError, OSError) as exc:
             return f"subagent: could not start: {exc}", True

@@ -18,9 +18,10 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tether.wire.env import read_wire_env
 
 if TYPE_CHECKING:
     import asyncio
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
     from tether.runtime.parent import RunHandle
 
 MISSING_ENV = "FEN_WIRE_CONTROL_PATH and FEN_WIRE_EVENT_PATH are required"
-_PREFIXES = ("FEN_WIRE_", "TETHER_WIRE_")
 
 
 def _build_parser(prog: str) -> argparse.ArgumentParser:
@@ -108,15 +108,6 @@ def _default_command(agent: str) -> tuple[str, ...]:
     return ("",) if agent == DEFAULT_AGENT else AGENTS[agent].command
 
 
-def wire_env(env: Mapping[str, str], name: str) -> str | None:
-    """``FEN_WIRE_<name>``, else ``TETHER_WIRE_<name>`` (empty counts as unset)."""
-    for prefix in _PREFIXES:
-        value = env.get(prefix + name)
-        if value:
-            return value
-    return None
-
-
 def _lifeline(env: dict[str, str]) -> int | None:
     """The read end of the parent's lifeline pipe (``TETHER_LIFELINE_FD``), if any.
 
@@ -160,13 +151,13 @@ def main(argv: list[str], prog: str) -> int:
     command = command or args.command
     env = dict(os.environ)
     lifeline = _lifeline(env)
-    control = wire_env(env, "CONTROL_PATH")
-    events = wire_env(env, "EVENT_PATH")
-    run = wire_env(env, "RUN_ID") or "run"
+    control = read_wire_env(env, "CONTROL_PATH")
+    events = read_wire_env(env, "EVENT_PATH")
+    run = read_wire_env(env, "RUN_ID") or "run"
     if not control or not events:
         return _fail_early(events, run, MISSING_ENV)
     deadline: float | None = None
-    raw_deadline = wire_env(env, "DEADLINE")
+    raw_deadline = read_wire_env(env, "DEADLINE")
     if raw_deadline is not None:
         try:
             deadline = float(raw_deadline)

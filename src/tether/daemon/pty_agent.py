@@ -57,6 +57,7 @@ from tether.daemon.pty_wire import (
 from tether.daemon.registry import AgentExists, AgentNotFound, AgentRecord
 from tether.procs import proc_start_time, process_matches
 from tether.runtime.rundir import RunDir, create_run_dir
+from tether.wire.env import without_wire_env
 from tether.wire.needdata import NEED_DATA
 
 if TYPE_CHECKING:
@@ -70,7 +71,6 @@ RECONNECTS: Final = 3
 MAX_LINK_BUFFER: Final = 4 * 1_048_576  # keystrokes queued for a holder that stopped reading
 MAX_SOCKET_PATH: Final = 107
 DEFAULT_TERM: Final = "xterm-256color"
-_WIRE_PREFIXES: Final = ("FEN_WIRE_", "TETHER_WIRE_")
 
 
 class Viewer(Protocol):
@@ -505,7 +505,7 @@ class PtyFleet:
 
 
 def _program_env(name: str, extra: dict[str, str] | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_WIRE_PREFIXES)}
+    env = without_wire_env(os.environ)
     env.setdefault("TERM", DEFAULT_TERM)
     env.update(extra or {})
     env["TETHER_AGENT_NAME"] = name

@@ -51,11 +51,12 @@ from tether.daemon.registry import (
 )
 from tether.procs import nul_problem, proc_start_time, process_matches
 from tether.runtime.hub import WatchHub, shared_hub
-from tether.runtime.launch import default_argv, make_inbox, wire_env
+from tether.runtime.launch import default_argv, make_inbox, run_env
 from tether.runtime.mirror import RunMirror
 from tether.runtime.rundir import RunDir, append_line, create_run_dir
 from tether.runtime.sidecars import InboxTail
 from tether.wire import Rejection
+from tether.wire.env import without_wire_env
 from tether.wire.session import ControlKind, State
 
 if TYPE_CHECKING:
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tether.daemon.agents")
 
-_WIRE_PREFIXES: Final = ("FEN_WIRE_", "TETHER_WIRE_")
 MAX_OUTBOX: Final = 10_000  # inbox messages waiting for one channel
 _CONTENT_KEYS: Final = ("text", "q", "note", "summary", "reason")
 
@@ -318,14 +318,14 @@ class Supervisor:
         return stamped[0]
 
     def _child_env(self, p: SpawnParams, run: RunDir, deadline_at: int | None) -> dict[str, str]:
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith(_WIRE_PREFIXES)}
+        inherited = without_wire_env(os.environ)
         named = (("TETHER_PROVIDER", p.provider), ("TETHER_MODEL", p.model))
         passed = {k: v for k, v in named if v}
         return {
             **inherited,
             **passed,
             **(p.env or {}),
-            **wire_env(run, deadline_at),
+            **run_env(run, deadline_at),
             "TETHER_AGENT_NAME": p.name,
         }
 

@@ -16,7 +16,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
 from tether import fsafe, procs
 from tether.errors import ControlRefused, SpawnError
@@ -24,9 +23,7 @@ from tether.runtime.mirror import RunMirror
 from tether.runtime.rundir import RunDir, append_line, create_run_dir
 from tether.runtime.sidecars import InboxTail
 from tether.wire import Rejection
-
-# A parent that is itself a child must not hand its own wire settings (a deadline!) down.
-WIRE_PREFIXES: Final = ("FEN_WIRE_", "TETHER_WIRE_")
+from tether.wire.env import wire_env, without_wire_env
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +74,9 @@ def prepare_run(
         control.append(stamped[1])
     created_at = time.time()
     deadline = None if deadline_s is None else math.ceil(created_at + deadline_s)
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith(WIRE_PREFIXES)}
+    inherited = without_wire_env(os.environ)
     passed = {k: v for k, v in (("TETHER_PROVIDER", provider), ("TETHER_MODEL", model)) if v}
-    wire = wire_env(run, deadline)
+    wire = run_env(run, deadline)
     child_env = {**inherited, **passed, **(env or {}), **wire, **(fixed_env or {})}
     command = list(argv) if argv is not None else default_argv(provider, model) + list(child_args)
     return PreparedRun(run, mirror, first_seq, command, child_env, created_at, deadline, control)
@@ -100,18 +97,15 @@ def default_argv(provider: str | None, model: str | None) -> list[str]:
     return argv
 
 
-def wire_env(run: RunDir, deadline: int | None) -> dict[str, str]:
-    """The environment that points a child at its run (FEN_* and TETHER_* names)."""
-    env: dict[str, str] = {}
-    values = {
-        "CONTROL_PATH": str(run.control),
-        "EVENT_PATH": str(run.events),
-        "RUN_ID": run.run_id,
-    }
-    if deadline is not None:
-        values["DEADLINE"] = str(deadline)
-    for prefix in WIRE_PREFIXES:
-        env.update({prefix + k: v for k, v in values.items()})
+def run_env(run: RunDir, deadline: int | None) -> dict[str, str]:
+    """The environment that points a child at its run: the wire variables
+    (:func:`tether.wire.env.wire_env`), its run directory and its inbox."""
+    env = wire_env(
+        control_path=str(run.control),
+        event_path=str(run.events),
+        run_id=run.run_id,
+        deadline=deadline,
+    )
     env["TETHER_RUN_DIR"] = str(run.path)
     env["TETHER_INBOX_PATH"] = env["RUNEX_INBOX_PATH"] = str(run.inbox)
     return env
