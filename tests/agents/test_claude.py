@@ -375,3 +375,25 @@ def _connect(path: Path, daemon: subprocess.Popen[bytes]) -> Any:
         except DaemonUnavailable:
             asyncio.run(asyncio.sleep(0.05))
     pytest.fail("the daemon did not answer")
+
+
+# -- tether demo --agent claude --------------------------------------------------------------
+
+
+def test_the_demo_steers_finalizes_and_cancels_real_claude(tmp_path: Path, claude_cli: str) -> None:
+    env = cli_env(tmp_path, claude_cli)
+    argv = [sys.executable, "-m", "tether", "demo", "--agent", "claude"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=180)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    for line in ("steered: done", "deadline: done", "cancelled: cancelled"):
+        assert f"{line} (expected" in out
+    assert "sent steer" in out
+    assert_no_survivors(env[MARK])
+
+
+def test_the_demo_names_the_agents_it_has(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "tether", "demo", "--agent", "nope"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "no demo for --agent nope" in done.stderr

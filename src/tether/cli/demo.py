@@ -8,6 +8,9 @@ tool calls in a private scratch directory:
   the deadline, so its last, tool-free turn still answers;
 - ``cancelled``: counting to ten, cancelled after a couple of numbers.
 
+``tether demo --agent claude`` runs the same three on a real agent CLI against scripted
+model servers (see :mod:`tether.cli.demo_agents`).
+
 Everything goes through the same parent and display as ``tether run``; the runs are
 recorded (``tether runs``, ``tether replay RUN``). Exit status 0 when each run ended
 as the demo meant it to (done, done, cancelled).
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
@@ -47,10 +51,24 @@ def main(argv: list[str], prog: str = "tether demo") -> int:
     parser.add_argument("--output", choices=("human", "stream-json", "wire"), default="human")
     parser.add_argument("--examples", help="the examples directory (default: found nearby)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument(
+        "--agent", default="builtin", help="run the demo on an agent CLI (e.g. claude)"
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return 0 if exc.code in (0, None) else 2
+    if args.agent != "builtin":
+        from tether.cli.demo_agents import CLIS
+
+        if args.agent not in CLIS:
+            known = ", ".join(CLIS)
+            print(
+                f"{prog}: no demo for --agent {args.agent} (there is one for: {known})",
+                file=sys.stderr,
+            )
+            return 2
+        return asyncio.run(_demo({}, args.output, keep=args.keep, agent=args.agent))
     scenarios = find_scenarios(args.examples)
     if scenarios is None:
         print(
@@ -86,7 +104,9 @@ class _Child:
     tool_called: asyncio.Event
 
 
-async def _demo(scenarios: dict[str, Path], output: str, *, keep: bool) -> int:
+async def _demo(
+    scenarios: dict[str, Path], output: str, *, keep: bool, agent: str = "builtin"
+) -> int:
     from tether.cli.run import DisplayFeed
     from tether.display import open_display
 
@@ -95,28 +115,9 @@ async def _demo(scenarios: dict[str, Path], output: str, *, keep: bool) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="tether-demo-"))
     ok = False
     try:
-        children = await _start(scenarios, scratch)
-        for child in children:
-            display.notice(f"{child.name}: run {child.handle.run_id} in {scratch / child.name}")
-        feeds = [asyncio.create_task(_feed(c, presenter)) for c in children]
-        directors = [asyncio.create_task(_direct(c, display)) for c in children]
-        results = [await c.handle.wait() for c in children]
-        await asyncio.gather(*feeds)
-        for director in directors:
-            director.cancel()
-        ok = True
-        for child, result in zip(children, results, strict=True):
-            display.notice(f"{child.name}: {result.status} (expected {EXPECTED[child.name]})")
-            presenter.end(
-                status=result.status,
-                final_text=result.final_text,
-                usage=result.usage,
-                truncated=result.truncated,
-                elapsed_s=result.elapsed_s,
-                error=result.error,
-            )
-            ok = ok and result.status == EXPECTED[child.name]
-        display.notice("replay any of them with `tether replay RUN`; list them with `tether runs`")
+        with contextlib.ExitStack() as stack:
+            children = await _start(scenarios, scratch, agent, stack)
+            ok = await _show(children, scratch, display, presenter)
     finally:
         display.close()
         if not keep:
@@ -124,22 +125,54 @@ async def _demo(scenarios: dict[str, Path], output: str, *, keep: bool) -> int:
     return 0 if ok else 1
 
 
-async def _start(scenarios: dict[str, Path], scratch: Path) -> list[_Child]:
+async def _show(children: list[_Child], scratch: Path, display: Any, presenter: Any) -> bool:
+    """Show the runs live, steer and cancel them as planned; True when each ended as meant."""
+    for child in children:
+        display.notice(f"{child.name}: run {child.handle.run_id} in {scratch / child.name}")
+    feeds = [asyncio.create_task(_feed(c, presenter)) for c in children]
+    directors = [asyncio.create_task(_direct(c, display)) for c in children]
+    results = [await c.handle.wait() for c in children]
+    await asyncio.gather(*feeds)
+    for director in directors:
+        director.cancel()
+    ok = True
+    for child, result in zip(children, results, strict=True):
+        display.notice(f"{child.name}: {result.status} (expected {EXPECTED[child.name]})")
+        presenter.end(
+            status=result.status,
+            final_text=result.final_text,
+            usage=result.usage,
+            truncated=result.truncated,
+            elapsed_s=result.elapsed_s,
+            error=result.error,
+        )
+        ok = ok and result.status == EXPECTED[child.name]
+    display.notice("replay any of them with `tether replay RUN`; list them with `tether runs`")
+    return ok
+
+
+async def _start(
+    scenarios: dict[str, Path], scratch: Path, agent: str, stack: contextlib.ExitStack
+) -> list[_Child]:
     from tether.runtime.parent import spawn
+
+    servers: dict[str, Any] = {}
+    if agent != "builtin":
+        from tether.cli.demo_agents import CLIS, open_servers, spawn_options
+
+        servers = stack.enter_context(open_servers(CLIS[agent], SCENARIOS))
 
     async def one(name: str) -> _Child:
         workdir = scratch / name
         workdir.mkdir(mode=0o700)
         options: dict[str, Any] = {}
-        if name == "deadline":
-            options = {"deadline_s": DEADLINE_S, "finalize_after_s": FINALIZE_AFTER_S}
-        handle = await spawn(
-            TASKS[name],
-            provider="scripted",
-            child_args=["--script", str(scenarios[name])],
-            cwd=workdir,
-            **options,
-        )
+        if agent != "builtin":
+            options = spawn_options(agent, CLIS[agent], servers[name], workdir, name)
+        else:
+            options = {"provider": "scripted", "child_args": ["--script", str(scenarios[name])]}
+            if name == "deadline":
+                options |= {"deadline_s": DEADLINE_S, "finalize_after_s": FINALIZE_AFTER_S}
+        handle = await spawn(TASKS[name], cwd=workdir, **options)
         return _Child(name, handle, asyncio.Event())
 
     return list(await asyncio.gather(*(one(name) for name in SCENARIOS)))

@@ -164,7 +164,11 @@ AGENTS: Final[dict[str, AgentKind]] = {
             command=("gemini", "--acp"),
             package="@google/gemini-cli@0.61.0",
             controls=_caps(
-                steer=(R, "ACP has no way to add a message to a running prompt"),
+                steer=(
+                    E,
+                    "queued: ACP cannot add to a running prompt, so it is the next "
+                    "session/prompt, sent when the current one ends",
+                ),
                 follow_up=(N, "the next session/prompt after the current one"),
                 finalize=(E, "session/cancel, then one last session/prompt with the note"),
                 cancel=(N, "session/cancel, then its process group is ended"),
@@ -180,7 +184,11 @@ AGENTS: Final[dict[str, AgentKind]] = {
             version_args=(),
             package="@zed-industries/claude-code-acp@0.16.2",
             controls=_caps(
-                steer=(R, "ACP has no way to add a message to a running prompt"),
+                steer=(
+                    E,
+                    "queued: ACP cannot add to a running prompt, so it is the next "
+                    "session/prompt, sent when the current one ends",
+                ),
                 follow_up=(N, "the next session/prompt after the current one"),
                 finalize=(E, "session/cancel, then one last session/prompt with the note"),
                 cancel=(N, "session/cancel, then its process group is ended"),

@@ -1,0 +1,96 @@
+"""``tether demo --agent NAME``: the same three runs on a real agent CLI, with no API key.
+
+Each run gets its own scripted model server (:mod:`tether.modelserver`) speaking the
+CLI's provider API, and the CLI runs in a private HOME under the demo's scratch
+directory, so nothing of the user's own set-up is read or written. The scripts make real
+tool calls through the CLI's own tools:
+
+- ``steered``: writes notes with the CLI's shell tool; steered after that first tool
+  call, the CLI takes the steer in before its next model call;
+- ``deadline``: a 30 s "build" under a deadline; the parent's ``finalize`` interrupts it
+  and the last turn answers without tools;
+- ``cancelled``: counting to ten in a shell loop, cancelled after a couple of numbers.
+
+:data:`CLIS` says how to point each CLI at a model server; a CLI without an entry has no
+demo yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Final, NamedTuple
+
+DEADLINE_S: Final = 30.0
+FINALIZE_AFTER_S: Final = 12.0
+
+
+class CliDemo(NamedTuple):
+    shell_tool: str  # the CLI's shell tool, as the model calls it
+    tool_args: Callable[[str], dict[str, Any]]  # the tool's arguments for a command
+    agent_args: tuple[str, ...]  # what lets that tool run unasked
+    env: Callable[[str, Path], dict[str, str]]  # the model server's URL, HOME -> env
+
+
+def _claude_env(url: str, home: Path) -> dict[str, str]:
+    return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "demo-no-key", "HOME": str(home)}
+
+
+CLIS: Final[dict[str, CliDemo]] = {
+    "claude": CliDemo(
+        shell_tool="Bash",
+        tool_args=lambda command: {"command": command, "description": "demo step"},
+        agent_args=("--allowedTools=Bash",),
+        env=_claude_env,
+    ),
+}
+
+
+def scripts(demo: CliDemo) -> dict[str, list[dict[str, Any]]]:
+    """The scripted replies of each run, calling the CLI's own shell tool."""
+
+    def call(text: str, command: str) -> dict[str, Any]:
+        tool = {"name": demo.shell_tool, "arguments": demo.tool_args(command)}
+        return {"text": text, "tool_calls": [tool], "chunk_ms": 15}
+
+    notes = "mkdir -p notes && printf 'one\\ntwo\\n' > notes/a.txt && sleep 1 && ls notes"
+    count = "for i in 1 2 3 4 5 6 7 8 9 10; do echo $i; sleep 1; done"
+    return {
+        "steered": [
+            call("I'll take some notes first.", notes),
+            call("You asked me to count lines too.", "wc -l notes/*"),
+            {"text": "There is one notes file, notes/a.txt, with 2 lines.", "chunk_ms": 15},
+        ],
+        "deadline": [
+            call("Starting the build (it takes a while).", "sleep 30 && echo built"),
+            {"text": "The build was still running when time ran out: no result yet."},
+        ],
+        "cancelled": [call("Counting to ten.", count), {"text": "Done counting."}],
+    }
+
+
+@contextlib.contextmanager
+def open_servers(demo: CliDemo, names: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+    """One scripted model server per run, for the ``with`` block."""
+    from tether.modelserver import open_model_server
+
+    replies = scripts(demo)
+    with contextlib.ExitStack() as stack:
+        yield {name: stack.enter_context(open_model_server(replies[name])) for name in names}
+
+
+def spawn_options(
+    agent: str, demo: CliDemo, server: Any, workdir: Path, name: str
+) -> dict[str, Any]:
+    """The ``spawn`` keywords of one run on ``agent``."""
+    home = workdir.parent / f".home-{name}"
+    home.mkdir(mode=0o700, exist_ok=True)
+    options: dict[str, Any] = {
+        "agent": agent,
+        "agent_args": list(demo.agent_args),
+        "env": demo.env(server.url, home),
+    }
+    if name == "deadline":
+        options |= {"deadline_s": DEADLINE_S, "finalize_after_s": FINALIZE_AFTER_S}
+    return options
