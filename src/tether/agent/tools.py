@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from tether import reaper
 from tether.agent.provider import ToolSpec
 from tether.procs import NEW_GROUP, kill_group, terminate_group
 
@@ -241,7 +242,7 @@ async def _spawn(
             "-c",
             command,
             cwd=context.cwd,
-            env=dict(context.env),
+            env=reaper.marked_env(context.env),  # ended by the reaper if this process dies
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -249,7 +250,7 @@ async def _spawn(
         )
     )
     try:
-        return await asyncio.shield(spawn)
+        started = await asyncio.shield(spawn)
     except asyncio.CancelledError:
         await asyncio.wait({spawn})
         if not spawn.cancelled() and spawn.exception() is None:
@@ -260,6 +261,8 @@ async def _spawn(
                 kill_group(transport.get_pid())
                 transport.close()
         raise
+    reaper.track(started[0].get_pid())
+    return started
 
 
 def _timeout(value: object) -> float:
@@ -315,6 +318,7 @@ async def _supervise(
             await terminate_group(pgid, context.kill_grace_s)
         finally:
             kill_group(pgid)
+            reaper.untrack(pgid)
     text = protocol.sink.text()
     if timed_out:
         return _join(text, f"[command timed out after {limit_s:g} s and was killed]"), True

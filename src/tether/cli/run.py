@@ -284,8 +284,9 @@ class _Controls:
         for sig in self._installed:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 self.loop.remove_signal_handler(sig)
-        # The run is over; a hangup now must not turn its exit status into 129.
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        # The run is over: a late Ctrl-C or hangup must not turn its status into 130/129.
+        for sig in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
 
     def _read_stdin(self) -> None:
         """Steering lines from fd 0, read unbuffered.

@@ -38,6 +38,7 @@ from typing import Any, Final
 
 import msgspec
 
+from tether import reaper
 from tether.agent.provider import (
     AssistantTurn,
     BlockEnd,
@@ -105,7 +106,7 @@ class CommandProvider:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env=self._child_env,
+                env=reaper.marked_env(self._child_env),  # ended if this process dies
                 process_group=0,
             )
         except OSError as exc:
@@ -113,6 +114,7 @@ class CommandProvider:
                 f"command: cannot start {self.argv[0]!r}: {exc.strerror or exc};"
                 " check --provider-option command"
             ) from exc
+        reaper.track(proc.pid)
         run = _Run(proc, self.argv[0], self.kill_grace)
         try:
             async with contextlib.aclosing(run.events(payload)) as events:
@@ -287,6 +289,7 @@ class _Run:
                 await asyncio.wait(tasks)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._reap(), self.grace + 1.0)
+            reaper.untrack(pgid)
 
     async def _reap(self) -> None:
         """Wait for the exit and read both pipes to EOF so the transport closes cleanly."""

@@ -32,7 +32,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from tether import jsondepth, procs
+from tether import jsondepth, procs, reaper
 from tether.agent.runner import RunnerSetupError
 from tether.wire.limits import SUMMARY_BYTES
 from tether.wire.lines import Line, LineSplitter
@@ -151,7 +151,7 @@ class CliProcess:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=self.cwd,
-                env=self.env,
+                env=reaper.marked_env(self.env),  # ended by the reaper if this process dies
                 limit=READ_CHUNK,
                 **procs.NEW_GROUP,
             )
@@ -159,6 +159,7 @@ class CliProcess:
             reason = exc.strerror or str(exc)
             raise RunnerSetupError(f"cannot start {shlex.join(self.argv)}: {reason}") from exc
         self.proc = proc
+        reaper.track(proc.pid)
         self.started_at = time.monotonic()
         assert proc.stdout is not None
         assert proc.stderr is not None
@@ -207,6 +208,7 @@ class CliProcess:
             procs.kill_group(proc)
             raise
         finally:
+            reaper.untrack(proc.pid)
             for task in self._pumps:
                 task.cancel()
             if self._pumps:

@@ -1,0 +1,132 @@
+"""No process a run started outlives it: the reaper, with real processes and SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tether import reaper
+
+ROOT_TIMEOUT_S = 20.0
+
+
+def processes_with(marker: bytes) -> list[int]:
+    """Live pids whose environment holds ``marker`` (a ``NAME=value`` entry)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{name}/environ").read_bytes()
+            state = Path(f"/proc/{name}/stat").read_bytes().rpartition(b")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in environ.split(b"\0") and state != b"Z":
+            found.append(int(name))
+    return found
+
+
+def wait_for(check: object, what: str) -> None:
+    deadline = time.monotonic() + ROOT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FEN_WIRE", "TETHER_"))}
+    return {**env, "TETHER_HOME": str(tmp_path / "home"), "NO_COLOR": "1"}
+
+
+@pytest.mark.parametrize("escape", ["plain", "setsid"], ids=["in-its-group", "own-session"])
+def test_sigkill_of_the_child_mid_tool_leaves_no_process_of_the_run(
+    tmp_path: Path, escape: str
+) -> None:
+    # `setsid sleep 30 &` leaves even the tool's own group: only the token finds it.
+    command = "sleep 30" if escape == "plain" else "setsid sleep 31 & sleep 30"
+    script = tmp_path / "script.json"
+    bash = {"name": "bash", "arguments": {"command": command}}
+    script.write_text(json.dumps([{"text": "Busy.", "tool_calls": [bash]}, {"text": "Done."}]))
+    argv = [sys.executable, "-m", "tether", "run", "--provider", "scripted", "--no-stdin"]
+    run = subprocess.Popen(
+        [*argv, "--script", str(script), "t"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+    )
+    try:
+        runs = tmp_path / "home" / "runs"
+        wait_for(lambda: list(runs.glob("*/events.jsonl")), "the run directory")
+        run_id = next(runs.glob("*/events.jsonl")).parent.name
+        marker = f"FEN_WIRE_RUN_ID={run_id}".encode()
+        sleeps = 2 if escape == "setsid" else 1
+        wait_for(lambda: len(_sleeps(marker)) >= sleeps, "the tool's sleep")
+        child = [p for p in processes_with(marker) if _is_child(p)]
+        assert len(child) == 1, child
+        os.kill(child[0], signal.SIGKILL)
+        wait_for(lambda: not processes_with(marker), "every process of the run to end")
+        _, stderr = run.communicate(timeout=ROOT_TIMEOUT_S)
+        assert run.returncode == 4, stderr
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def _sleeps(marker: bytes) -> list[int]:
+    return [p for p in processes_with(marker) if _cmdline(p)[:1] == [b"sleep"]]
+
+
+def _is_child(pid: int) -> bool:
+    return b"child" in _cmdline(pid)
+
+
+def _cmdline(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def test_a_reaper_ends_marked_processes_and_tracked_groups_when_its_owner_dies() -> None:
+    # The owner is a Python process that marks and tracks one group, then is SIGKILLed.
+    code = (
+        "import subprocess, sys, os\n"
+        "from tether import reaper\n"
+        "env = reaper.marked_env(os.environ)\n"
+        "marked = subprocess.Popen(['sleep', '30'], env=env, start_new_session=True)\n"
+        "bare = subprocess.Popen(['env', '-i', 'sleep', '32'], start_new_session=True)\n"
+        "reaper.track(bare.pid)\n"
+        "print(marked.pid, bare.pid, env[reaper.REAP_ENV], flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert owner.stdout is not None
+    marked, bare, token = owner.stdout.readline().split()
+    assert processes_with(f"{reaper.REAP_ENV}={token.decode()}".encode()) == [int(marked)]
+    owner.kill()
+    owner.wait()
+    owner.stdin.close()  # type: ignore[union-attr]
+    owner.stdout.close()
+    wait_for(lambda: not _alive(int(marked)) and not _alive(int(bare)), "both sleeps to end")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != b"Z"
