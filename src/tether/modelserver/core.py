@@ -236,6 +236,14 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     owner: ModelServer
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that drops its connection (a CLI's probe, an interrupt) is normal."""
+        import sys
+
+        error = sys.exc_info()[1]
+        if not isinstance(error, ConnectionError | TimeoutError):
+            super().handle_error(request, client_address)
+
 
 class ModelServer:
     """The server; :meth:`start` serves in a thread, :meth:`serve_forever` in this one."""
