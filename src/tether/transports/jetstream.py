@@ -20,6 +20,7 @@ use ``replicas=3``. See ``docs/scale-out.md``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ DUPLICATE_WINDOW_S = 120.0
 # A tail holds at most this many undelivered messages (and bytes) in memory.
 TAIL_PENDING_MSGS = 1024
 TAIL_PENDING_BYTES = 16 * 1024 * 1024
+RESUBSCRIBE_S = 0.2  # the first pause before a tail subscribes again
 
 
 async def open_jetstream(
@@ -168,25 +170,48 @@ class JetStreamChannel:
         return int(ack.seq)
 
     async def tail(self, name: str, *, after: int | None = None) -> AsyncIterator[Entry | Skipped]:
+        """The entries after ``after``, then new ones, until cancelled.
+
+        The ordered consumer recreates itself after a lost connection; when its
+        subscription ends anyway (a cluster that lost the consumer's node, say), the tail
+        subscribes again just past the last entry it gave out, so it never ends on its own
+        and never repeats or skips an entry.
+        """
+        last = after or 0
+        while True:
+            subscription = await self._subscribe(name, last)
+            try:
+                async for message in subscription.messages:
+                    seq = int(message.metadata.sequence.stream)
+                    if seq <= last:
+                        continue
+                    last = seq
+                    yield Entry(seq, message.data)
+            finally:
+                with contextlib.suppress(Exception):
+                    await subscription.unsubscribe()
+            await asyncio.sleep(RESUBSCRIBE_S)
+
+    async def _subscribe(self, name: str, last: int) -> Any:
+        from nats.errors import Error as NatsError
         from nats.js.api import ConsumerConfig, DeliverPolicy
 
-        config = ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=(after or 0) + 1,
-        )
-        subscription = await self.js.subscribe(
-            self.subject(name),
-            ordered_consumer=True,
-            config=config,
-            pending_msgs_limit=TAIL_PENDING_MSGS,
-            pending_bytes_limit=TAIL_PENDING_BYTES,
-        )
-        try:
-            async for message in subscription.messages:
-                yield Entry(int(message.metadata.sequence.stream), message.data)
-        finally:
-            with contextlib.suppress(Exception):
-                await subscription.unsubscribe()
+        pause = RESUBSCRIBE_S
+        while True:
+            config = ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=last + 1
+            )
+            try:
+                return await self.js.subscribe(
+                    self.subject(name),
+                    ordered_consumer=True,
+                    config=config,
+                    pending_msgs_limit=TAIL_PENDING_MSGS,
+                    pending_bytes_limit=TAIL_PENDING_BYTES,
+                )
+            except (NatsError, TimeoutError):  # no leader yet, or the connection is away
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
 
     async def commit(self, name: str, consumer: str, offset: int) -> None:
         from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
