@@ -4,8 +4,9 @@ Theory of operation: a channel lives in the hub's registry, not in a connection 
 fno-agents client opens one connection per request). ``channel.register_channel
 {cc_session_id, name?}`` (``session_id`` works too) creates a channel for that session and
 makes the calling connection its *receiver*; registering the same session again (as the
-MCP channel server, ``tether mcp-channel``, does when it starts) returns the same channel
-and makes the new connection the receiver. When the receiver's connection closes the
+MCP channel server, ``tether mcp-channel``, does when it starts) returns the same channel,
+and the new connection becomes its receiver when it has none (a receiver that stays
+connected keeps receiving). When the receiver's connection closes the
 channel stays, without a receiver, until ``channel.unregister_channel {mcp_channel_id}``.
 The result carries both spellings of the id, ``{mcp_channel_id, channel_id}``.
 
@@ -183,7 +184,8 @@ class ChannelHub:
                 raise RpcFailure(ErrorCode.BUSY, f"too many channels (cap {self.max_channels})")
             channel = Channel("ch_" + secrets.token_hex(8), session_id, name, None)
             self._channels[channel.channel_id] = channel
-        channel.receiver = connection
+        if channel.receiver is None or channel.receiver.closed:
+            channel.receiver = connection  # a receiver that stays connected keeps receiving
         connection.add_close_callback(self._drop_connection)
         if channel.held:
             task = asyncio.get_running_loop().create_task(self._hand_over(channel))
@@ -193,7 +195,10 @@ class ChannelHub:
 
     def _of_session(self, session_id: str, name: str | None) -> Channel | None:
         for channel in self._channels.values():
-            if channel.session_id == session_id and (name is None or channel.name == name):
+            if channel.session_id == session_id and name in (None, channel.name):
+                return channel
+            if channel.session_id == session_id and channel.name is None:
+                channel.name = name  # the session's channel, now named
                 return channel
         return None
 
