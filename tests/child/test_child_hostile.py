@@ -272,3 +272,18 @@ def test_removed_control_file_is_read_to_its_end_first(make_child: MakeChild) ->
     code, events = child.finish()
     assert code == 0, child.describe()
     assert types(events)[-2:] == ["result", "exit"]
+
+
+def test_a_cancel_then_5000_steers_in_one_write_get_one_ack_each(make_child: MakeChild) -> None:
+    child = make_child(script="hello.json").start()
+    lines = [{"v": 1, "seq": 1, "type": "cancel", "run": "r"}] + [
+        {"v": 1, "seq": n, "type": "steer", "run": "r", "text": f"s{n}"} for n in range(2, 5002)
+    ]
+    child.send_raw(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    code, events = child.finish()  # the invariants check one ack per control line
+    acks = [e for e in events if e["type"] == "control-ack"]
+    assert [a["ref"] for a in acks] == list(range(1, 5002))
+    assert acks[0]["status"] == "accepted"
+    assert {a["status"] for a in acks[1:]} == {"rejected"}
+    assert events[-1]["status"] == "cancelled"
+    assert code != 0

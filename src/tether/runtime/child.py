@@ -83,8 +83,6 @@ __all__ = ["ChildOptions", "Presenter", "run_child"]
 DEADLINE_ERROR: Final = "run deadline exceeded"
 # How long a cancelled turn may take to unwind before `exit` is written anyway.
 UNWIND_GRACE_S: Final = 1.0
-# Reads of control lines already in the file when the run exits (each <= 64 lines).
-FINAL_DRAIN_READS: Final = 16
 # A last turn that stopped this way leaves a partial answer (``result.context``).
 PARTIAL_STOPS: Final = frozenset({"aborted", "error"})
 
@@ -474,12 +472,17 @@ class Presenter:
             await asyncio.wait({task}, timeout=UNWIND_GRACE_S)
 
     def _final_drain(self) -> None:
-        """Ack the control lines already in the file (the run is terminal: all rejected)."""
-        for _ in range(FINAL_DRAIN_READS):
-            if self._channel_dead or not self.feed.more():
-                return
-            if not self._read_once():
-                return
+        """Ack every control line written before the exit began, each exactly once.
+
+        The run is terminal, so the table rejects them all. Reads stay bounded (memory
+        too); the end is the file's size when the drain starts, so a parent that keeps
+        writing cannot hold the exit back (its later lines get no ack: nobody reads them).
+        """
+        end = self.feed.size()
+        while not self._channel_dead and self.feed.behind(end):
+            before = self.feed.position()
+            if not self._read_once() or self.feed.position() == before:
+                return  # the channel died, or the file can no longer be read
 
     def _emit_result(self) -> None:
         assert self.runner is not None

@@ -216,6 +216,21 @@ class ControlFeed:
             return FeedRead([], removed=True)
         return FeedRead([self._decode(item) for item in got.items])
 
+    def size(self) -> int:
+        """The control file's size now (0 when it cannot be opened)."""
+        try:
+            return self.tail.size() or 0
+        except OSError:
+            return 0
+
+    def position(self) -> tuple[int, int]:
+        """How far the reads got: (bytes read from the file, lines handed out)."""
+        return self.tail.fed, self.tail.offset
+
+    def behind(self, end: int) -> bool:
+        """True while lines written before offset ``end`` are still unread or buffered."""
+        return self.tail.has_pending() or self.tail.fed < end
+
     def more(self) -> bool:
         """True when another read may find something (buffered lines, or unread bytes)."""
         try:

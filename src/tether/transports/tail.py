@@ -66,6 +66,16 @@ class FileTail:
         """Offset just past the last line handed out (resume a tail from here)."""
         return self._splitter.offset
 
+    @property
+    def fed(self) -> int:
+        """Offset just past the last byte read from the file (complete lines or not)."""
+        return self._splitter.fed
+
+    def size(self) -> int | None:
+        """The file's size now; None when it cannot be opened."""
+        fd = self._open()
+        return None if fd is None else os.fstat(fd).st_size
+
     def has_pending(self) -> bool:
         """True when complete lines are buffered and the next read needs no file access."""
         return self._splitter.pending > 0
