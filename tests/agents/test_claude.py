@@ -188,6 +188,18 @@ def test_a_permission_prompt_becomes_an_inbox_approval_request(
     assert "no answer path" in world.model_texts(2)
 
 
+def test_a_claude_that_cannot_start_fails_the_run(
+    make_claude: Callable[[list[Any]], Claude],
+) -> None:
+    world = make_claude([{"text": "never"}])
+    done = world.run_cli("--agent-arg=--no-such-flag", "hi")
+    assert done.returncode == 4
+    events = world.checked(world.cli_run_dir())
+    assert events[-1]["status"] == "failed"
+    assert "no-such-flag" in events[-1]["error"]  # Claude Code's own complaint, from stderr
+    assert world.server.model_requests() == []
+
+
 def test_a_missing_claude_fails_the_run(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TETHER_HOME": str(tmp_path / "t")}
     argv = [sys.executable, "-m", "tether", "run", "--no-stdin", "--agent", "claude", "hi"]

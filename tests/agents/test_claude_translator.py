@@ -6,7 +6,7 @@ from typing import Any
 
 from tether.agent.runner import Injection
 from tether.runtime.adapters.claude import ClaudeTranslator, command, final_args
-from tether.runtime.adapters.translate import Ask, Ended, Send, Show, Started
+from tether.runtime.adapters.translate import Ask, Broken, Ended, Send, Show, Started
 
 TEXT_BLOCK = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
 
@@ -40,7 +40,11 @@ def test_the_command_asks_permissions_on_stdio_unless_the_user_chose() -> None:
 
 def test_a_turn_streams_and_ends_at_its_result() -> None:
     t = ClaudeTranslator()
-    assert t.handshake() == [Started(None)]
+    (init_request,) = t.handshake()
+    assert isinstance(init_request, Send)
+    assert init_request.message["request"]["subtype"] == "initialize"
+    answer = {"subtype": "success", "request_id": init_request.message["request_id"]}
+    assert t.receive({"type": "control_response", "response": answer}) == [Started(None)]
     sent = t.start_turn(Injection("hi"))
     assert sent == [Send({"type": "user", "message": {"role": "user", "content": "hi"}})]
     init = {"type": "system", "subtype": "init", "session_id": "s1", "model": "m1"}
@@ -68,6 +72,16 @@ def test_a_turn_streams_and_ends_at_its_result() -> None:
     assert ended == [Ended("stop", ended[0].usage)]
     assert ended[0].usage.input == 3
     assert t.final_text == "Hello"
+
+
+def test_a_refused_initialize_breaks_the_set_up() -> None:
+    t = ClaudeTranslator()
+    (request,) = t.handshake()
+    assert isinstance(request, Send)
+    answer = {"subtype": "error", "request_id": request.message["request_id"], "error": "no"}
+    (broken,) = t.receive({"type": "control_response", "response": answer})
+    assert isinstance(broken, Broken)
+    assert "no" in broken.reason
 
 
 def test_a_steer_not_yet_taken_in_keeps_the_turn_open() -> None:

@@ -2,7 +2,8 @@
 
 Theory of operation
 -------------------
-The driver (:mod:`tether.runtime.adapters.driver`) starts Claude Code once as::
+The driver (:mod:`tether.runtime.adapters.driver`) starts Claude Code once (the
+``initialize`` control request is the hand-shake: its answer says the CLI is up) as::
 
     claude -p --input-format stream-json --output-format stream-json --verbose
            --include-partial-messages --replay-user-messages
@@ -54,6 +55,7 @@ from tether.runtime.adapters.claude_stream import ModelCall, tool_results, usage
 from tether.runtime.adapters.translate import (
     Action,
     Ask,
+    Broken,
     Ended,
     Send,
     Show,
@@ -96,6 +98,7 @@ NO_ANSWER_PATH: Final = (
     "--agent-arg=--permission-mode=acceptEdits (or bypassPermissions) or "
     "--agent-arg=--allowedTools=TOOL to allow it."
 )
+INIT_ID: Final = "tether-initialize"
 _OWN_PROMPT_FLAGS: Final = ("--permission-prompt-tool", "--dangerously-skip-permissions")
 _USAGE_FIELDS: Final = {
     "input": "input",
@@ -146,12 +149,13 @@ class ClaudeTranslator:
     # -- tether -> Claude Code ----------------------------------------------------------
 
     def handshake(self) -> list[Action]:
-        """Claude Code says nothing until its first message: it is ready at once (the
-        session id follows with ``system/init``). A restarted one starts afresh."""
+        """The ``initialize`` control request: its answer says Claude Code is up (the
+        session id follows with the first ``system/init``). A restarted one starts afresh."""
         self._pending.clear()
         self._open = self._interrupted = False
         self._call = None
-        return [Started(None)]
+        request = {"subtype": "initialize", "hooks": None}
+        return [Send({"type": "control_request", "request_id": INIT_ID, "request": request})]
 
     def start_turn(self, opening: Injection) -> list[Action]:
         self._open, self._interrupted = True, False
@@ -189,8 +193,10 @@ class ClaudeTranslator:
             return self._init(line)
         if kind == "control_request":
             return self._control_request(line)
-        # `assistant` lines repeat what the stream events said; control_response,
-        # system/status and other kinds carry nothing for the wire.
+        if kind == "control_response":
+            return self._control_response(mapping(line.get("response")))
+        # `assistant` lines repeat what the stream events said; system/status and
+        # other kinds carry nothing for the wire.
         return []
 
     def _init(self, line: Mapping[str, Any]) -> list[Action]:
@@ -245,6 +251,14 @@ class ClaudeTranslator:
         if not self.final_text and not error:
             self.final_text = text_of(line.get("result"))
         return [*out, Ended(stop, self._usage, error)]
+
+    def _control_response(self, response: Mapping[str, Any]) -> list[Action]:
+        if response.get("request_id") != INIT_ID:
+            return []  # an interrupt's answer: its `result` is what counts
+        if response.get("subtype") == "success":
+            return [Started(None)]
+        error = text_of(response.get("error")) or "no reason given"
+        return [Broken(f"Claude Code refused to initialize: {error}")]
 
     def _control_request(self, line: Mapping[str, Any]) -> list[Action]:
         request = mapping(line.get("request"))
