@@ -1,14 +1,48 @@
 """Every exception tether raises on purpose, as one tree rooted at :class:`TetherError`.
 
 Decoders never raise: bad input comes back as a value (``wire.Rejection``,
-``framing.resp.Rejection``, ``inbox.messages.InboxRejection``, ``daemon.protocol.ProtocolError``).
-Exceptions are for caller bugs and for what goes wrong around a run::
+``framing.resp.FrameRejection``, ``inbox.messages.InboxRejection``,
+``daemon.protocol.ProtocolError``). Exceptions are for caller bugs and for what goes
+wrong around a run. ``except tether.TetherError`` catches all of them; where a leaf also
+derives from a built-in (``ValueError``, ``KeyError``, ``OSError``) that is said below::
 
     TetherError
-    └── ParentError
-        ├── SpawnError       the child could not be started
-        ├── RunEnded         the run ended before a control was acknowledged
-        └── ControlRefused   a control could not be encoded (too large, bad field)
+    ├── ParentError                   (here) talking to a child run
+    │   ├── SpawnError                (here) the child could not be started
+    │   ├── RunEnded                  (here) the run ended before a control was acknowledged
+    │   └── ControlRefused            (here, ValueError) a control does not encode
+    ├── AgentError                    (here) the built-in agent and its parts
+    │   ├── ProviderError             agent.provider: a model call failed
+    │   │   └── ProviderHTTPError     agent.providers: ... with an HTTP status
+    │   ├── ProviderSetupError        agent.registry (ValueError): unknown or misconfigured
+    │   ├── ScriptError               agent.scripted (ValueError): a bad scripted reply file
+    │   ├── RunnerSetupError          agent.runner: the turn runner cannot start
+    │   ├── UnknownToolError          agent.toolset (ValueError): a name in --tools
+    │   └── UnknownAgent              runtime.adapters.registry (ValueError): a name in --agent
+    ├── DaemonError                   (here) the daemon and its clients
+    │   ├── DaemonSetupError          daemon.lifecycle: the daemon cannot start
+    │   │   ├── UnsafeSocketDir       daemon.lifecycle: wrong owner, mode or type
+    │   │   └── AlreadyRunning        daemon.lifecycle: another daemon holds the lock
+    │   ├── DaemonClientError         daemon.client
+    │   │   ├── DaemonUnavailable     daemon.client: nothing answers on the socket
+    │   │   ├── DaemonConnectionLost  daemon.client: the daemon went away mid-call
+    │   │   └── DaemonCallError       daemon.client: the daemon answered an error
+    │   ├── RpcFailure                daemon.methods: a handler answers an error code
+    │   ├── ConnectionClosed          daemon.server: a client left before answering
+    │   ├── FrameTooLarge             daemon.protocol (ValueError): a body over 16 MiB
+    │   ├── AgentExists               daemon.registry: the name is taken
+    │   └── AgentNotFound             daemon.registry (KeyError): no such agent
+    ├── TransportError                transports.channel: a channel refused or failed
+    ├── TooDeep                       jsondepth (msgspec.DecodeError): JSON nested too deep;
+    │                                 the decoders that call it return a rejection instead
+    └── UnsafeFileError               fsafe (OSError): a file a child can touch is unsafe
+
+Lower layers' errors are translated once, where they enter: ``OSError`` from starting a
+child becomes :class:`SpawnError` (``runtime.launch.start_child``); socket errors become
+``DaemonUnavailable`` / ``DaemonConnectionLost`` (``daemon.client``); HTTP and stream
+errors become ``ProviderError`` (``agent.providers``); NATS errors become
+``TransportError`` (``transports.jetstream``). ``tests/test_errors.py`` keeps this tree
+and the code in step.
 
 This module imports nothing from tether, so every layer may raise from it.
 """
@@ -16,7 +50,9 @@ This module imports nothing from tether, so every layer may raise from it.
 from __future__ import annotations
 
 __all__ = [
+    "AgentError",
     "ControlRefused",
+    "DaemonError",
     "ParentError",
     "RunEnded",
     "SpawnError",
@@ -42,3 +78,11 @@ class RunEnded(ParentError):
 
 class ControlRefused(ParentError, ValueError):
     """The control could not be sent: it does not encode as a valid wire line."""
+
+
+class AgentError(TetherError):
+    """A problem in the built-in agent: its provider, script, runner or tools."""
+
+
+class DaemonError(TetherError):
+    """A problem running, reaching or serving the daemon."""

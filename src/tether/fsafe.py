@@ -31,13 +31,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
+from tether.errors import TetherError
+
 FILE_MODE: Final = 0o600
 _SAFE: Final = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_SLICE: Final = 1 << 20
 
 
-class UnsafeFileError(OSError):
+class UnsafeFileError(TetherError, OSError):
     """A file (or a name for one) that tether refuses to use; ``strerror`` says why."""
 
     def __init__(self, path: str | os.PathLike[str], why: str) -> None:

@@ -33,6 +33,8 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
+from tether.errors import TetherError
+
 __all__ = ["MAX_JSON_DEPTH", "TooDeep", "check_depth", "decode", "decode_any", "loads"]
 
 MAX_JSON_DEPTH: Final = 128
@@ -48,7 +50,7 @@ _AS_PARENS: Final = bytes.maketrans(b"[{]}", b"(())")
 _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
 
 
-class TooDeep(msgspec.DecodeError):
+class TooDeep(TetherError, msgspec.DecodeError):
     """JSON nested deeper than the limit; raised before any recursive decoding."""
 
     def __init__(self, limit: int) -> None:

@@ -11,7 +11,7 @@ import pytest
 from tests.channels import backend, nats_server, open_channel
 
 from tether.daemon.bridge import BRIDGE_CONSUMER, Inbound, Outbound, last_seq
-from tether.transports.channel import Channel, ChannelError, Entry, FileChannel
+from tether.transports.channel import Channel, Entry, FileChannel, TransportError
 
 __all__ = ["backend", "nats_server"]  # fixtures
 
@@ -117,7 +117,7 @@ class FlakyChannel(FileChannel):
     async def append(self, name: str, line: bytes, *, msg_id: str | None = None) -> int:
         self.calls += 1
         if self.calls in self.fail_on:
-            raise ChannelError("connection lost (test double)")
+            raise TransportError("connection lost (test double)")
         return await super().append(name, line, msg_id=msg_id)
 
 
@@ -130,7 +130,7 @@ def test_outbound_reads_a_failed_batch_again_from_the_failed_line(tmp_path: Path
         try:
             bridge = Outbound(channel, "run.r.events", events)
             await bridge.start()
-            with pytest.raises(ChannelError):
+            with pytest.raises(TransportError):
                 await bridge.pump()  # lines 0 and 1 went; line 2 failed
             assert await bridge.pump() == 4
             got = await _entries(channel, "run.r.events", 6)

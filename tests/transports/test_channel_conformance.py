@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from tests.channels import backend, nats_server, open_channel
 
-from tether.transports.channel import Channel, ChannelError, Entry, FileChannel, Skipped
+from tether.transports.channel import Channel, Entry, FileChannel, Skipped, TransportError
 
 ROOT = Path(__file__).resolve().parents[2]
 __all__ = ["backend", "nats_server"]  # fixtures
@@ -121,7 +121,7 @@ def test_lines_out_of_bounds_are_refused_before_sending(
     with_channel: Callable[[Body], None], line: bytes
 ) -> None:
     async def body(channel: Channel) -> None:
-        with pytest.raises(ChannelError):
+        with pytest.raises(TransportError):
             await channel.append("bounded", line)
         offset = await channel.append("bounded", b"ok")
         got = await take(channel, "bounded", 1)
@@ -133,7 +133,7 @@ def test_lines_out_of_bounds_are_refused_before_sending(
 @pytest.mark.parametrize("name", ["", "a..b", "a/b", "../x", "a b", "x" * 200])
 def test_bad_channel_names_are_refused(with_channel: Callable[[Body], None], name: str) -> None:
     async def body(channel: Channel) -> None:
-        with pytest.raises(ChannelError):
+        with pytest.raises(TransportError):
             await channel.append(name, b"x")
 
     with_channel(body)
@@ -242,7 +242,7 @@ def test_file_channel_refuses_a_symlinked_channel_file(tmp_path: Path) -> None:
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     (tmp_path / "ch" / "evil.jsonl").symlink_to(victim)
-    with pytest.raises(ChannelError, match="not a private regular file"):
+    with pytest.raises(TransportError, match="not a private regular file"):
         channel.append_nowait("evil", b"overwrite")
     assert victim.read_text() == "precious\n"
 
@@ -250,7 +250,7 @@ def test_file_channel_refuses_a_symlinked_channel_file(tmp_path: Path) -> None:
 def test_file_channel_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
     channel = FileChannel(tmp_path / "ch")
     os.mkfifo(tmp_path / "ch" / "trap.jsonl", 0o600)
-    with pytest.raises(ChannelError, match="not a private regular file"):
+    with pytest.raises(TransportError, match="not a private regular file"):
         channel.append_nowait("trap", b"x")
 
 
@@ -258,9 +258,9 @@ def test_file_channel_refuses_a_root_it_does_not_own_privately(tmp_path: Path) -
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)
-    with pytest.raises(ChannelError):
+    with pytest.raises(TransportError):
         FileChannel(shared)
     (tmp_path / "link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     (tmp_path / "elsewhere").mkdir(mode=0o700)
-    with pytest.raises(ChannelError):
+    with pytest.raises(TransportError):
         FileChannel(tmp_path / "link")

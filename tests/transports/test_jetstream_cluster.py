@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from tests.nats_server import NatsCluster, run_nats_cluster
 
-from tether.transports.channel import ChannelError, Entry
+from tether.transports.channel import Entry, TransportError
 from tether.transports.jetstream import JetStreamChannel, open_jetstream
 
 LINES = 300
@@ -45,7 +45,7 @@ async def _append_with_retry(channel: JetStreamChannel, index: int) -> int:
     while True:
         try:
             return await channel.append("run.x.events", b'{"n":%d}' % index, msg_id=f"w:{index}")
-        except ChannelError:
+        except TransportError:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.05)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from tests.nats_server import NatsServer, run_nats_server
 
-from tether.transports.channel import ChannelError
+from tether.transports.channel import TransportError
 from tether.transports.jetstream import open_jetstream
 
 USERS = ("A", "B")
@@ -66,7 +66,7 @@ def url_for(server: NatsServer, host: str | None) -> str:
 
 def test_a_client_without_credentials_is_refused(secured: NatsServer) -> None:
     async def main() -> None:
-        with pytest.raises(ChannelError, match="cannot reach NATS"):
+        with pytest.raises(TransportError, match="cannot reach NATS"):
             await open_jetstream(url_for(secured, None))
 
     asyncio.run(main())
@@ -75,7 +75,7 @@ def test_a_client_without_credentials_is_refused(secured: NatsServer) -> None:
 def test_a_wrong_password_is_refused_and_not_echoed(secured: NatsServer) -> None:
     async def main() -> None:
         url = f"nats://hostA:wrong-password@127.0.0.1:{secured.port}"
-        with pytest.raises(ChannelError, match="cannot reach NATS") as refused:
+        with pytest.raises(TransportError, match="cannot reach NATS") as refused:
             await open_jetstream(url)
         assert "wrong-password" not in str(refused.value)
 
@@ -88,7 +88,7 @@ def test_a_host_appends_to_its_own_runs_only(secured: NatsServer) -> None:
         try:
             offset = await channel.append("h.A.run.r1.events", b'{"seq":0}')
             assert offset >= 1
-            with pytest.raises(ChannelError):
+            with pytest.raises(TransportError):
                 await channel.append("h.B.run.r1.events", b'{"seq":0,"forged":true}')
         finally:
             await channel.aclose()

@@ -24,6 +24,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from tether.errors import AgentError
+
 ToolChoice = Literal["auto", "none"]
 
 
@@ -136,7 +138,7 @@ class Finished:
 StreamEvent = TextDelta | ThinkingDelta | BlockEnd | ToolUse | Finished
 
 
-class ProviderError(Exception):
+class ProviderError(AgentError):
     """A model call failed; ``message`` is shown to the user as an ``error`` event."""
 
     def __init__(self, message: str, *, retryable: bool = False) -> None:

@@ -19,6 +19,8 @@ import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from tether.errors import AgentError
+
 if TYPE_CHECKING:
     from tether.agent.provider import Provider
 
@@ -33,7 +35,7 @@ PROVIDERS: Final[dict[str, str]] = {
 }
 
 
-class ProviderSetupError(ValueError):
+class ProviderSetupError(AgentError, ValueError):
     """The provider cannot be built: unknown name, missing module, bad configuration."""
 
 

@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, NamedTuple, Protocol
 
+from tether.errors import AgentError
+
 __all__ = [
     "EmitFn",
     "Injection",
@@ -87,7 +89,7 @@ class TurnOutcome(NamedTuple):
     error: str | None = None
 
 
-class RunnerSetupError(Exception):
+class RunnerSetupError(AgentError):
     """The runner cannot work at all (bad provider configuration, a missing program)."""
 
 

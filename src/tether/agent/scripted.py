@@ -46,6 +46,7 @@ from tether.agent.provider import (
     Usage,
     UserTurn,
 )
+from tether.errors import AgentError
 
 __all__ = [
     "CHUNK_CHARS",
@@ -102,7 +103,7 @@ _KEYS: Final = frozenset(
 )
 
 
-class ScriptError(ValueError):
+class ScriptError(AgentError, ValueError):
     """The script file is missing, unreadable, or not a list of valid replies."""
 
 

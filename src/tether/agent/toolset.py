@@ -15,13 +15,14 @@ from typing import Final
 from tether.agent.report import ReportTool
 from tether.agent.subagent import SpawnRun, SubagentTool
 from tether.agent.tools import BashTool, EditTool, ReadTool, Tool, ToolRegistry, WriteTool
+from tether.errors import AgentError
 
 __all__ = ["BUILTIN_TOOLS", "UnknownToolError", "builtin_tools", "select_tools"]
 
 BUILTIN_TOOLS: Final = ("bash", "read", "write", "edit", "subagent", "report")
 
 
-class UnknownToolError(ValueError):
+class UnknownToolError(AgentError, ValueError):
     """A tool name in the allow-list that no tool answers to."""
 
 

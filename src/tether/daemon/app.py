@@ -102,11 +102,11 @@ def run_daemon(
 
 async def _join(daemon: Daemon, cluster: ClusterOptions, socket_path: Path) -> None:
     from tether.daemon.hosts import open_host_link
-    from tether.transports.channel import ChannelError
+    from tether.transports.channel import TransportError
 
     try:
         link = await open_host_link(cluster, socket_path)
-    except ChannelError as exc:
+    except TransportError as exc:
         raise DaemonSetupError(f"cannot join the cluster: {exc}") from None
     daemon.on_shutdown(link.aclose)
     log.info("host %s joined the cluster", cluster.host)

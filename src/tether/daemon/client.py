@@ -33,6 +33,7 @@ from tether.daemon.protocol import (
     encode_call,
     encode_response,
 )
+from tether.errors import DaemonError
 from tether.wire.needdata import NEED_DATA
 
 EXIT_NOT_RUNNING: Final = 3
@@ -41,7 +42,7 @@ EXIT_NOT_RUNNING: Final = 3
 _RECV_BYTES: Final = 65536
 
 
-class DaemonClientError(Exception):
+class DaemonClientError(DaemonError):
     exit_code = 1
 
 

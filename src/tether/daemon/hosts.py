@@ -43,7 +43,7 @@ from tether.daemon.bridge import Outbound
 from tether.daemon.client import DaemonClientError
 from tether.daemon.protocol import ErrorCode, ProtocolError, Request, Response, RpcError
 from tether.daemon.protocol import decode_message as decode_body
-from tether.transports.channel import ChannelError
+from tether.transports.channel import TransportError
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
@@ -116,7 +116,7 @@ class ClusterOptions:
 
 
 async def open_host_link(options: ClusterOptions, socket_path: Path) -> HostLink:
-    """Connect to the cluster and start the link (raises ``ChannelError`` if NATS is away)."""
+    """Connect to the cluster and start the link (raises ``TransportError`` if NATS is away)."""
     from tether.transports.jetstream import open_jetstream
 
     channel = await open_jetstream(
@@ -330,7 +330,7 @@ class HostLink:
         try:
             while await bridge.pump():
                 pass
-        except (ChannelError, OSError) as error:
+        except (TransportError, OSError) as error:
             log.warning("host %s: forwarding %s failed: %s", self.host, bridge.name, error)
 
     # -- leaving ------------------------------------------------------------------------

@@ -38,13 +38,14 @@ from pathlib import Path
 from typing import IO
 
 from tether import jsondepth, paths
+from tether.errors import DaemonError
 
 log = logging.getLogger("tether.daemon")
 
 MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating NUL
 
 
-class DaemonSetupError(Exception):
+class DaemonSetupError(DaemonError):
     """The daemon cannot start; the message says why and what to do."""
 
 

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from tether.daemon.protocol import ErrorCode, Namespace
+from tether.errors import DaemonError
 
 T = TypeVar("T")
 C = TypeVar("C")  # what a handler is given about its call
@@ -26,7 +27,7 @@ AsyncHandler = Callable[[C, Any], Awaitable[Any]]
 Handler = SyncHandler[C] | AsyncHandler[C]
 
 
-class RpcFailure(Exception):
+class RpcFailure(DaemonError):
     """Raised by a handler to answer with a specific error code."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:

@@ -32,6 +32,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from tether import jsondepth
+from tether.errors import DaemonError
 from tether.wire.needdata import NEED_DATA, NeedData
 
 __all__ = [
@@ -160,7 +161,7 @@ class ProtocolError(msgspec.Struct, frozen=True, kw_only=True):
         return cls(kind=ProtocolErrorKind.IO, message=f"i/o error: {detail}")
 
 
-class FrameTooLarge(ValueError):
+class FrameTooLarge(DaemonError, ValueError):
     """Raised by the encoders when a caller hands them a body over ``MAX_FRAME_BYTES``."""
 
     def __init__(self, size: int) -> None:

@@ -28,6 +28,7 @@ from typing import Any, Final
 import msgspec
 
 from tether import jsondepth, paths
+from tether.errors import DaemonError
 from tether.procs import proc_start_time
 from tether.store.sqlite import connect
 
@@ -116,13 +117,13 @@ _INSERT: Final = (
 )
 
 
-class AgentExists(Exception):
+class AgentExists(DaemonError):
     def __init__(self, name: str) -> None:
         super().__init__(f"an agent named {name!r} already exists")
         self.name = name
 
 
-class AgentNotFound(KeyError):
+class AgentNotFound(DaemonError, KeyError):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.name = name

@@ -65,6 +65,7 @@ from tether.daemon.protocol import (
     encode_ok,
     recover_id,
 )
+from tether.errors import DaemonError
 from tether.wire.needdata import NEED_DATA
 
 __all__ = ["CallContext", "Connection", "ConnectionClosed", "Daemon", "ServerConfig"]
@@ -75,7 +76,7 @@ _SO_PEERCRED = getattr(socket, "SO_PEERCRED", 17)
 _UCRED = struct.Struct("3i")
 
 
-class ConnectionClosed(Exception):
+class ConnectionClosed(DaemonError):
     """The peer went away before answering a request the daemon sent it."""
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from tether.errors import TetherError
 from tether.wire.limits import MAX_LINE_BYTES
 from tether.wire.lines import Line, TooLarge
 
@@ -50,10 +51,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Channel",
-    "ChannelError",
     "Entry",
     "FileChannel",
     "Skipped",
+    "TransportError",
     "check_line",
     "check_name",
 ]
@@ -67,7 +68,7 @@ MSG_ID_MAX_BYTES = 256
 FILE_DEDUPE_WINDOW_BYTES = 256 * 1024
 
 
-class ChannelError(Exception):
+class TransportError(TetherError):
     """A channel operation was refused (bad name, line out of bounds) or its store failed."""
 
 
@@ -88,22 +89,22 @@ class Skipped:
 
 def check_name(name: str) -> str:
     if not _NAME.fullmatch(name):
-        raise ChannelError(f"bad channel name {name!r}: dot-separated [A-Za-z0-9_-] tokens")
+        raise TransportError(f"bad channel name {name!r}: dot-separated [A-Za-z0-9_-] tokens")
     return name
 
 
 def check_consumer(consumer: str) -> str:
     if not _CONSUMER.fullmatch(consumer):
-        raise ChannelError(f"bad consumer name {consumer!r}: [A-Za-z0-9_-], 1-128 characters")
+        raise TransportError(f"bad consumer name {consumer!r}: [A-Za-z0-9_-], 1-128 characters")
     return consumer
 
 
 def check_line(line: bytes, max_line_bytes: int) -> bytes:
-    """The line itself, or :class:`ChannelError` when it cannot be stored as one line."""
+    """The line itself, or :class:`TransportError` when it cannot be stored as one line."""
     if len(line) >= max_line_bytes:
-        raise ChannelError(f"line of {len(line)} bytes; the bound is {max_line_bytes - 1}")
+        raise TransportError(f"line of {len(line)} bytes; the bound is {max_line_bytes - 1}")
     if b"\n" in line:
-        raise ChannelError("a line cannot contain a newline")
+        raise TransportError("a line cannot contain a newline")
     return line
 
 
@@ -111,7 +112,7 @@ def check_msg_id(msg_id: str | None) -> str | None:
     if msg_id is not None and (
         not msg_id or len(msg_id.encode()) > MSG_ID_MAX_BYTES or not msg_id.isprintable()
     ):
-        raise ChannelError("a msg_id is 1-256 bytes of printable text")
+        raise TransportError("a msg_id is 1-256 bytes of printable text")
     return msg_id
 
 
@@ -221,7 +222,7 @@ class FileChannel:
                     waker.clear()
                     read = tail.read()
                     if read.status is TailStatus.TRUNCATED:
-                        raise ChannelError(f"channel {name!r} shrank: its file was replaced")
+                        raise TransportError(f"channel {name!r} shrank: its file was replaced")
                     for item in read.items:
                         if skip_first:
                             _check_cursor(name, item, after)
@@ -300,7 +301,7 @@ class FileChannel:
         finally:
             os.close(fd)
         if not text.isdigit():
-            raise ChannelError(f"commit file of {consumer!r} on {name!r} is damaged")
+            raise TransportError(f"commit file of {consumer!r} on {name!r} is damaged")
         return int(text)
 
     # -- paths and closing ----------------------------------------------------
@@ -330,7 +331,7 @@ def _entry(item: Line | TooLarge) -> Entry | Skipped:
 
 def _check_cursor(name: str, item: Line | TooLarge, after: int | None) -> None:
     if item.offset != after:
-        raise ChannelError(f"offset {after} is not an entry of channel {name!r}")
+        raise TransportError(f"offset {after} is not an entry of channel {name!r}")
 
 
 def _ensure_private_dir(path: Path) -> None:
@@ -338,9 +339,9 @@ def _ensure_private_dir(path: Path) -> None:
         os.mkdir(path, 0o700)
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode):
-        raise ChannelError(f"{path} is not a directory (a symlink or file is refused)")
+        raise TransportError(f"{path} is not a directory (a symlink or file is refused)")
     if info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise ChannelError(f"{path} is not private to this user (owner or mode)")
+        raise TransportError(f"{path} is not private to this user (owner or mode)")
 
 
 def _open_private(path: Path, flags: int) -> int:
@@ -349,12 +350,12 @@ def _open_private(path: Path, flags: int) -> int:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO with no reader
-            raise ChannelError(f"{path} is not a private regular file of this user") from error
+            raise TransportError(f"{path} is not a private regular file of this user") from error
         raise
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink != 1:
         os.close(fd)
-        raise ChannelError(f"{path} is not a private regular file of this user")
+        raise TransportError(f"{path} is not a private regular file of this user")
     return fd
 
 

@@ -26,9 +26,9 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tether.transports.channel import (
-    ChannelError,
     Entry,
     Skipped,
+    TransportError,
     check_consumer,
     check_line,
     check_msg_id,
@@ -74,7 +74,7 @@ async def open_jetstream(
     try:
         client = await nats.connect(server_list(url), **options)
     except Exception as error:  # nats raises many unrelated types here
-        raise ChannelError(f"cannot reach NATS at {redacted(url)}: {error}") from error
+        raise TransportError(f"cannot reach NATS at {redacted(url)}: {error}") from error
     client.options["max_reconnect_attempts"] = -1
     channel = JetStreamChannel(client, prefix=prefix, max_line_bytes=max_line_bytes)
     try:
@@ -115,7 +115,7 @@ def server_list(url: str) -> list[str]:
     """``nats://a:4222,nats://b:4222`` (a cluster's seed servers) as a list."""
     servers = [part.strip() for part in url.split(",") if part.strip()]
     if not servers:
-        raise ChannelError("no NATS server URL given")
+        raise TransportError("no NATS server URL given")
     return servers
 
 
@@ -166,7 +166,7 @@ class JetStreamChannel:
         try:
             ack = await self.js.publish(self.subject(name), line, headers=headers)
         except NatsError as error:
-            raise ChannelError(f"append to {name!r} failed: {error}") from error
+            raise TransportError(f"append to {name!r} failed: {error}") from error
         return int(ack.seq)
 
     async def tail(self, name: str, *, after: int | None = None) -> AsyncIterator[Entry | Skipped]:
@@ -244,7 +244,7 @@ class JetStreamChannel:
 
     def _bucket(self) -> KeyValue:
         if self._offsets is None:
-            raise ChannelError("the channel is not set up: call ensure() first")
+            raise TransportError("the channel is not set up: call ensure() first")
         return self._offsets
 
     async def aclose(self) -> None:

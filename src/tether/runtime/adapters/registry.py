@@ -21,6 +21,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple
 
+from tether.errors import AgentError
+
 __all__ = [
     "AGENTS",
     "CONTROLS",
@@ -65,7 +67,7 @@ class AgentKind(NamedTuple):
     notes: str = ""
 
 
-class UnknownAgent(ValueError):
+class UnknownAgent(AgentError, ValueError):
     """A name that is not in :data:`AGENTS`."""
 
 
