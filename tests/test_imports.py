@@ -29,7 +29,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tether.display",),
     ("tether.transports",),
     ("tether.wire", "tether.framing"),
-    ("tether.errors", "tether.jsondepth", "tether.paths", "tether.procs", "tether.fsafe"),
+    # the base: small helpers every layer may use
+    (
+        "tether.errors",
+        "tether.fsafe",
+        "tether.jsondepth",
+        "tether.paths",
+        "tether.procs",
+        "tether.reaper",
+    ),
 )
 
 # Deliberate exceptions, each (importer, imported): why it must point up. Keep it empty.
