@@ -8,6 +8,7 @@ once to another channel (pushed there with ``reply_to``).
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
@@ -18,12 +19,13 @@ import pytest
 from daemon_helpers import call, frame, read_frame
 from test_agents_support import AgentDaemon, agentd
 
-mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install tether[mcp])")
+if os.environ.get("CI") != "true":  # under CI a missing SDK fails at the import below
+    pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install tether[mcp])")
 
-from mcp.client.extension import NotificationBinding  # noqa: E402
-from mcp.client.session import ClientSession  # noqa: E402
-from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
-from pydantic import BaseModel  # noqa: E402
+from mcp.client.extension import NotificationBinding
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from pydantic import BaseModel
 
 __all__ = ["agentd"]
 

@@ -220,23 +220,30 @@ AGENTS: Final[dict[str, AgentKind]] = {
         ),
         AgentKind(
             name="bash-agent",
-            title="bash-agent, unmodified",
-            protocol="bash-agent's RESP frames on stdio",
+            title="bash-agent, unmodified (lloydzhou/bash-agent)",
+            protocol="one process per input: the text on stdin until EOF, "
+            "--output-format stream-json on stdout, --session for the conversation",
             runner="tether.runtime.adapters.bash_agent:BashAgentRunner",
             command=("bash-agent",),
             version_args=(),
             controls=_caps(
-                steer=(E, "written as a further USER_INPUT frame; read after its answer"),
-                follow_up=(N, "written as a USER_INPUT frame when every input is answered"),
+                steer=(
+                    E,
+                    "bash-agent reads nothing while it works: the steer is its next input "
+                    "(a new process of the same --session) when its answer is done, same turn",
+                ),
+                follow_up=(N, "the next input of the same --session, in the same turn"),
                 finalize=(
                     E,
-                    "the turn ends on tether's side; the note is one more input (tools "
-                    "cannot be disabled)",
+                    "SIGINT to its group (its own Ctrl-C), then one last input with the "
+                    "note (its tools cannot be turned off)",
                 ),
                 cancel=(N, "its process group is ended"),
                 deadline=(N, "its process group is ended"),
-                close=(N, "stdin is closed after the current turn"),
+                close=(N, "ends the run after the current turn (no process is left)"),
             ),
+            notes="-- bash path/to/agent.sh ARGS... runs a checkout; point it at a model "
+            "with ANTHROPIC_BASE_URL=http://HOST:PORT/v1 (it appends /messages)",
         ),
     )
 }
