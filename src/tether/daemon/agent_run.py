@@ -5,21 +5,22 @@ stderr appended to the run's ``stderr.log``), so it never gets SIGHUP or SIGPIPE
 daemon and outlives a killed one. The daemon only appends controls to ``control.jsonl``
 and reads ``events.jsonl``; both are plain files, so nothing is lost while no daemon runs.
 
-One pump task per agent loops:
+The rules that supervise the run (ready, ack, cancel and exit grace, deadline, the
+verdict) are the sans-IO :class:`~tether.runtime.supervise.RunWatch`, the same one the
+parent API uses; :class:`AgentRun` is its I/O driver. One pump task per agent loops:
 
-1. read the complete lines appended to ``events.jsonl`` (woken by the process's shared
-   :class:`~tether.runtime.hub.WatchHub` and by a slow safety tick), mirror the state with
-   :class:`~tether.runtime.mirror.RunMirror`, resolve control acks and asks
+1. read a bounded slice of ``events.jsonl`` (woken by the process's shared
+   :class:`~tether.runtime.hub.WatchHub` and by a slow safety tick), validated and
+   mirrored by the watch; resolve control acks and asks
    (:class:`~tether.daemon.turns.TurnTracker`), hand each event to live followers;
 2. drain the inbox into SQLite when it changed, and queue its messages for the agent's
    channel;
 3. persist ``(event_offset, last_seq, state, turn, usage, snapshot)`` in one registry
-   update: at once when the state or turn changed, else at most every ``persist_every_s``.
-   The snapshot is the mirror's state at exactly that offset, so a restarted daemon
-   rebuilds the mirror from it and resumes reading at the offset (:func:`restore_mirror`);
-4. enforce the never-hang rules: no ``ready`` within ``start_s``; no exit within
-   ``cancel_grace_s`` of a cancel or of the deadline; a process left over ``exit_grace_s``
-   after ``exit``. Each ends the child's process group (SIGTERM, then SIGKILL).
+   update: at once when the state or turn changed, else at most every
+   :data:`PERSIST_EVERY_S`. The snapshot is the mirror's state at exactly that offset, so
+   a restarted daemon rebuilds the mirror from it and resumes reading at the offset;
+4. do what the watch says: wait (or only yield, while more events are waiting, so the
+   timers run under a flood), end the process group, read what is left, or finish.
 
 The process is watched with a pidfd (``pidfd_open``), which works the same for a child
 this daemon started and for one a previous daemon started (re-adopted after a restart):
@@ -40,39 +41,35 @@ import subprocess
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from tether import fsafe, procs
-from tether.daemon.agent_state import Follower, Limits, snapshot
+from tether.daemon.agent_state import Follower, snapshot
 from tether.daemon.registry import AgentRecord, AgentRegistry
 from tether.daemon.turns import Outcome, TurnTracker
 from tether.runtime.finaltext import full_text
 from tether.runtime.hub import WatchHub
+from tether.runtime.launch import monotonic_at
 from tether.runtime.mirror import ChannelError, RunMirror
-from tether.runtime.rundir import RunDir, read_tail, write_private_text
-from tether.transports.tail import FileTail, TailStatus
-from tether.wire import AnyEvent, ControlAck, Ready, Rejection, TooLarge, TurnComplete
-from tether.wire.session import ControlKind, State
+from tether.runtime.outcome import Timeouts
+from tether.runtime.rundir import RunDir, write_private_text
+from tether.runtime.supervise import Drain, Finish, RunWatch, Send, Terminate, Wait
+from tether.runtime.watchio import drain, end_group, read_slice, stderr_tail
+from tether.transports.tail import FileTail
+from tether.wire import AnyEvent, ControlAck, Ready, Rejection, TurnComplete
+from tether.wire.session import ControlKind, RunStatus, State
 from tether.wire.usage import add_usage
 
 log = logging.getLogger("tether.daemon.agents")
 
-STDERR_TAIL_BYTES: Final = 2000
 MAX_NOTES: Final = 20
-READS_PER_WAKE: Final = 32  # bounded reads (<= 64 lines each) before yielding to the loop
+PERSIST_EVERY_S: Final = 1.0  # persist the offset at most this often when only it moved
+# The daemon's agents wait for controls as long as they like; their safety tick is slow.
+DAEMON_TIMEOUTS: Final = Timeouts(tick_s=30.0)
 
 
 # -- the agent ----------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Clock:
-    started: float
-    cancel_sent: float | None = None
-    exit_seen: float | None = None
-    persisted: float = 0.0
 
 
 class AgentRun:
@@ -84,7 +81,7 @@ class AgentRun:
         *,
         registry: AgentRegistry,
         hub: WatchHub,
-        limits: Limits,
+        timeouts: Timeouts,
         mirror: RunMirror,
         inbox: Any = None,
         popen: subprocess.Popen[bytes] | None = None,
@@ -98,8 +95,15 @@ class AgentRun:
         self.name = record.name
         self.run = RunDir(Path(record.run_dir).name, Path(record.run_dir))
         self.pid = record.pid
-        self.limits = limits
+        self.timeouts = timeouts
         self.mirror = mirror
+        deadline = record.deadline_at
+        self.watch = RunWatch(
+            mirror,
+            timeouts,
+            now=time.monotonic(),
+            deadline=None if deadline is None else monotonic_at(deadline),
+        )
         self.usage: dict[str, int] = {
             k: v for k, v in (record.usage or {}).items() if type(v) is int
         }
@@ -123,13 +127,15 @@ class AgentRun:
         self._tail = FileTail(self.run.events, offset=record.event_offset)
         # Opened once, before the child started (else on the first send, after a restart).
         self._control = control
-        self._clock = _Clock(time.monotonic())
+        self._persisted_at = 0.0
         self._wake = asyncio.Event()
         self._inbox_dirty = inbox is not None
         self._asks: dict[int, asyncio.Future[Outcome]] = {}
         self._acks: dict[int, asyncio.Future[ControlAck]] = {}
-        self._failure: tuple[str, str] | None = None
         self._proc_done = self.pid is None or not watch
+        self._owns_group = not self._proc_done  # a process seen alive: its group is ours to end
+        if self._proc_done:
+            self.watch.process_exited(None)
         self._pidfd: int | None = None
         self._urgent = False
         self._persisted = (record.event_offset, mirror.state, mirror.turn)
@@ -150,7 +156,9 @@ class AgentRun:
 
     @property
     def state(self) -> str:
-        return self.status if self.status is not None else self.mirror.state.value
+        """The final status once ended; before, the live state (never terminal until the
+        answer has been read)."""
+        return self.status if self.status is not None else self.watch.live_state.value
 
     @property
     def last_seq(self) -> int:
@@ -211,10 +219,14 @@ class AgentRun:
         Raises ``ValueError`` when it cannot encode, ``LookupError`` when the control file
         cannot be written (the child swapped it: the run then fails).
         """
-        stamped = self.mirror.control(kind, **fields)
-        if isinstance(stamped, Rejection):
-            raise ValueError(stamped.reason)
-        seq, line = stamped
+        sent = self.watch.send(kind, time.monotonic(), **fields)
+        if isinstance(sent, Rejection):
+            raise ValueError(sent.reason)
+        self._append(sent.line)
+        self._wake.set()  # the watch has a new timer (its ack, a cancel's grace)
+        return sent.seq
+
+    def _append(self, line: bytes) -> None:
         try:
             if self._control is None:
                 self._control = fsafe.AppendFile(self.run.control)
@@ -222,10 +234,6 @@ class AgentRun:
         except OSError as exc:  # the child swapped its control file (a FIFO, a symlink...)
             self.fail_soon("failed", f"cannot write the control file: {exc.strerror or exc}")
             raise LookupError(f"its control file cannot be written: {exc.strerror}") from None
-        if kind is ControlKind.CANCEL and self._clock.cancel_sent is None:
-            self._clock.cancel_sent = time.monotonic()
-            self._wake.set()
-        return seq
 
     def ack_future(self, seq: int) -> asyncio.Future[ControlAck]:
         """Resolved with the ack of ``seq``; fails with ``LookupError`` if the run ends first."""
@@ -271,9 +279,8 @@ class AgentRun:
     async def kill(self, reason: str) -> None:
         """End the child's process group now; the run fails with ``reason``."""
         if not self.ended:
-            self._fail("failed", reason)
-            self._wake.set()
-            await self.wait_ended(self.limits.kill_grace_s + self.limits.exit_grace_s + 5)
+            self.fail_soon("failed", reason)
+            await self.wait_ended(self.timeouts.kill_grace_s + self.timeouts.exit_grace_s + 5)
 
     async def detach(self) -> None:
         """Stop supervising (daemon shutdown) and persist; the child keeps running."""
@@ -352,6 +359,7 @@ class AgentRun:
         if self._popen is not None:
             self.exit_code = self._popen.poll()
         self._proc_done = True
+        self.watch.process_exited(self.exit_code)
         self._wake.set()
 
     def _check_pid(self) -> None:
@@ -370,7 +378,9 @@ class AgentRun:
             raise
         except Exception as exc:  # the agent must end with a status, whatever happens
             log.exception("agent %s: supervisor error", self.name)
-            self._fail("failed", f"internal error in the daemon: {exc!r}")
+            self.watch.fail("failed", f"internal error in the daemon: {exc!r}")
+            with contextlib.suppress(Exception):
+                await self._terminate(self.timeouts.kill_grace_s)
         await self._end()
 
     async def _loop(self) -> None:
@@ -381,87 +391,57 @@ class AgentRun:
                 self._inbox_dirty = False
                 await self._drain_inbox()
             self._check_pid()
-            if self._failure is not None or self._proc_done:
-                return
-            wait_s = 0.0 if more else self._check_timers(time.monotonic())
-            if self._failure is not None:
-                return
-            self._persist()
-            if wait_s > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait_s):
-                        await self._wake.wait()
-            else:
-                await asyncio.sleep(0)
+            for action in self.watch.next(time.monotonic()):
+                if isinstance(action, Send):
+                    with contextlib.suppress(LookupError):  # the run fails on the next turn
+                        self._append(action.line)
+                elif isinstance(action, Wait):
+                    self._persist()
+                    await self._wait(action.until, more)
+                elif isinstance(action, Terminate):
+                    await self._terminate(action.grace_s)
+                elif isinstance(action, Drain):
+                    await drain(
+                        self._tail, self.watch, self._on_line, self._channel_error, action.limit
+                    )
+                elif isinstance(action, Finish):
+                    return
 
-    def _check_timers(self, now: float) -> float:
-        limits, clock = self.limits, self._clock
-        due = [now + limits.idle_tick_s]
-        if self.mirror.state is State.STARTING and self._failure is None:
-            due.append(clock.started + limits.start_s)
-            if now >= due[-1]:
-                self._fail("failed", f"child did not send ready within {limits.start_s:g} s")
-        if clock.cancel_sent is not None:
-            due.append(clock.cancel_sent + limits.cancel_grace_s)
-            if now >= due[-1]:
-                grace = limits.cancel_grace_s
-                self._fail("failed", f"child did not exit within {grace:g} s of cancel")
-        deadline = self.record.deadline_at
-        if deadline is not None:
-            due.append(now + (deadline + limits.cancel_grace_s - time.time()))
-            if now >= due[-1]:
-                self._fail("timed-out", "child did not exit by its deadline")
-        if self.mirror.finished:
-            if clock.exit_seen is None:
-                clock.exit_seen = now
-            due.append(clock.exit_seen + limits.exit_grace_s)
-            if now >= due[-1]:
-                self._fail("left-over", "child still running after its exit event")
+    async def _wait(self, until: float, more: bool) -> None:
+        if more:  # a backlog: yield to the other agents and clients, then read on
+            await asyncio.sleep(0)
+            return
         if self._tail.offset != self._persisted[0]:
-            due.append(clock.persisted + limits.persist_every_s)
-        return max(0.001, min(due) - now)
+            until = min(until, self._persisted_at + PERSIST_EVERY_S)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.001, until - time.monotonic())):
+                await self._wake.wait()
 
-    def fail_soon(self, status: str, reason: str) -> None:
+    async def _terminate(self, grace_s: float) -> None:
+        """End what is left of the process group (only one this daemon saw alive)."""
+        if self._owns_group and self.pid is not None:
+            target: procs.Target = self._popen if self._popen is not None else self.pid
+            await end_group(target, grace_s)
+            if not self._proc_done:
+                self._on_exit()
+        self.watch.terminated(self.exit_code)
+
+    def fail_soon(self, status: RunStatus, reason: str) -> None:
         """End the run with ``status`` (its process group too) from the pump."""
-        self._fail(status, reason)
+        self.watch.fail(status, reason)
         self._wake.set()
-
-    def _fail(self, status: str, reason: str) -> None:
-        if self._failure is None:
-            self._failure = (status, reason)
 
     # -- events -----------------------------------------------------------------------
 
     def _read_events(self) -> bool:
-        """Apply what is new in the event file; True when more is waiting (budget spent)."""
-        for _ in range(READS_PER_WAKE):
-            read = self._tail.read()
-            if read.status is TailStatus.TRUNCATED:
-                self._channel_error(ChannelError("event file truncated", True, self.run_id))
-                return False
-            if read.status is TailStatus.MISSING:
-                self._channel_error(ChannelError("event file is gone", True, self.run_id))
-                return False
-            if not read.items:
-                return False
-            for item in read.items:
-                if isinstance(item, TooLarge):
-                    self._note(f"event line at offset {item.offset} is too large; skipped")
-                else:
-                    self._on_line(item.data)
-        return True
+        """Apply a bounded slice of the event file; True when more is waiting."""
+        return read_slice(self._tail, self.watch, self._on_line, self._channel_error)
 
-    def _on_line(self, data: bytes) -> None:
-        before = (self.mirror.state, self.mirror.turn)
-        event, problem = self.mirror.receive(data)
-        if problem is not None:
-            self._channel_error(problem)
-        if event is None:
-            return
+    def _on_line(self, event: AnyEvent, data: bytes) -> None:
         self._on_event(event)
         for follower in self.followers:
             follower.push(event.seq, data)
-        if (self.mirror.state, self.mirror.turn) != before:
+        if (self.mirror.state, self.mirror.turn) != self._persisted[1:]:
             self._urgent = True
 
     def _on_event(self, event: AnyEvent) -> None:
@@ -495,8 +475,6 @@ class AgentRun:
 
     def _channel_error(self, error: ChannelError) -> None:
         self._note(error.reason)
-        if error.fatal:
-            self._fail("failed", f"channel error: {error.reason}")
 
     def _note(self, text: str) -> None:
         log.info("agent %s: %s", self.name, text)
@@ -517,7 +495,7 @@ class AgentRun:
         now = time.monotonic()
         offset = self._tail.offset
         moved = offset != self._persisted[0]
-        due = moved and now - self._clock.persisted >= self.limits.persist_every_s
+        due = moved and now - self._persisted_at >= PERSIST_EVERY_S
         if not (force or self._urgent or due or extra):
             return
         fields = {
@@ -537,28 +515,21 @@ class AgentRun:
             self._note(f"registry not updated: {exc}")
             return
         self._urgent = False
-        self._clock.persisted = now
+        self._persisted_at = now
         self._persisted = (offset, self.mirror.state, self.mirror.turn)
 
     # -- ending -----------------------------------------------------------------------
 
     async def _end(self) -> None:
-        if self._failure is not None and not self._proc_done and self.pid is not None:
-            await procs.terminate_group(self.pid, self.limits.kill_grace_s)
-            self._check_pid()
-        if not self._proc_done and self.pid is not None:
-            await asyncio.sleep(0.05)  # the pidfd reports the exit on the next loop turn
-            self._check_pid()
-        while self._read_events():  # all of it: an exit may follow a long backlog
-            pass
-        status, error = self._outcome()
-        result = self.mirror.result
+        verdict = self.watch.verdict(stderr_tail(self.run), str(self.run.path))
+        status, error, result = verdict.status, verdict.error, verdict.result
         if result is not None:
             text, _ = full_text(result, self.run.path)
             self.final_text = text
             if text:
                 with contextlib.suppress(OSError):
                     write_private_text(self.run.final, text)
+        # only now, with the answer read, does the agent say it has ended
         self.status, self.error, self.ended_at = status, error, time.time()
         for outcome in self.tracker.fail_all(f"the run ended ({status}) before answering"):
             self._settle_ask(outcome)
@@ -579,21 +550,6 @@ class AgentRun:
         if self._on_end is not None:
             with contextlib.suppress(Exception):
                 await self._on_end(self)
-
-    def _outcome(self) -> tuple[str, str | None]:
-        exit_event = self.mirror.exit
-        if exit_event is not None:
-            error = exit_event.error if isinstance(exit_event.error, str) else None
-            return exit_event.status, error
-        if self._failure is not None and self._failure[0] != "left-over":
-            status, reason = self._failure
-            return status, self._with_stderr(reason)
-        code = "" if self.exit_code is None else f" (code {self.exit_code})"
-        return "failed", self._with_stderr(f"child exited{code} without an exit event")
-
-    def _with_stderr(self, reason: str) -> str:
-        tail = read_tail(self.run.stderr, STDERR_TAIL_BYTES)
-        return f"{reason}; the tail of its stderr:\n{tail}" if tail else reason
 
     def _release(self) -> None:
         if self._control is not None:

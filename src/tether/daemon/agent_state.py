@@ -1,6 +1,5 @@
-"""What a supervised agent keeps besides its process: limits, the mirror snapshot, followers.
+"""What a supervised agent keeps besides its process: the mirror snapshot, followers.
 
-- :class:`Limits`: how long the daemon waits before it ends a child that broke a promise.
 - :func:`snapshot` / :func:`restore_mirror`: the parent-side channel state
   (:class:`~tether.runtime.mirror.RunMirror`) as JSON stored in the registry next to the
   event-file offset it belongs to, and back. A restarted daemon resumes reading the event
@@ -16,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,19 +24,6 @@ from tether.wire import Rejection, TooLarge
 from tether.wire.session import ControlKind, State, is_terminal
 
 MAX_FOLLOWER_BACKLOG: Final = 100_000  # events queued for one slow follower
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """How long the daemon waits before it decides a child broke a promise."""
-
-    start_s: float = 20.0  # start -> ready
-    cancel_grace_s: float = 3.0  # cancel or deadline -> exit, then the group is ended
-    kill_grace_s: float = 2.0  # SIGTERM -> SIGKILL
-    exit_grace_s: float = 3.0  # exit event -> the process is gone
-    idle_tick_s: float = 30.0  # an agent re-checks its files and process at least this often
-    sweep_s: float = 5.0  # the supervisor looks for changes the watcher missed this often
-    persist_every_s: float = 1.0  # persist the offset at most this often when only it moved
 
 
 def snapshot(mirror: RunMirror) -> dict[str, Any]:
@@ -143,4 +128,4 @@ def is_live_state(state: str) -> bool:
         return False
 
 
-__all__ = ["Follower", "Limits", "is_live_state", "restore_mirror", "snapshot"]
+__all__ = ["Follower", "is_live_state", "restore_mirror", "snapshot"]

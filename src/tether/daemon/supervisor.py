@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import os
 import shlex
 import subprocess
@@ -39,8 +38,8 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from tether import fsafe
-from tether.daemon.agent_run import AgentRun
-from tether.daemon.agent_state import Limits, is_live_state, restore_mirror
+from tether.daemon.agent_run import DAEMON_TIMEOUTS, AgentRun
+from tether.daemon.agent_state import is_live_state, restore_mirror
 from tether.daemon.methods import RpcFailure
 from tether.daemon.protocol import ErrorCode
 from tether.daemon.registry import (
@@ -49,21 +48,22 @@ from tether.daemon.registry import (
     AgentRecord,
     AgentRegistry,
 )
+from tether.errors import ControlRefused
 from tether.procs import nul_problem, proc_start_time, process_matches
 from tether.runtime.hub import WatchHub, shared_hub
-from tether.runtime.launch import default_argv, make_inbox, run_env
+from tether.runtime.launch import default_argv, make_inbox, prepare_run
 from tether.runtime.mirror import RunMirror
-from tether.runtime.rundir import RunDir, append_line, create_run_dir
+from tether.runtime.outcome import Timeouts
+from tether.runtime.rundir import RunDir, append_line
 from tether.runtime.sidecars import InboxTail
-from tether.wire import Rejection
-from tether.wire.env import without_wire_env
-from tether.wire.session import ControlKind, State
+from tether.wire.session import State
 
 if TYPE_CHECKING:
     from tether.daemon.channels import ChannelHub
 
 log = logging.getLogger("tether.daemon.agents")
 
+SWEEP_S: Final = 5.0  # look for event-file changes the watcher missed this often
 MAX_OUTBOX: Final = 10_000  # inbox messages waiting for one channel
 _CONTENT_KEYS: Final = ("text", "q", "note", "summary", "reason")
 
@@ -122,12 +122,12 @@ class Supervisor:
         channels: ChannelHub | None = None,
         db: Path | None = None,
         runs_root: Path | None = None,
-        limits: Limits | None = None,
+        timeouts: Timeouts | None = None,
     ) -> None:
         self.channels = channels
         self.db = db
         self.runs_root = runs_root
-        self.limits = limits or Limits()
+        self.timeouts = timeouts or DAEMON_TIMEOUTS
         self.agents: dict[str, AgentRun] = {}
         self.recovered: list[str] = []
         self.orphaned: list[str] = []
@@ -175,11 +175,11 @@ class Supervisor:
             self._registry = None
 
     async def _sweep(self) -> None:
-        """One cheap look (an fstat) at every agent's event file, every ``sweep_s``: the
+        """One cheap look (an fstat) at every agent's event file, every :data:`SWEEP_S`: the
         watcher says "maybe changed" and is trusted, but a missed change costs at most this
         long, and 200 idle agents cost one wake-up here instead of 200 timers."""
         while True:
-            await asyncio.sleep(self.limits.sweep_s)
+            await asyncio.sleep(SWEEP_S)
             for agent in list(self.agents.values()):
                 agent.poke_if_changed()
 
@@ -208,17 +208,23 @@ class Supervisor:
         cwd = p.cwd or os.getcwd()
         if not await asyncio.to_thread(os.path.isdir, cwd):
             raise spawn_failed(f"cwd {cwd} is not a directory")
-        run = await asyncio.to_thread(create_run_dir, self.runs_root)
-        inbox = make_inbox(run, self.db)
-        mirror = RunMirror(run.run_id)
-        control = fsafe.AppendFile(run.control)  # before the child exists: it cannot swap it
         try:
-            first_seq = self._write_task(mirror, control, p.task)
-        except BaseException:
-            control.close()
-            raise
-        now = time.time()
-        deadline_at = None if p.deadline_s is None else math.ceil(now + p.deadline_s)
+            prepared = await asyncio.to_thread(
+                prepare_run,
+                p.task,
+                runs_root=self.runs_root,
+                argv=command,
+                provider=p.provider,
+                model=p.model,
+                env=p.env,
+                fixed_env={"TETHER_AGENT_NAME": p.name},
+                deadline_s=p.deadline_s,
+            )
+        except ControlRefused as exc:
+            raise invalid(str(exc)) from None
+        run, mirror, first_seq = prepared.run, prepared.mirror, prepared.first_seq
+        control = prepared.control  # opened before the child exists: it cannot swap it
+        inbox = make_inbox(run, self.db)
         record = AgentRecord(
             name=p.name,
             run_dir=str(run.path),
@@ -229,8 +235,8 @@ class Supervisor:
             cwd=cwd,
             argv=command,
             channel_id=p.channel_id,
-            deadline_at=deadline_at,
-            created_at=now,
+            deadline_at=prepared.deadline,
+            created_at=prepared.created_at,
         )
         try:
             self.registry.insert(record)
@@ -238,9 +244,8 @@ class Supervisor:
             control.close()
             message = f"an agent named {p.name!r} already exists"
             raise RpcFailure(ErrorCode.AGENT_EXISTS, message) from None
-        env = self._child_env(p, run, deadline_at)
         try:
-            popen = await asyncio.to_thread(_launch, command, run, cwd, env)
+            popen = await asyncio.to_thread(_launch, command, run, cwd, prepared.env)
         except (OSError, ValueError) as exc:
             control.close()
             self._forget_row(p.name)
@@ -256,8 +261,8 @@ class Supervisor:
         self.agents[p.name] = agent
         agent.start()
         await self._index_insert(agent)
-        await agent.wait_started(self.limits.start_s + 1.0)
-        if agent.ended or agent.mirror.state.value == "starting":
+        await agent.wait_started(self.timeouts.start_s + 1.0)
+        if not agent.watch.was_ready:  # an agent that ended after `ready` was spawned
             await self._spawn_failed(agent)
         return agent, answer
 
@@ -306,29 +311,6 @@ class Supervisor:
         command: list[str] = child_args(agent, p.agent_args or [], p.argv or [])
         return [*default_argv(None, None), *command]
 
-    def _write_task(
-        self, mirror: RunMirror, control: fsafe.AppendFile, task: str | None
-    ) -> int | None:
-        if task is None:
-            return None
-        stamped = mirror.control(ControlKind.PROMPT, text=task)
-        if isinstance(stamped, Rejection):
-            raise invalid(f"the task cannot be sent: {stamped.reason}")
-        control.append(stamped[1])
-        return stamped[0]
-
-    def _child_env(self, p: SpawnParams, run: RunDir, deadline_at: int | None) -> dict[str, str]:
-        inherited = without_wire_env(os.environ)
-        named = (("TETHER_PROVIDER", p.provider), ("TETHER_MODEL", p.model))
-        passed = {k: v for k, v in named if v}
-        return {
-            **inherited,
-            **passed,
-            **(p.env or {}),
-            **run_env(run, deadline_at),
-            "TETHER_AGENT_NAME": p.name,
-        }
-
     async def _spawn_failed(self, agent: AgentRun) -> None:
         if not agent.ended:
             await agent.kill("the child did not become ready")
@@ -357,7 +339,7 @@ class Supervisor:
             control=control,
             registry=self.registry,
             hub=self.hub,
-            limits=self.limits,
+            timeouts=self.timeouts,
             mirror=mirror,
             inbox=inbox,
             popen=popen,
@@ -387,7 +369,7 @@ class Supervisor:
             if agent is None:
                 skipped.append(row.name)
             elif agent.orphaned:
-                waits.append(agent.wait_ended(self.limits.exit_grace_s))
+                waits.append(agent.wait_ended(self.timeouts.exit_grace_s))
         await asyncio.gather(*waits)
         touched = {*self.recovered, *self.orphaned, *(e["name"] for e in self.errors)}
         return {

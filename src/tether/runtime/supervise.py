@@ -47,7 +47,7 @@ from typing import Any, Final
 
 from tether.runtime.mirror import ChannelError, RunMirror, too_large
 from tether.runtime.outcome import Timeouts
-from tether.wire import AnyEvent, ControlAck, Rejection
+from tether.wire import AnyEvent, ControlAck, Ready, Rejection
 from tether.wire import Result as ResultEvent
 from tether.wire.session import ControlKind, RunStatus, State, is_terminal
 
@@ -149,12 +149,14 @@ class RunWatch:
         self.exit_code: int | None = None
         self.ready_at: float | None = None if mirror.state is State.STARTING else now
         self.live_state = State.STARTING if is_terminal(mirror.state) else mirror.state
+        self._saw_ready = self.ready_at is not None
         self._sent: dict[int, float] = dict.fromkeys(mirror.pending, now)
         self._cancel_at: float | None = None
         self._exit_at: float | None = None
         self._finalize_sent = False
         self._close_sent = False
         self._proc_exited = False
+        self._terminate_asked = False
         self._exited_itself = False
         self._group_ended = False
         self._drained = False
@@ -164,7 +166,7 @@ class RunWatch:
     @property
     def was_ready(self) -> bool:
         """The child has said ``ready`` (or was past it when the watch began)."""
-        return self.ready_at is not None or self.mirror.state is not State.STARTING
+        return self._saw_ready
 
     def send(self, kind: ControlKind | str, now: float, **fields: Any) -> Send | Rejection:
         """Stamp the next control; the driver appends :attr:`Send.line`."""
@@ -187,6 +189,8 @@ class RunWatch:
         event, problem = self.mirror.receive(line)
         if isinstance(event, ControlAck) and isinstance(event.ref, int):
             self._sent.pop(event.ref, None)
+        elif isinstance(event, Ready) and problem is None:
+            self._saw_ready = True
         if not is_terminal(self.mirror.state):
             self.live_state = self.mirror.state
         if problem is not None:
@@ -207,8 +211,8 @@ class RunWatch:
             self.failure = (status, reason)
 
     def process_exited(self, code: int | None) -> None:
-        """The child process is gone (on its own)."""
-        if not self._group_ended:
+        """The child process is gone (on its own, unless after a :class:`Terminate`)."""
+        if not self._terminate_asked:
             self._exited_itself = True
         self._proc_exited = True
         if code is not None:
@@ -251,15 +255,19 @@ class RunWatch:
             if now < due:
                 return [Wait(due)]
         if not self._group_ended:
-            return [Terminate(self.timeouts.kill_grace_s)]
+            return [self._terminate()]
         return [Finish()]
 
     def _after_failure(self) -> list[Action]:
         if not self._group_ended:
-            return [Terminate(self.timeouts.kill_grace_s)]
+            return [self._terminate()]
         if not self._drained:
             return [Drain(None if self._exited_itself else FAILURE_DRAIN_BYTES)]
         return [Finish()]
+
+    def _terminate(self) -> Terminate:
+        self._terminate_asked = True
+        return Terminate(self.timeouts.kill_grace_s)
 
     def _check_timers(self, now: float) -> None:
         t = self.timeouts
