@@ -263,6 +263,11 @@ def _double_result(child: Hostile) -> None:
     child.exit("done")
 
 
+@mode("report-deadline", START, "write the FEN_WIRE_DEADLINE it was given to the file --arg")
+def _report_deadline(child: Hostile) -> None:
+    Path(child.arg).write_text(os.environ.get("FEN_WIRE_DEADLINE", ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("mode", nargs="?", choices=sorted(MODES))
