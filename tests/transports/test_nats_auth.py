@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tests.nats_server import NatsServer, run_nats_server
@@ -124,3 +125,47 @@ def test_a_host_cannot_answer_another_hosts_verbs(secured: NatsServer) -> None:
             await caller.close()
 
     asyncio.run(main())
+
+
+def _make_tls(root: Path) -> tuple[Path, Path, Path]:
+    """A throw-away CA and a server certificate for 127.0.0.1 (openssl)."""
+    import shutil
+    import subprocess
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.fail("openssl is needed to make the test certificates")
+    ca_key, ca, key, csr, cert = (root / n for n in ("ca.key", "ca.pem", "s.key", "s.csr", "s.pem"))
+    ext = root / "san.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1\n")
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca),
+        "-days", "1", "-subj", "/CN=tether test CA")  # fmt: skip
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+        "-subj", "/CN=127.0.0.1")  # fmt: skip
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+        "-CAcreateserial", "-out", str(cert), "-days", "1", "-extfile", str(ext))  # fmt: skip
+    return ca, cert, key
+
+
+def test_tls_servers_are_reached_with_the_hosts_ca_and_refused_without(tmp_path: Path) -> None:
+    from tether.transports.jetstream import connect_options
+
+    ca, cert, key = _make_tls(tmp_path)
+    extra = ["--tls", "--tlscert", str(cert), "--tlskey", str(key)]
+    with run_nats_server(tmp_path / "js", extra=extra) as server:
+        url = f"tls://127.0.0.1:{server.port}"
+
+        async def main() -> None:
+            channel = await open_jetstream(url, connect_options=connect_options(ca=str(ca)))
+            try:
+                assert await channel.append("h.A.run.t.events", b"{}") >= 1
+            finally:
+                await channel.aclose()
+            with pytest.raises(ChannelError, match="cannot reach NATS"):
+                await open_jetstream(url)  # the system trust store does not know this CA
+
+        asyncio.run(main())

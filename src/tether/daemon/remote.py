@@ -32,12 +32,14 @@ DEFAULT_TIMEOUT_S = 60.0
 async def connect(url: str, connect_options: dict[str, Any] | None = None) -> Client:
     import nats
 
-    from tether.transports.jetstream import redacted, server_list
+    from tether.transports.jetstream import CONNECT_TIMEOUT_S, redacted, server_list
 
     options: dict[str, Any] = {"connect_timeout": 5, "max_reconnect_attempts": 3}
     options.update(connect_options or {})
     try:
-        return await nats.connect(server_list(url), **options)
+        return await asyncio.wait_for(nats.connect(server_list(url), **options), CONNECT_TIMEOUT_S)
+    except TimeoutError:
+        raise DaemonUnavailable(f"cannot reach NATS at {redacted(url)}: timed out") from None
     except Exception as error:  # nats raises many unrelated types here
         raise DaemonUnavailable(f"cannot reach NATS at {redacted(url)}: {error}") from error
 

@@ -48,6 +48,7 @@ DUPLICATE_WINDOW_S = 120.0
 TAIL_PENDING_MSGS = 1024
 TAIL_PENDING_BYTES = 16 * 1024 * 1024
 RESUBSCRIBE_S = 0.2  # the first pause before a tail subscribes again
+CONNECT_TIMEOUT_S = 10.0  # the first connection, all attempts included
 
 
 async def open_jetstream(
@@ -72,7 +73,14 @@ async def open_jetstream(
     options: dict[str, Any] = {"max_reconnect_attempts": 2, "reconnect_time_wait": 0.2}
     options.update(connect_options or {})
     try:
-        client = await nats.connect(server_list(url), **options)
+        # Bounded as a whole: a failed TLS handshake can leave nats-py waiting for ever.
+        client = await asyncio.wait_for(
+            nats.connect(server_list(url), **options), CONNECT_TIMEOUT_S
+        )
+    except TimeoutError:
+        raise ChannelError(
+            f"cannot reach NATS at {redacted(url)}: no connection within {CONNECT_TIMEOUT_S:g} s"
+        ) from None
     except Exception as error:  # nats raises many unrelated types here
         raise TransportError(f"cannot reach NATS at {redacted(url)}: {error}") from error
     client.options["max_reconnect_attempts"] = -1
