@@ -10,11 +10,15 @@ Leaving the ``with`` block cancels a run that is still going and waits for its r
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from tether.runtime.hub import WatchHub
+from tether.runtime.outcome import Timeouts
 from tether.runtime.parent import RunHandle, RunResult, Update, spawn
 from tether.wire import ControlAck
 from tether.wire.session import State
@@ -22,15 +26,59 @@ from tether.wire.session import State
 T = TypeVar("T")
 
 
-def run(task: str, **options: Any) -> RunResult:
+def run(
+    task: str,
+    *,
+    agent: str | None = None,
+    agent_args: Sequence[str] = (),
+    provider: str | None = None,
+    model: str | None = None,
+    argv: Sequence[str] | None = None,
+    child_args: Sequence[str] = (),
+    cwd: str | os.PathLike[str] | None = None,
+    deadline_s: float | None = None,
+    finalize_after_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+    close_when_idle: bool = True,
+    parent_run: str | None = None,
+    timeouts: Timeouts | None = None,
+    runs_root: Path | None = None,
+    db: Path | None = None,
+    record: bool = True,
+    inbox: bool = True,
+    follow_nested: bool = False,
+    hub: WatchHub | None = None,
+) -> RunResult:
     """Start a child on ``task``, wait for it, return its :class:`RunResult` (blocking).
 
-    Takes the keyword options of :func:`tether.runtime.parent.spawn`. Must not be called
+    Takes the keyword options of :func:`tether.runtime.parent.spawn`, spelled out so a
+    type checker sees them (a test keeps the three signatures equal). Must not be called
     from a running event loop (``await spawn(...)`` there instead).
     """
 
     async def go() -> RunResult:
-        handle = await spawn(task, **options)
+        handle = await spawn(
+            task,
+            agent=agent,
+            agent_args=agent_args,
+            provider=provider,
+            model=model,
+            argv=argv,
+            child_args=child_args,
+            cwd=cwd,
+            deadline_s=deadline_s,
+            finalize_after_s=finalize_after_s,
+            env=env,
+            close_when_idle=close_when_idle,
+            parent_run=parent_run,
+            timeouts=timeouts,
+            runs_root=runs_root,
+            db=db,
+            record=record,
+            inbox=inbox,
+            follow_nested=follow_nested,
+            hub=hub,
+        )
         try:
             return await handle.wait()
         finally:
@@ -67,14 +115,10 @@ class _LoopThread:
 class SyncRunHandle:
     """A live run with blocking methods; see :class:`~tether.runtime.parent.RunHandle`."""
 
-    def __init__(self, task: str, **options: Any) -> None:
-        self._loop = _LoopThread()
+    def __init__(self, loop: _LoopThread, handle: RunHandle) -> None:
+        self._loop = loop
+        self._handle = handle
         self._final: RunResult | None = None
-        try:
-            self._handle: RunHandle = self._loop.call(spawn(task, **options))
-        except BaseException:
-            self._loop.close()
-            raise
 
     @property
     def run_id(self) -> str:
@@ -139,6 +183,60 @@ class SyncRunHandle:
             self._loop.close()
 
 
-def open_run(task: str, **options: Any) -> SyncRunHandle:
-    """Start a child and return a blocking handle; use it as a context manager."""
-    return SyncRunHandle(task, **options)
+def open_run(
+    task: str,
+    *,
+    agent: str | None = None,
+    agent_args: Sequence[str] = (),
+    provider: str | None = None,
+    model: str | None = None,
+    argv: Sequence[str] | None = None,
+    child_args: Sequence[str] = (),
+    cwd: str | os.PathLike[str] | None = None,
+    deadline_s: float | None = None,
+    finalize_after_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+    close_when_idle: bool = True,
+    parent_run: str | None = None,
+    timeouts: Timeouts | None = None,
+    runs_root: Path | None = None,
+    db: Path | None = None,
+    record: bool = True,
+    inbox: bool = True,
+    follow_nested: bool = False,
+    hub: WatchHub | None = None,
+) -> SyncRunHandle:
+    """Start a child and return a blocking handle; use it as a context manager.
+
+    Takes the keyword options of :func:`tether.runtime.parent.spawn` (see :func:`run`).
+    """
+    loop = _LoopThread()
+    try:
+        handle = loop.call(
+            spawn(
+                task,
+                agent=agent,
+                agent_args=agent_args,
+                provider=provider,
+                model=model,
+                argv=argv,
+                child_args=child_args,
+                cwd=cwd,
+                deadline_s=deadline_s,
+                finalize_after_s=finalize_after_s,
+                env=env,
+                close_when_idle=close_when_idle,
+                parent_run=parent_run,
+                timeouts=timeouts,
+                runs_root=runs_root,
+                db=db,
+                record=record,
+                inbox=inbox,
+                follow_nested=follow_nested,
+                hub=hub,
+            )
+        )
+    except BaseException:
+        loop.close()
+        raise
+    return SyncRunHandle(loop, handle)
