@@ -78,7 +78,7 @@ async def open_jetstream(
             nats.connect(server_list(url), **options), CONNECT_TIMEOUT_S
         )
     except TimeoutError:
-        raise ChannelError(
+        raise TransportError(
             f"cannot reach NATS at {redacted(url)}: no connection within {CONNECT_TIMEOUT_S:g} s"
         ) from None
     except Exception as error:  # nats raises many unrelated types here
