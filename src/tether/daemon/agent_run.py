@@ -485,7 +485,10 @@ class AgentRun:
     async def _drain_inbox(self) -> None:
         if self._inbox is None:
             return
-        messages: list[dict[str, Any]] = await self._inbox.drain()
+        messages = [message for message, _ in await self._inbox.drain()]
+        if self._inbox.more:  # one bounded slice a pass: come back for the rest
+            self._inbox_dirty = True
+            self._wake.set()
         if messages and self._on_inbox is not None:
             self._on_inbox(self, messages)
 

@@ -315,8 +315,10 @@ class RunHandle:
     async def _read_inbox(self) -> None:
         if self._inbox is None:
             return
-        for message in await self._inbox.drain():
-            self._updates.put(InboxItem(self.run_id, message))
+        for message, size in await self._inbox.drain():
+            self._updates.put(InboxItem(self.run_id, message, size=size))
+        if self._inbox.more:  # a backlog: come back after yielding (a bounded slice a pass)
+            self._wake.set()
 
     # -- ending ---------------------------------------------------------------------
 

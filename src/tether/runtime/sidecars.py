@@ -55,49 +55,65 @@ class Recorder:
         return None
 
 
+INBOX_SLICE_BYTES = 1 << 20  # inbox bytes read (and handed out) per drain: bounded memory
+
+
 class InboxTail:
-    """The run's inbox, drained into SQLite by the inbox package."""
+    """The run's inbox, drained into SQLite by the inbox package, one bounded slice a call.
+
+    :meth:`drain` reads at most :data:`INBOX_SLICE_BYTES` of the file and returns the
+    messages of that slice with their sizes; :attr:`more` says whether more is waiting
+    (the caller comes back after yielding), so a 1 GiB inbox never sits in memory.
+    :meth:`close` stores whatever is left without handing it out.
+    """
 
     def __init__(self, path: Path, run_id: str, db: Path | None) -> None:
         self.path, self.run_id, self.db = path, run_id, db
+        self.more = False
         self._store: Any = None
         self._broken = False
 
-    async def drain(self) -> list[dict[str, Any]]:
+    async def drain(self) -> list[tuple[dict[str, Any], int]]:
+        """The next slice's messages, each with its size in bytes (``[]`` once broken)."""
         if self._broken:
             return []
         try:
-            return await asyncio.to_thread(self._drain_sync)
+            return await asyncio.to_thread(self._drain_sync, True)
         except Exception:  # noqa: BLE001 (the inbox must never break a run)
-            self._broken = True
+            self._broken, self.more = True, False
             return []
 
-    def _drain_sync(self) -> list[dict[str, Any]]:
+    def _drain_sync(self, collect: bool) -> list[tuple[dict[str, Any], int]]:
         from tether.inbox import drain_file, open_store
 
         if self._store is None:
             self._store = open_store(self.db)
-        out: list[dict[str, Any]] = []
-        while True:
-            result = drain_file(self._store, self.path, self.run_id, collect=True)
-            out.extend(_inbox_dict(m) for m in result.messages)
-            if not result.more:
-                return out
+        result = drain_file(
+            self._store, self.path, self.run_id, collect=collect, max_bytes=INBOX_SLICE_BYTES
+        )
+        self.more = result.more
+        return [_inbox_dict(m) for m in result.messages]
 
     async def close(self) -> None:
-        await self.drain()
+        """Store the rest of the inbox (slice by slice, nothing handed out), then close."""
+        with contextlib.suppress(Exception):
+            while not self._broken:
+                await asyncio.to_thread(self._drain_sync, False)
+                if not self.more:
+                    break
         if self._store is not None:
             store, self._store = self._store, None
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(store.close)
 
 
-def _inbox_dict(stored: Any) -> dict[str, Any]:
-    """A stored inbox row as the message object (a rejected line says why)."""
+def _inbox_dict(stored: Any) -> tuple[dict[str, Any], int]:
+    """A stored inbox row as the message object (a rejected line says why), and its size."""
     if stored.body is not None:
         with contextlib.suppress(ValueError):
             obj = jsondepth.loads(stored.body)
             if isinstance(obj, dict):
-                return obj
+                return obj, len(stored.body)
     reason = stored.rejected_reason or "unreadable message"
-    return {"type": "rejected", "reason": reason, "raw": stored.raw or ""}
+    raw = stored.raw or ""
+    return {"type": "rejected", "reason": reason, "raw": raw}, len(raw) + len(reason)

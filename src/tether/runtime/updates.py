@@ -30,13 +30,14 @@ class InboxItem:
     run: str
     message: dict[str, Any]
     depth: int = 0
+    size: int = 0  # bytes of the stored line (bounds what an unread queue may hold)
 
 
 Update = RunEvent | InboxItem | ChannelError
 
 
 MAX_UNREAD: Final = 10_000  # updates kept for a reader that does not keep up
-MAX_UNREAD_BYTES: Final = 16 * 1024 * 1024  # ...and the raw event bytes they may hold
+MAX_UNREAD_BYTES: Final = 16 * 1024 * 1024  # ...and the raw event/inbox bytes they may hold
 
 
 class UpdateQueue:
@@ -88,4 +89,6 @@ class UpdateQueue:
 
 
 def _size(item: Update) -> int:
-    return len(item.raw) if isinstance(item, RunEvent) else 0
+    if isinstance(item, RunEvent):
+        return len(item.raw)
+    return item.size if isinstance(item, InboxItem) else 0
