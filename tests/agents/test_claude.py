@@ -211,6 +211,21 @@ def test_a_missing_claude_fails_the_run(tmp_path: Path) -> None:
 # -- the parent API ------------------------------------------------------------------------
 
 
+def test_tether_run_and_open_run_take_the_agent_keywords(
+    make_claude: Callable[[list[Any]], Claude],
+) -> None:
+    world = make_claude([{"text": "Blocking answer."}, {"text": "Handle answer."}])
+    where = {"cwd": world.work, "env": world.env, "db": world.root / "runs.db"}
+    result = tether.run("one", agent="claude", runs_root=world.root / "a", **where)
+    assert result.status == "done", result.error
+    assert result.final_text == "Blocking answer."
+    with tether.open_run("two", agent="claude", runs_root=world.root / "b", **where) as run:
+        assert run.wait(timeout=120).final_text == "Handle answer."
+    for root in ("a", "b"):
+        (events,) = (world.root / root).glob("*/events.jsonl")
+        world.checked(events.parent)
+
+
 def test_steer_reaches_the_model_inside_the_turn(
     make_claude: Callable[[list[Any]], Claude],
 ) -> None:

@@ -151,3 +151,27 @@ def test_a_bad_script_is_a_usage_error(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "unknown key" in done.stderr
+
+
+def test_a_structured_output_call_takes_no_reply() -> None:
+    schema = {
+        "type": "OBJECT",
+        "properties": {
+            "complexity_reasoning": {"type": "STRING"},
+            "complexity_score": {"type": "INTEGER"},
+            "pick": {"type": "STRING", "enum": ["flash", "pro"]},
+        },
+        "required": ["complexity_reasoning", "complexity_score", "pick"],
+    }
+    config = {"responseMimeType": "application/json", "responseJsonSchema": schema}
+    with open_model_server(SCRIPT) as server:
+        url = f"{server.url}/v1beta/models/router:generateContent"
+        status, data = post(url, {"contents": [], "generationConfig": config})
+        assert status == 200
+        text = json.loads(data)["candidates"][0]["content"]["parts"][0]["text"]
+        assert json.loads(text) == {
+            "complexity_reasoning": "scripted",
+            "complexity_score": 1,
+            "pick": "flash",
+        }
+        assert server.model_requests() == []  # the script is for the agent's own turns

@@ -34,13 +34,18 @@ def main(argv: list[str], prog: str = "tether agents") -> int:
     if args.markdown:
         print(markdown(), end="")
         return 0
-    rows = [status(agent) for agent in AGENTS.values()]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(AGENTS)) as pool:  # version queries are slow
+        rows = list(pool.map(status, AGENTS.values()))
     if args.json:
         for row in rows:
             print(json.dumps(row))
         return 0
     for row in rows:
-        where = row["path"] or ("(the command after --)" if not row["command"] else "not installed")
+        where = row["path"] or ("not installed" if row["command"] else "(the command after --)")
+        if row["name"] == "builtin":
+            where = "built in"
         version = f"  {row['version']}" if row["version"] else ""
         print(f"{row['name']:<11} {row['title']}: {where}{version}")
         for control, cell in row["controls"].items():

@@ -41,6 +41,7 @@ __all__ = [
     "Script",
     "Step",
     "default_usage",
+    "schema_instance",
     "steps",
 ]
 
@@ -92,6 +93,41 @@ def steps(reply: Reply) -> Iterator[Step]:
                 yield Step("pause", reply.chunk_ms)
             first = False
             yield Step(kind, chunk)
+
+
+_SCALARS: Final[dict[str, Any]] = {
+    "string": "scripted",
+    "integer": 1,
+    "number": 1,
+    "boolean": False,
+    "array": [],
+}
+
+
+def schema_instance(schema: Any, depth: int = 0) -> Any:
+    """A small value matching a JSON schema: the answer to a CLI's structured-output call.
+
+    CLIs make internal calls that ask for JSON (Gemini CLI's model router rates each
+    request); the script is for the agent's own turns, so such a call is answered with
+    this instead of taking a reply: objects with their required properties, strings
+    ``"scripted"``, numbers 1, booleans false, arrays empty, an enum's first value.
+    """
+    if not isinstance(schema, dict) or depth > 32:
+        return None
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    kind = str(schema.get("type", "object")).lower()
+    if kind == "object":
+        properties = schema.get("properties")
+        properties = properties if isinstance(properties, dict) else {}
+        required = schema.get("required")
+        names = required if isinstance(required, list) else list(properties)
+        return {
+            n: schema_instance(properties.get(n), depth + 1) for n in names if isinstance(n, str)
+        }
+    return {"string": "scripted", "integer": 1, "number": 1, "boolean": False, "array": []}.get(
+        kind
+    )
 
 
 def default_usage(reply: Reply, messages: int) -> tuple[int, int]:

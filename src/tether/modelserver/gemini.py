@@ -3,7 +3,10 @@
 A reply becomes ``GenerateContentResponse`` chunks: one per thinking chunk (a part with
 ``thought: true``), one per text chunk, then one with a ``functionCall`` part per tool
 call, and a last chunk with ``finishReason`` (``STOP``, or the reply's ``stop_reason``
-upper-cased; Gemini has no tool-use stop reason) and ``usageMetadata``. A reply's
+upper-cased; Gemini has no tool-use stop reason) and ``usageMetadata``. A call asking
+for JSON output (``responseMimeType: application/json`` with a schema: Gemini CLI's model
+router) is answered with :func:`~tether.modelserver.core.schema_instance` and takes no
+reply. A reply's
 ``error`` is a 400 ``INVALID_ARGUMENT``; so is a used-up script. ``:countTokens`` answers
 a rough count without taking a reply.
 """
@@ -13,8 +16,9 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from tether.agent.provider import Usage
 from tether.agent.scripted import Reply
-from tether.modelserver.core import Exchange, Script, default_usage, steps
+from tether.modelserver.core import Exchange, Script, default_usage, schema_instance, steps
 
 __all__ = ["API", "GeminiGenerateContent"]
 
@@ -31,6 +35,11 @@ class GeminiGenerateContent:
         body = exchange.body if isinstance(exchange.body, dict) else {}
         if exchange.path.endswith(":countTokens"):
             exchange.send_json(200, {"totalTokens": len(json.dumps(body)) // 4})
+            return
+        config = body.get("generationConfig")
+        schema = _json_schema(config if isinstance(config, dict) else {})
+        if schema is not None:
+            exchange.send_json(200, _structured(schema, exchange.path))
             return
         reply = exchange.take(script)
         if reply is None:
@@ -49,6 +58,21 @@ class GeminiGenerateContent:
             _stream(exchange, reply, model, count)
         else:
             exchange.send_json(200, _whole(reply, model, count))
+
+
+def _json_schema(config: dict[str, Any]) -> Any:
+    """The schema of a structured-output call (a CLI's internal one), else None."""
+    if config.get("responseMimeType") != "application/json":
+        return None
+    schema = config.get("responseJsonSchema") or config.get("responseSchema")
+    return schema if isinstance(schema, dict) else None
+
+
+def _structured(schema: Any, path: str) -> dict[str, Any]:
+    text = json.dumps(schema_instance(schema))
+    model = path.rsplit("/", 1)[-1].split(":", 1)[0]
+    reply = Reply(text=(text,), usage=Usage(input=1, output=1))
+    return _whole(reply, model, 0)
 
 
 def _error(exchange: Exchange, message: str) -> None:

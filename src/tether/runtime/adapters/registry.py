@@ -41,7 +41,7 @@ __all__ = [
 DEFAULT_AGENT: Final = "builtin"
 # The rows of the capability table: the wire's controls after `prompt`, and the deadline.
 CONTROLS: Final = ("steer", "follow-up", "finalize", "cancel", "deadline", "close")
-VERSION_TIMEOUT_S: Final = 10.0
+VERSION_TIMEOUT_S: Final = 30.0  # gemini --version takes ~12 s on a busy machine
 
 
 class Support(enum.StrEnum):
