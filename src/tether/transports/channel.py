@@ -30,7 +30,6 @@ one conformance suite in ``tests/transports/test_channel_conformance.py``.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import re
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from tether import fsafe
 from tether.errors import TetherError
 from tether.wire.limits import MAX_LINE_BYTES
 from tether.wire.lines import Line, TooLarge
@@ -176,7 +176,7 @@ class FileChannel:
                 if seen is not None:
                     return seen
                 self._remember(name, msg_id, offset)
-            _write_all(fd, line + b"\n")
+            fsafe.write_all(fd, line + b"\n")
             return offset
         finally:
             os.close(fd)
@@ -204,7 +204,7 @@ class FileChannel:
     def _remember(self, name: str, msg_id: str, offset: int) -> None:
         fd = _open_private(self._ids_path(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
-            _write_all(fd, b"%d %s\n" % (offset, msg_id.encode()))
+            fsafe.write_all(fd, b"%d %s\n" % (offset, msg_id.encode()))
         finally:
             os.close(fd)
 
@@ -277,16 +277,7 @@ class FileChannel:
         current = self._read_commit(name, consumer)
         if current is not None and offset <= current:
             return
-        path = self._commit_path(name, consumer)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        fd = _open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        try:
-            _write_all(fd, b"%d\n" % offset)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        fsafe.replace_file(self._commit_path(name, consumer), b"%d\n" % offset)
 
     async def committed(self, name: str, consumer: str) -> int | None:
         return self._read_commit(name, consumer)
@@ -345,21 +336,21 @@ def _ensure_private_dir(path: Path) -> None:
 
 
 def _open_private(path: Path, flags: int) -> int:
-    """Open a file of ours: never through a symlink, never blocking on a FIFO."""
+    """Open a file of ours through :mod:`tether.fsafe` (never through a symlink, never
+    blocking on a FIFO); with ``O_CREAT`` a missing one is made 0600, exclusively."""
+    create = bool(flags & os.O_CREAT)
+    access = flags & ~(os.O_CREAT | os.O_EXCL)
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        try:
+            return fsafe.open_path(path, access)
+        except FileNotFoundError:
+            if not create:
+                raise
+        try:
+            return fsafe.open_path(path, access, create=True)
+        except FileExistsError:  # another appender made it just now
+            return fsafe.open_path(path, access)
     except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO with no reader
+        if fsafe.is_refusal(error):
             raise TransportError(f"{path} is not a private regular file of this user") from error
         raise
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink != 1:
-        os.close(fd)
-        raise TransportError(f"{path} is not a private regular file of this user")
-    return fd
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
