@@ -157,7 +157,7 @@ def test_run_a_plain_prompt(make_claude: Callable[[list[Any]], Claude]) -> None:
 
 def test_run_a_tool_call_that_really_runs(make_claude: Callable[[list[Any]], Claude]) -> None:
     world = make_claude([bash("echo made > marker.txt; cat marker.txt"), {"text": "It is made."}])
-    done = world.run_cli(BASH, "make the marker")
+    done = world.run_cli("--agent-arg", "--allowedTools", "--agent-arg", "Bash", "make the marker")
     assert done.returncode == 0, done.stderr
     assert (world.work / "marker.txt").read_text() == "made\n"
     events = world.checked(world.cli_run_dir())
@@ -170,6 +170,20 @@ def test_run_a_tool_call_that_really_runs(make_claude: Callable[[list[Any]], Cla
     assert "made" in result["result"]["content"]
     assert [e["stop-reason"] for e in of(events, "llm-end")] == ["tool-use", "stop"]
     assert events[-2]["final-text"] == "It is made."
+
+
+def test_a_long_answer_comes_whole_through_final_text_path(
+    make_claude: Callable[[list[Any]], Claude],
+) -> None:
+    chunks = [f"part {i} " + "x" * 9990 + "\n" for i in range(10)]  # ~100 KB
+    world = make_claude([{"text": chunks}])
+    done = world.run_cli("write a lot")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip("\n") == "".join(chunks).rstrip("\n")
+    events = world.checked(world.cli_run_dir())
+    result = events[-2]
+    assert result["type"] == "result"
+    assert "final-text-path" in result
 
 
 def test_a_permission_prompt_becomes_an_inbox_approval_request(

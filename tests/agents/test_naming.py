@@ -67,3 +67,17 @@ def test_spawn_names_the_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert "claude is not on PATH" in result.error
     with pytest.raises(tether.SpawnError, match="unknown agent 'nope'"):
         asyncio.run(tether.spawn("hi", agent="nope", runs_root=tmp_path / "runs"))
+
+
+def test_agent_arg_values_may_start_with_a_dash() -> None:
+    from tether.cli.child import join_agent_args
+
+    argv = ["--agent-arg", "--permission-mode", "--agent-arg", "plan", "t", "--", "--agent-arg"]
+    assert join_agent_args(argv) == [
+        "--agent-arg=--permission-mode",
+        "--agent-arg=plan",
+        "t",
+        "--",
+        "--agent-arg",
+    ]
+    assert join_agent_args(["--agent-arg"]) == ["--agent-arg"]

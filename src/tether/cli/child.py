@@ -81,9 +81,26 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="ARG",
-        help="an extra argument for the agent's CLI (repeatable; write --agent-arg=--flag)",
+        help="an extra argument for the agent's CLI (repeatable; it may start with -)",
     )
     parser.add_argument("--adapter", choices=("resp",), help="the same as --agent resp")
+
+
+def join_agent_args(argv: list[str]) -> list[str]:
+    """``--agent-arg VALUE`` as ``--agent-arg=VALUE``, so a value may start with ``-``
+    (``--agent-arg --permission-mode --agent-arg plan``); flags only, before ``--``."""
+    out: list[str] = []
+    rest = iter(argv)
+    for arg in rest:
+        if arg == "--":
+            out += [arg, *rest]
+            break
+        if arg == "--agent-arg":
+            value = next(rest, None)
+            out.append(arg if value is None else f"--agent-arg={value}")
+        else:
+            out.append(arg)
+    return out
 
 
 def agent_name(args: argparse.Namespace) -> str | None:
@@ -146,7 +163,7 @@ def _fail_early(event_path: str | None, run: str, error: str) -> int:
 
 
 def main(argv: list[str], prog: str) -> int:
-    argv, command = _split_command(argv)
+    argv, command = _split_command(join_agent_args(argv))
     args = _build_parser(prog).parse_args(argv)
     command = command or args.command
     env = dict(os.environ)

@@ -86,8 +86,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str], prog: str = "tether run") -> int:
+    from tether.cli.child import join_agent_args
+
     parser = build_parser(prog)
-    argv, command = _split_command(argv)
+    argv, command = _split_command(join_agent_args(argv))
     try:
         args = parser.parse_args(argv)
         args.command = command
