@@ -8,7 +8,16 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.wire import CONTROL_TYPES, EVENT_TYPES, Rejection, decode, encode, validate
+from tether.wire import (
+    CONTROL_TYPES,
+    EVENT_TYPES,
+    Code,
+    Message,
+    Rejection,
+    decode,
+    encode,
+    validate,
+)
 from tether.wire.limits import MAX_SAFE_INTEGER
 
 json_scalars = (
@@ -51,15 +60,36 @@ field_names = st.sampled_from(
 types = st.sampled_from(sorted(EVENT_TYPES) + sorted(CONTROL_TYPES) + ["nope", ""])
 
 
+def _check_decoded(result: object, direction: str) -> None:
+    """A decode result is a message of that direction or a rejection with a known code."""
+    if isinstance(result, Rejection):
+        assert result.code in set(Code)
+        assert result.reason
+        return
+    assert isinstance(result, Message)
+    assert result.direction == direction
+    assert type(result) in (EVENT_TYPES if direction == "event" else CONTROL_TYPES).values()
+    assert decode(encode(result), direction) == result  # a decoded message re-encodes
+
+
 @given(st.binary(max_size=300), st.sampled_from(["event", "control"]))
 def test_arbitrary_bytes(line: bytes, direction: str) -> None:
-    result = decode(line, direction)
-    assert isinstance(result, Rejection) or not isinstance(result, Exception)
+    _check_decoded(decode(line, direction), direction)
 
 
 @given(st.text(max_size=200), st.sampled_from(["event", "control"]))
 def test_arbitrary_text(line: str, direction: str) -> None:
-    decode(line, direction)
+    result = decode(line, direction)
+    _check_decoded(result, direction)
+    assert result == decode(line.encode("utf-8", "surrogatepass"), direction)
+
+
+@given(st.sampled_from(["event", "control"]))
+def test_the_decode_check_can_fail(direction: str) -> None:
+    # a line that is valid for the other direction is rejected, not mistaken for a message
+    line = b'{"v":1,"seq":1,"type":"ready","run":"r"}'
+    result = decode(line, direction)
+    assert isinstance(result, Rejection) == (direction == "control")
 
 
 @given(
