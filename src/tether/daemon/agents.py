@@ -180,6 +180,7 @@ PtySize = Annotated[int, msgspec.Meta(ge=MIN_SIZE, le=MAX_SIZE)]
 class SpawnRequest(SpawnParams, frozen=True):
     timeout_s: Seconds | None = None
     message: str | None = None  # fno-agents' name for task
+    channel: bool = False  # agent "claude": load `tether mcp-channel` into its session
 
     def spawn_params(self) -> SpawnRequest:
         """With fno-agents' ``message`` read as ``task``."""
@@ -260,6 +261,8 @@ class AgentVerbs:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "cwd must be an absolute path")
         if args.pty:
             return await self._spawn_pty(args)
+        if args.channel:
+            args = self._with_channel(args, context)
         agent, answer = await self.sup.spawn(args)
         if answer is None:
             return with_reference(agent.status_dict(), agent)
@@ -270,6 +273,27 @@ class AgentVerbs:
         else:
             reply = _answer(agent, outcome)
         return with_reference({**agent.status_dict(), "answer": reply}, agent)
+
+    def _with_channel(self, args: SpawnRequest, context: CallContext) -> SpawnRequest:
+        """``channel: true``: the agent's reserved channel and Claude Code's flags for it."""
+        from tether import paths
+        from tether.daemon import claude_channel as cc
+        from tether.runtime.adapters.registry import resolve_agent
+
+        hub = self.sup.channels
+        if hub is None or resolve_agent(args.agent, args.provider) != "claude":
+            raise RpcFailure(ErrorCode.INVALID_PARAMS, "channel: true goes with agent: claude")
+        if args.channel_id is not None:
+            raise RpcFailure(ErrorCode.INVALID_PARAMS, "give channel: true or channel_id")
+        session = cc.session_of(args.name)
+        channel = hub.reserve(session, args.name)
+        socket = str(context.daemon.statistics()["socket"])
+        config = cc.mcp_config(session, args.name, socket)
+        path = cc.write_config(paths.state_dir() / "mcp", args.name, config)
+        agent_args = [*(args.agent_args or []), *cc.claude_args(path)]
+        return msgspec.structs.replace(
+            args, agent="claude", agent_args=agent_args, channel_id=channel.channel_id
+        )
 
     async def _spawn_pty(self, args: SpawnRequest) -> dict[str, Any]:
         if not args.argv or not all(isinstance(a, str) and a and "\0" not in a for a in args.argv):

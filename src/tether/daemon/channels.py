@@ -178,12 +178,7 @@ class ChannelHub:
     def register(self, connection: Connection, session_id: str, name: str | None) -> Channel:
         """The session's channel (a new one, or the one it registered before) with
         ``connection`` as its receiver."""
-        channel = self._of_session(session_id, name)
-        if channel is None:
-            if len(self._channels) >= self.max_channels:
-                raise RpcFailure(ErrorCode.BUSY, f"too many channels (cap {self.max_channels})")
-            channel = Channel("ch_" + secrets.token_hex(8), session_id, name, None)
-            self._channels[channel.channel_id] = channel
+        channel = self.reserve(session_id, name)
         if channel.receiver is None or channel.receiver.closed:
             channel.receiver = connection  # a receiver that stays connected keeps receiving
         connection.add_close_callback(self._drop_connection)
@@ -191,6 +186,16 @@ class ChannelHub:
             task = asyncio.get_running_loop().create_task(self._hand_over(channel))
             self._handing.add(task)
             task.add_done_callback(self._handing.discard)
+        return channel
+
+    def reserve(self, session_id: str, name: str | None) -> Channel:
+        """The session's channel, made without a receiver when it has none yet."""
+        channel = self._of_session(session_id, name)
+        if channel is None:
+            if len(self._channels) >= self.max_channels:
+                raise RpcFailure(ErrorCode.BUSY, f"too many channels (cap {self.max_channels})")
+            channel = Channel("ch_" + secrets.token_hex(8), session_id, name, None)
+            self._channels[channel.channel_id] = channel
         return channel
 
     def _of_session(self, session_id: str, name: str | None) -> Channel | None:
