@@ -121,6 +121,14 @@ def test_a_host_drives_an_agent_on_another_host(
 
     stopped = tether(env_a, "--host", "B", "stop", "w1", "--mode", "cancel")
     assert stopped.returncode == 0, stopped.stderr
+    followed = tether(
+        env_a, "--host", "B", "events", "w1", "--after-seq", "2", "--follow", "--json"
+    )
+    assert followed.returncode == 0, followed.stderr
+    lines = [json.loads(line) for line in followed.stdout.splitlines()]
+    assert [e["seq"] for e in lines] == list(range(3, 3 + len(lines)))  # from JetStream, in order
+    assert lines[-1]["type"] == "exit"
+    assert lines[-1]["status"] == "cancelled"
     removed = tether(env_a, "--host", "B", "rm", "w1")
     assert removed.returncode == 0, removed.stderr
     _wait_listed(env_a, {("A", "a1")})

@@ -315,18 +315,28 @@ def _timed_out(result: dict[str, Any], name: str) -> int:
 def _events(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
     from tether.daemon.client import DaemonClient
 
-    params = {"name": args.name, "after_seq": args.after_seq}
-    if not args.follow or not isinstance(client, DaemonClient):
-        if args.follow:
-            print("tether agent: --follow is local only; paging instead", file=sys.stderr)
-        params["limit"] = args.limit
-        result = client.call("agent.events", params)
-        for event in result["events"]:
-            _print_event(args, event)
-        if not args.json and result["more"]:
-            print(f"(more: continue with --after-seq {result['last_seq']})", file=sys.stderr)
-        return 0
+    if not args.follow:
+        return _events_page(client, args)
+    if isinstance(client, DaemonClient):
+        result = _events_follow_local(client, args)
+    else:  # another host's agent: its events channel in JetStream
+        result = client.follow_events(args.name, args.after_seq, lambda e: _print_event(args, e))
+    if not args.json:
+        print(f"({args.name} {result['state']}; last seq {result['last_seq']})", file=sys.stderr)
+    return 0
 
+
+def _events_page(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
+    params = {"name": args.name, "after_seq": args.after_seq, "limit": args.limit}
+    result = client.call("agent.events", params)
+    for event in result["events"]:
+        _print_event(args, event)
+    if not args.json and result["more"]:
+        print(f"(more: continue with --after-seq {result['last_seq']})", file=sys.stderr)
+    return 0
+
+
+def _events_follow_local(client: DaemonClient, args: argparse.Namespace) -> Any:
     def on_request(request: Request) -> Any:
         from tether.daemon.client import DaemonCallError
         from tether.daemon.protocol import ErrorCode
@@ -340,11 +350,8 @@ def _events(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> in
 
     client.on_request = on_request
     client.settimeout(None)
-    params["follow"] = True
-    result = client.call("agent.events", params)
-    if not args.json:
-        print(f"({args.name} {result['state']}; last seq {result['last_seq']})", file=sys.stderr)
-    return 0
+    params = {"name": args.name, "after_seq": args.after_seq, "follow": True}
+    return client.call("agent.events", params)
 
 
 # -- rendering --------------------------------------------------------------------------------

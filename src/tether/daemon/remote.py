@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -20,6 +21,7 @@ from tether import jsondepth
 from tether.daemon.client import DaemonCallError, DaemonUnavailable, result_of
 from tether.daemon.hosts import REGISTRY_BUCKET, rpc_subject
 from tether.daemon.protocol import ErrorCode, ProtocolError, Request, decode_response
+from tether.wire.limits import MAX_LINE_BYTES
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -118,6 +120,40 @@ class RemoteClient:
             return {"agents": self._loop.run_until_complete(cluster_agents(self._client))}
         call = call_host(self._client, self.host, method, params, wait_s=self._timeout)
         return self._loop.run_until_complete(call)
+
+    def follow_events(
+        self, name: str, after_seq: int, on_event: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
+        """Hand each event of ``name`` after ``after_seq`` to ``on_event``, from the run's
+        event channel in JetStream (what is recorded, then live), until its ``exit``.
+        Returns ``{"state", "last_seq"}`` as the socket's ``agent.events --follow`` does."""
+        return self._loop.run_until_complete(self._follow(name, after_seq, on_event))
+
+    async def _follow(
+        self, name: str, after_seq: int, on_event: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
+        from tether.daemon.hosts import events_channel
+        from tether.transports.channel import Entry
+        from tether.transports.jetstream import JetStreamChannel
+
+        status = await call_host(self._client, self.host, "agent.status", {"name": name})
+        channel = JetStreamChannel(self._client, prefix="tether", max_line_bytes=MAX_LINE_BYTES)
+        last = after_seq
+        async for item in channel.tail(events_channel(self.host, str(status["run_id"]))):
+            if not isinstance(item, Entry):
+                continue
+            try:
+                event = jsondepth.decode_any(item.data)
+            except ValueError:
+                continue
+            seq = event.get("seq") if isinstance(event, dict) else None
+            if not isinstance(seq, int) or seq <= last:
+                continue
+            last = seq
+            on_event(event)
+            if event.get("type") == "exit":
+                return {"state": event.get("status"), "last_seq": last}
+        return {"state": status.get("state"), "last_seq": last}
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
