@@ -378,3 +378,18 @@ def test_translators_are_total(kind: str, messages: list[Any]) -> None:
     translator.inject(Injection("s", "steering", 1))
     translator.interrupt()
     assert isinstance(translator.final_text, str)
+
+
+def test_acp_recorded_gemini_tool_turn() -> None:
+    acp = acp_ready()
+    prompt = sent(acp.start_turn(Injection("hi")))[0]
+    recorded = [m for m in lines("acp_gemini_tool_turn.jsonl") if m.get("id") not in (1, 2)]
+    out = feed(acp, [m | {"id": prompt["id"]} if m.get("id") == 4 else m for m in recorded])
+    kinds = types(out)
+    assert kinds[:2] == ["llm-start", "assistant-text-delta"]
+    assert "tool-call" in kinds
+    assert kinds.index("tool-result") == kinds.index("tool-call") + 1
+    call = shown(out)[kinds.index("tool-call")]
+    assert call["name"] == "echo hello-from-gemini"
+    assert out[-1] == Ended("stop", Usage(4, 10), None)
+    assert acp.final_text == "The tool said hello."

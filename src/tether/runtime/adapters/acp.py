@@ -10,7 +10,8 @@ claude-code-acp); the argument is the adapter's and is not passed to the agent.
 A tether turn is one or more ``session/prompt {sessionId, prompt: [{type: text, text}]}``
 requests; the response's ``stopReason`` ends each (``end_turn`` -> ``stop``,
 ``max_tokens`` -> ``length``, ``cancelled`` -> ``aborted``, others kebab-cased) and its
-``usage`` (unstable in the spec, sent by some agents) is the usage.
+``usage`` (unstable in the spec, sent by some agents; Gemini CLI puts its counts in
+``_meta.quota.token_count``) is the usage.
 
 - steer: ACP cannot add a message to a running prompt; the steer stays queued and opens
   the next prompt when the current one ends (the presenter's leftover turn);
@@ -208,6 +209,8 @@ class AcpTranslator:
             return [*out, Ended("error", Usage(), error)]
         stop = wire_stop(field(got.result, "stopReason"))
         usage = _usage(field(got.result, "usage"))
+        if usage == Usage():  # Gemini CLI reports it under _meta.quota.token_count
+            usage = _quota_usage(field(got.result, "_meta", "quota", "token_count"))
         return [*self._close_call(stop, usage), Ended(stop, usage)]
 
     def _request(self, got: Request) -> list[Action]:
@@ -356,7 +359,7 @@ class AcpRunner:
         mode, args = split_mode_arg(options.agent_args)
         env = dict(options.env)
         if os.path.basename(options.argv[0]) == "claude-code-acp" and os.geteuid() == 0:
-            env.setdefault("IS_SANDBOX", "1")  # else session/new fails as root
+            env["IS_SANDBOX"] = "1"  # anything else and session/new fails as root
         traits = Traits(options.agent, steer=False, follow_up=False)
         return TranslatingRunner(
             AcpTranslator(options.cwd, mode=mode),
@@ -367,3 +370,8 @@ class AcpRunner:
             env=env,
             run_dir=options.run_dir,
         )
+
+
+def _quota_usage(value: object) -> Usage:
+    usage = mapping(value)
+    return Usage(count(usage.get("input_tokens")), count(usage.get("output_tokens")))

@@ -71,9 +71,10 @@ def error_message(error: dict[str, Any] | None) -> str:
     if not error:
         return ""
     message = error.get("message")
-    if isinstance(message, str) and message:
-        return message
-    return f"error {error.get('code', '?')}"
+    text = message if isinstance(message, str) and message else f"error {error.get('code', '?')}"
+    data = error.get("data")
+    details = data.get("details") if isinstance(data, dict) else None
+    return f"{text} ({details})" if isinstance(details, str) and details else text
 
 
 class Outbox:

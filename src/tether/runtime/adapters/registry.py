@@ -79,6 +79,27 @@ def _caps(**cells: tuple[Support, str]) -> dict[str, Capability]:
 
 N, E, R = Support.NATIVE, Support.EMULATED, Support.REJECTED
 _ABORT = "the turn is cancelled at once (tools' process groups ended)"
+_ACP_CANCEL = "session/cancel, then its process group is ended"
+_ACP_CONTROLS = {
+    "steer": (
+        E,
+        "ACP cannot add to a running prompt: the steer waits until the current "
+        "session/prompt ends and is sent as the next one",
+    ),
+    "follow_up": (E, "the next session/prompt, within the same turn, when the current one ends"),
+    "finalize": (
+        E,
+        "session/cancel, then one last session/prompt with the note; ACP cannot turn the "
+        "agent's tools off, so only the note asks for none",
+    ),
+    "cancel": (N, _ACP_CANCEL),
+    "deadline": (N, _ACP_CANCEL),
+    "close": (
+        N,
+        "ends the run after the current turn; the agent's group is ended (claude-code-acp "
+        "never exits on stdin EOF)",
+    ),
+}
 
 AGENTS: Final[dict[str, AgentKind]] = {
     agent.name: agent
@@ -134,13 +155,35 @@ AGENTS: Final[dict[str, AgentKind]] = {
             command=("codex", "app-server"),
             package="@openai/codex@0.171.0",
             controls=_caps(
-                steer=(N, "turn/steer"),
-                follow_up=(N, "turn/start after the current turn completes"),
-                finalize=(E, "turn/interrupt, then one last turn/start with the note"),
-                cancel=(N, "turn/interrupt, then its process group is ended"),
-                deadline=(N, "turn/interrupt, then its process group is ended"),
-                close=(N, "ends the run after the current turn"),
+                steer=(
+                    N,
+                    "turn/steer into the running Codex turn (one that arrives as the turn "
+                    "ends opens the next Codex turn instead)",
+                ),
+                follow_up=(
+                    E,
+                    "Codex has no follow-up request: turn/start of the next Codex turn, "
+                    "within the same tether turn, when the current one completes",
+                ),
+                finalize=(
+                    E,
+                    "turn/interrupt, then one last turn/start with the note; Codex cannot "
+                    "turn its tools off for a turn, so only the note asks for none",
+                ),
+                cancel=(
+                    N,
+                    "turn/interrupt, then its process group and the sessions its tools run "
+                    "in are ended",
+                ),
+                deadline=(
+                    N,
+                    "turn/interrupt, then its process group and the sessions its tools run "
+                    "in are ended",
+                ),
+                close=(N, "ends the run after the current turn (stdin closed, Codex exits)"),
             ),
+            notes="approvals become inbox approval_request messages and are declined; the "
+            'adapter runs it with -c approval_policy="never" unless --agent-arg sets a policy',
         ),
         AgentKind(
             name="pi",
@@ -150,13 +193,26 @@ AGENTS: Final[dict[str, AgentKind]] = {
             command=("pi", "--mode", "rpc"),
             package="@mariozechner/pi-coding-agent@0.73.1",
             controls=_caps(
-                steer=(N, "steer"),
-                follow_up=(N, "follow_up"),
-                finalize=(E, "abort, then one last prompt with the note"),
+                steer=(
+                    N,
+                    "prompt with streamingBehavior steer: pi takes it in after its current "
+                    "tool calls, before its next model call",
+                ),
+                follow_up=(
+                    N,
+                    "prompt with streamingBehavior followUp: pi takes it in when it would stop",
+                ),
+                finalize=(
+                    E,
+                    "abort, then one last prompt with the note; pi cannot turn its tools "
+                    "off for a prompt, so only the note asks for none",
+                ),
                 cancel=(N, "abort, then its process group is ended"),
                 deadline=(N, "abort, then its process group is ended"),
-                close=(N, "ends the run after the current turn"),
+                close=(N, "ends the run after the current turn (pi exits on stdin EOF)"),
             ),
+            notes="extension dialogs become inbox approval_request messages and are "
+            "answered cancelled",
         ),
         AgentKind(
             name="gemini",
@@ -165,18 +221,9 @@ AGENTS: Final[dict[str, AgentKind]] = {
             runner="tether.runtime.adapters.acp:AcpRunner",
             command=("gemini", "--acp"),
             package="@google/gemini-cli@0.61.0",
-            controls=_caps(
-                steer=(
-                    E,
-                    "queued: ACP cannot add to a running prompt, so it is the next "
-                    "session/prompt, sent when the current one ends",
-                ),
-                follow_up=(N, "the next session/prompt after the current one"),
-                finalize=(E, "session/cancel, then one last session/prompt with the note"),
-                cancel=(N, "session/cancel, then its process group is ended"),
-                deadline=(N, "session/cancel, then its process group is ended"),
-                close=(N, "ends the run after the current turn"),
-            ),
+            controls=_caps(**_ACP_CONTROLS),
+            notes="permission requests become inbox approval_request messages and are "
+            "refused; choose a mode with --agent-arg=--yolo (or --approval-mode)",
         ),
         AgentKind(
             name="acp",
@@ -185,19 +232,10 @@ AGENTS: Final[dict[str, AgentKind]] = {
             runner="tether.runtime.adapters.acp:AcpRunner",
             version_args=(),
             package="@zed-industries/claude-code-acp@0.16.2",
-            controls=_caps(
-                steer=(
-                    E,
-                    "queued: ACP cannot add to a running prompt, so it is the next "
-                    "session/prompt, sent when the current one ends",
-                ),
-                follow_up=(N, "the next session/prompt after the current one"),
-                finalize=(E, "session/cancel, then one last session/prompt with the note"),
-                cancel=(N, "session/cancel, then its process group is ended"),
-                deadline=(N, "session/cancel, then its process group is ended"),
-                close=(N, "ends the run after the current turn"),
-            ),
-            notes="e.g. -- claude-code-acp, or -- gemini --acp",
+            controls=_caps(**_ACP_CONTROLS),
+            notes="e.g. -- claude-code-acp, or -- gemini --acp; permission requests become "
+            "inbox approval_request messages and are refused; --agent-arg=--session-mode=ID "
+            "sets the session mode (claude-code-acp: bypassPermissions, acceptEdits, ...)",
         ),
         AgentKind(
             name="resp",
@@ -247,7 +285,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
         ),
     )
 }
-del N, E, R
+del N, E, R, _ACP_CONTROLS
 
 
 def resolve_agent(name: str | None, provider: str | None = None) -> str:
