@@ -1,0 +1,242 @@
+"""One real agent CLI under test: its private HOME and config pointed at a scripted model
+server, runs through `tether run`, the parent API and the daemon, and the checks.
+
+:data:`SETUPS` says, per agent, how the CLI is pointed at the server (files in its own
+HOME, environment variables, ``--agent-arg`` values), which tool name runs a shell
+command in it and how its arguments look, and which extra model calls the CLI makes on
+its own (claude-code-acp asks a small model about each Bash output: a filler reply).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+import tether
+from tether.modelserver import ModelServer
+from tether.runtime.updates import RunEvent
+from tether.wire import tag_of
+
+from .cli_helpers import MARK, assert_no_survivors, check_wire, cli_env, read_events, survivors
+
+Event = dict[str, Any]
+
+
+class Setup(NamedTuple):
+    agent: str  # the --agent name
+    program: str  # the CLI looked up for require_cli (an agent name in AGENTS)
+    command: tuple[str, ...]  # the command after -- (acp), else ()
+    tool: str  # the tool that runs a shell command
+    tool_args: Callable[[str], dict[str, Any]]
+    configure: Callable[[Path, str], tuple[dict[str, str], list[str]]]  # -> env, agent args
+    after_tool: tuple[dict[str, Any], ...] = ()  # replies the CLI uses up after each tool
+    cli_match: tuple[str, ...] = ()  # its command line has one of these (to find it)
+    cli_title: str = ""  # the process title it gives itself once started (pi: "pi")
+    reports_usage: bool = True  # claude-code-acp 0.16.2 sends no usage
+    deadline_s: float = 20.0  # a deadline that falls inside a first tool call (slow starts)
+
+
+def _pi(home: Path, url: str) -> tuple[dict[str, str], list[str]]:
+    provider = {
+        "baseUrl": f"{url}/v1",
+        "api": "openai-completions",
+        "apiKey": "test-key",
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": "scripted", "reasoning": False}],
+    }
+    folder = home / ".pi" / "agent"
+    folder.mkdir(parents=True)
+    (folder / "models.json").write_text(json.dumps({"providers": {"tether": provider}}))
+    return {}, ["--provider", "tether", "--model", "scripted", "--offline"]
+
+
+def _codex(home: Path, url: str) -> tuple[dict[str, str], list[str]]:
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True)
+    (codex_home / "config.toml").write_text(
+        'model = "scripted"\nmodel_provider = "tether"\nsandbox_mode = "danger-full-access"\n'
+        "[model_providers.tether]\n"
+        f'name = "tether scripted"\nbase_url = "{url}/v1"\nwire_api = "responses"\n'
+        'env_key = "TETHER_TEST_KEY"\nrequest_max_retries = 0\nstream_max_retries = 0\n'
+    )
+    return {"CODEX_HOME": str(codex_home), "TETHER_TEST_KEY": "test-key"}, []
+
+
+def _gemini(home: Path, url: str) -> tuple[dict[str, str], list[str]]:
+    folder = home / ".gemini"
+    folder.mkdir(parents=True)
+    settings = {"security": {"auth": {"selectedType": "gemini-api-key"}}}
+    (folder / "settings.json").write_text(json.dumps(settings))
+    env = {
+        "GEMINI_API_KEY": "test-key",
+        "GOOGLE_GEMINI_BASE_URL": url,
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+    }
+    # an explicit model: with the default, Gemini CLI first asks a router model
+    return env, ["--yolo", "--model", "gemini-2.5-flash"]
+
+
+def _claude_acp(home: Path, url: str) -> tuple[dict[str, str], list[str]]:
+    env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "test-key"}
+    return env, ["--session-mode=bypassPermissions"]
+
+
+SETUPS: dict[str, Setup] = {
+    "pi": Setup(
+        "pi",
+        "pi",
+        (),
+        "bash",
+        lambda c: {"command": c},
+        _pi,
+        cli_match=("--mode rpc",),
+        cli_title="pi",
+        deadline_s=12.0,
+    ),
+    "codex": Setup(
+        "codex",
+        "codex",
+        (),
+        "exec_command",
+        # without yield_time_ms Codex leaves a command running in the background after 10 s
+        lambda c: {"cmd": c, "yield_time_ms": 30000},
+        _codex,
+        cli_match=("app-server",),
+        deadline_s=10.0,
+    ),
+    "gemini": Setup(
+        "gemini",
+        "gemini",
+        (),
+        "run_shell_command",
+        lambda c: {"command": c},
+        _gemini,
+        cli_match=("--acp",),
+        deadline_s=25.0,
+    ),
+    "claude-code-acp": Setup(
+        "acp",
+        "acp",
+        ("claude-code-acp",),
+        "Bash",
+        lambda c: {"command": c, "description": "run it"},
+        _claude_acp,
+        after_tool=({"text": "ok"},),
+        cli_match=("claude-code-acp",),
+        reports_usage=False,
+    ),
+}
+
+
+class World:
+    """One test's world: the CLI, a model server, a private HOME, the survivor check."""
+
+    def __init__(self, setup: Setup, root: Path, program: str, server: ModelServer) -> None:
+        self.setup = setup
+        self.root = root
+        self.server = server
+        self.env = cli_env(root, program)
+        extra_env, self.agent_args = setup.configure(Path(self.env["HOME"]), server.url)
+        self.env.update(extra_env)
+        self.mark = self.env[MARK]
+        self.work = root / "work"
+        self.work.mkdir()
+
+    def run_cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        agent = ["--agent", self.setup.agent, *(f"--agent-arg={a}" for a in self.agent_args)]
+        tail = ["--", *self.setup.command] if self.setup.command else []
+        argv = [sys.executable, "-m", "tether", "run", "--no-stdin", *agent, *args, *tail]
+        return subprocess.run(
+            argv, capture_output=True, text=True, env=self.env, cwd=self.work, timeout=timeout
+        )
+
+    async def spawn(self, task: str, **options: Any) -> tether.RunHandle:
+        return await tether.spawn(
+            task,
+            agent=self.setup.agent,
+            agent_args=self.agent_args,
+            argv=list(self.setup.command) or None,
+            cwd=self.work,
+            env=self.env,
+            runs_root=self.root / "runs",
+            db=self.root / "runs.db",
+            **options,
+        )
+
+    def checked(self, run_dir: Path) -> list[Event]:
+        events = read_events(run_dir / "events.jsonl")
+        check_wire(events, read_events(run_dir / "control.jsonl"))
+        assert_no_survivors(self.mark)
+        return events
+
+    def cli_run_dir(self) -> Path:
+        runs = sorted((self.root / "tether-home").glob("**/events.jsonl"))
+        assert len(runs) == 1, runs
+        return runs[0].parent
+
+    def model_texts(self, n: int) -> str:
+        """Everything the n-th model call (1-based) was sent, as one JSON text."""
+        return json.dumps(self.server.model_requests()[n - 1]["body"])
+
+    def all_model_texts(self) -> str:
+        return json.dumps([r["body"] for r in self.server.model_requests()])
+
+    def cli_pids(self) -> list[int]:
+        """The CLI's own processes (not the adapter child, not tools)."""
+        found = []
+        for line in survivors(self.mark):
+            pid, _, command = line.partition(" ")
+            words = command.split()
+            if "-m tether" in command or not words:
+                continue
+            if any(m in command for m in self.setup.cli_match) or words == [self.setup.cli_title]:
+                found.append(int(pid))
+        return found
+
+    def kill_cli(self) -> None:
+        pids = self.cli_pids()
+        assert pids, survivors(self.mark)
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+
+
+def shell(setup: Setup, command: str, text: str = "Running it.") -> list[dict[str, Any]]:
+    """A reply that runs ``command`` with the CLI's shell tool (and its filler replies)."""
+    call = {"name": setup.tool, "arguments": setup.tool_args(command)}
+    return [{"text": text, "tool_calls": [call]}, *setup.after_tool]
+
+
+async def until(updates: AsyncIterator[Any], kind: str, **fields: Any) -> Event:
+    """The next event of ``kind`` (with ``fields``) from the run's updates."""
+    async for update in updates:
+        if not isinstance(update, RunEvent) or tag_of(type(update.event)) != kind:
+            continue
+        event = json.loads(update.raw)
+        if all(event.get(k) == v for k, v in fields.items()):
+            return event
+    raise AssertionError(f"the run ended without a {kind} event")
+
+
+def of(events: list[Event], kind: str) -> list[Event]:
+    return [e for e in events if e["type"] == kind]
+
+
+def connect_daemon(path: Path, daemon: subprocess.Popen[bytes]) -> Any:
+    from tether.daemon.client import DaemonClient, DaemonUnavailable
+
+    for _ in range(600):
+        if daemon.poll() is not None:
+            pytest.fail(f"the daemon exited {daemon.returncode}")
+        try:
+            return DaemonClient.connect(path, timeout=1.0)
+        except DaemonUnavailable:
+            subprocess.run(["sleep", "0.05"], check=False)
+    pytest.fail("the daemon did not answer")

@@ -1,0 +1,312 @@
+"""The Codex, pi and ACP adapters against the REAL CLIs (codex app-server, pi --mode rpc,
+gemini --acp, claude-code-acp), each pointed at the scripted model server.
+
+Every test runs once per CLI (see :data:`agent_world.SETUPS`) with its own HOME and model
+server, through `tether run --agent NAME`, the parent API (`tether.spawn(agent=NAME)`)
+or the daemon; each run's events.jsonl is checked for the wire invariants and no process
+may outlive it. Under CI=true a CLI that is not installed fails the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tether
+from tether.modelserver import open_model_server
+
+from .agent_world import SETUPS, Setup, World, connect_daemon, of, shell, until
+from .cli_helpers import kill_marked, require_cli, survivors
+
+
+class Worlds:
+    """Makes the worlds of one test for one CLI; ``setup`` says which."""
+
+    def __init__(self, setup: Setup, program: str, tmp_path: Path) -> None:
+        self.setup = setup
+        self.program = program
+        self.tmp_path = tmp_path
+        self.managers: list[Any] = []
+        self.worlds: list[World] = []
+
+    def __call__(self, script: list[Any]) -> World:
+        log = self.tmp_path / f"requests{len(self.managers)}.jsonl"
+        manager = open_model_server(script, log=log)
+        server = manager.__enter__()
+        self.managers.append(manager)
+        world = World(self.setup, self.tmp_path / f"w{len(self.worlds)}", self.program, server)
+        self.worlds.append(world)
+        return world
+
+    def shell(self, command: str) -> list[dict[str, Any]]:
+        return shell(self.setup, command)
+
+    def close(self) -> None:
+        for world in self.worlds:
+            kill_marked(world.mark)
+        for manager in self.managers:
+            manager.__exit__(None, None, None)
+
+
+ALL = sorted(SETUPS)
+# gemini and claude-code-acp share one adapter: every control runs against gemini (the
+# named agent); claude-code-acp, slow to start too, gets a prompt, a tool and a cancel
+# (the suite's time).
+FULL = [name for name in ALL if name != "claude-code-acp"]
+each_cli = pytest.mark.parametrize("make_world", ALL, indirect=True)
+each_full_cli = pytest.mark.parametrize("make_world", FULL, indirect=True)
+
+
+@pytest.fixture
+def make_world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Worlds]:
+    setup = SETUPS[request.param]
+    program = _require_command(setup) if setup.command else require_cli(setup.program)
+    worlds = Worlds(setup, program, tmp_path)
+    yield worlds
+    worlds.close()
+
+
+def _require_command(setup: Setup) -> str:
+    import shutil
+
+    from tether.runtime.adapters.registry import search_path
+
+    env = dict(os.environ)
+    env.setdefault("TETHER_CI_CACHE", "/var/cache/tether-ci")
+    found = shutil.which(setup.command[0], path=search_path(env))
+    if found is None:
+        why = f"{setup.command[0]} is not installed (.ci/setup installs it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    return found
+
+
+# -- tether run --agent NAME ----------------------------------------------------------------
+
+
+@each_cli
+def test_run_a_plain_prompt(make_world: Worlds) -> None:
+    world = make_world([{"text": "Hello from the scripted model."}])
+    done = world.run_cli("say hello")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "Hello from the scripted model."
+    events = world.checked(world.cli_run_dir())
+    assert events[-2]["final-text"] == "Hello from the scripted model."
+    assert any(" session " in e.get("summary", "") for e in of(events, "info"))
+    assert (world.cli_run_dir() / "agent-session").read_text().strip()
+    assert of(events, "turn-complete")[0]["stop-reason"] == "stop"
+    assert of(events, "assistant-text-delta")
+    assert "say hello" in world.model_texts(1)
+
+
+@each_cli
+def test_run_a_tool_call_that_really_runs(make_world: Worlds) -> None:
+    world = make_world([*make_world.shell("echo made > marker.txt"), {"text": "It is made."}])
+    done = world.run_cli("make the marker")
+    assert done.returncode == 0, done.stderr
+    assert (world.work / "marker.txt").read_text() == "made\n"
+    events = world.checked(world.cli_run_dir())
+    call = of(events, "tool-call")[0]
+    result = of(events, "tool-result")[0]
+    assert result["tool-call-id"] == call["id"]
+    assert result["is-error?"] is False
+    assert [e["stop-reason"] for e in of(events, "llm-end")][-1] == "stop"
+    assert events[-2]["final-text"] == "It is made."
+    if make_world.setup.reports_usage:
+        assert of(events, "turn-complete")[0]["usage"]["output"] > 0
+
+
+# -- the parent API -------------------------------------------------------------------------
+
+
+@each_full_cli
+def test_steer_during_a_tool(make_world: Worlds) -> None:
+    script = [*make_world.shell("sleep 1.5; echo slept"), {"text": "Steered answer."}]
+    world = make_world([*script, {"text": "Steered answer."}])
+
+    async def go() -> tuple[tether.Result, Path, int]:
+        handle = await world.spawn("start")
+        updates = handle.updates()
+        await until(updates, "tool-call")
+        ack = await handle.steer("ALSO CHECK THE TESTS")
+        assert ack.status == "accepted"
+        injected = await until(updates, "steering-injected")
+        assert injected["ref"] == ack.ref
+        return await handle.wait(), handle.run_dir.path, ack.ref
+
+    result, run_dir, _ = asyncio.run(go())
+    assert result.status == "done", result.error
+    assert result.final_text == "Steered answer."
+    events = world.checked(run_dir)
+    turns = len(of(events, "turn-started"))
+    if world.setup.agent in ("pi", "codex"):
+        assert turns == 1  # native: the steer joined the running turn
+    else:
+        assert turns == 2  # ACP: queued, it opened the next prompt
+    assert "ALSO CHECK THE TESTS" in world.all_model_texts()
+
+
+@each_full_cli
+def test_follow_up_is_the_next_user_message(make_world: Worlds) -> None:
+    world = make_world([{"text": "First.", "delay_ms": 1500}, {"text": "Second."}])
+
+    async def go() -> tuple[tether.Result, Path]:
+        handle = await world.spawn("one")
+        updates = handle.updates()
+        await until(updates, "llm-start")
+        ack = await handle.follow_up("AND THEN TWO")
+        assert ack.status == "accepted"
+        await until(updates, "follow-up-injected", ref=ack.ref)
+        return await handle.wait(), handle.run_dir.path
+
+    result, run_dir = asyncio.run(go())
+    assert result.status == "done", result.error
+    assert result.final_text == "Second."
+    events = world.checked(run_dir)
+    assert [e["text"] for e in of(events, "assistant-text")] == ["First.", "Second."]
+    assert len(of(events, "turn-started")) == 1
+    assert "AND THEN TWO" in world.model_texts(2)
+
+
+@each_full_cli
+def test_finalize_interrupts_a_tool_and_gets_a_last_answer(make_world: Worlds) -> None:
+    call = make_world.shell("sleep 60")[0]
+    world = make_world([call, {"text": "Final answer from what I have."}])
+
+    async def go() -> tuple[tether.Result, Path]:
+        handle = await world.spawn("work long")
+        updates = handle.updates()
+        await until(updates, "tool-call")
+        ack = await handle.finalize("WRAP UP NOW")
+        assert ack.status == "accepted"
+        return await handle.wait(), handle.run_dir.path
+
+    result, run_dir = asyncio.run(go())
+    assert result.status == "done", result.error
+    assert result.final_text == "Final answer from what I have."
+    events = world.checked(run_dir)
+    stops = [e["stop-reason"] for e in of(events, "turn-complete")]
+    assert stops == ["aborted", "stop"]
+    assert "WRAP UP NOW" in world.all_model_texts()
+    assert "sleep 60" not in "".join(survivors(world.mark))
+
+
+@each_cli
+def test_cancel_inside_a_tool_ends_everything(make_world: Worlds) -> None:
+    world = make_world(make_world.shell("sleep 60"))
+
+    async def go() -> tuple[tether.Result, Path, float]:
+        handle = await world.spawn("work long")
+        updates = handle.updates()
+        await until(updates, "tool-call")
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        await handle.cancel()
+        await until(updates, "exit")
+        return await handle.wait(), handle.run_dir.path, loop.time() - asked
+
+    result, run_dir, took = asyncio.run(go())
+    assert result.status == "cancelled"
+    events = world.checked(run_dir)
+    assert events[-1]["status"] == "cancelled"
+    assert took < 5.0  # the wire promises about 1 s; this only guards against a hang
+
+
+@each_full_cli
+def test_the_deadline_ends_a_run_inside_a_tool(make_world: Worlds) -> None:
+    world = make_world(make_world.shell("sleep 60"))
+
+    async def go() -> tuple[tether.Result, Path]:
+        handle = await world.spawn("work long", deadline_s=world.setup.deadline_s)
+        updates = handle.updates()
+        await until(updates, "tool-call")
+        return await handle.wait(), handle.run_dir.path
+
+    result, run_dir = asyncio.run(go())
+    assert result.status == "timed-out", result
+    events = world.checked(run_dir)
+    assert events[-1]["error"] == "run deadline exceeded"
+
+
+@each_full_cli
+def test_the_cli_killed_mid_turn_ends_the_turn_with_its_error(make_world: Worlds) -> None:
+    world = make_world(make_world.shell("sleep 60"))
+
+    async def go() -> tuple[tether.Result, Path]:
+        handle = await world.spawn("work long")
+        updates = handle.updates()
+        await until(updates, "tool-call")
+        world.kill_cli()
+        return await handle.wait(), handle.run_dir.path
+
+    result, run_dir = asyncio.run(go())
+    assert result.status == "done", result.error
+    assert result.stop_reason == "error"
+    events = world.checked(run_dir)
+    errors = [e["error"] for e in of(events, "error")]
+    assert any("killed by signal 9" in e or "closed its stdout" in e for e in errors), errors
+
+
+# -- the daemon -----------------------------------------------------------------------------
+
+
+@each_full_cli
+def test_the_daemon_spawns_the_agent(make_world: Worlds) -> None:
+    world = make_world([{"text": "Daemon answer."}])
+    socket_dir = Path("/tmp") / f"td{os.getpid()}"
+    socket_dir.mkdir(mode=0o700, exist_ok=True)
+    env = dict(world.env, TETHER_SOCKET=str(socket_dir / "d.sock"))
+    stderr = (world.root / "daemon.stderr").open("wb")
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "tether", "daemon", "--foreground"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )
+    try:
+        client = connect_daemon(socket_dir / "d.sock", daemon)
+        with client:
+            client.settimeout(120)
+            params: dict[str, Any] = {
+                "name": "cli",
+                "task": "hi",
+                "agent": world.setup.agent,
+                "agent_args": world.agent_args,
+                "cwd": str(world.work),
+            }
+            if world.setup.command:
+                params["argv"] = list(world.setup.command)
+            status = client.call("agent.spawn", params | {"wait": True, "timeout_s": 90})
+            assert status["answer"]["text"] == "Daemon answer."
+            stopped = client.call("agent.stop", {"name": "cli", "mode": "close", "timeout_s": 30})
+            assert stopped["ended"] is True
+            run_dir = Path(client.call("agent.status", {"name": "cli"})["run_dir"])
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+        stderr.close()
+        for leftover in socket_dir.iterdir():
+            leftover.unlink()
+        socket_dir.rmdir()
+    world.checked(run_dir)
+
+
+@pytest.mark.parametrize(
+    ("agent", "program"), [("codex", "codex"), ("pi", "pi"), ("gemini", "gemini")]
+)
+def test_a_missing_cli_fails_the_run(agent: str, program: str, tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TETHER_HOME": str(tmp_path / "t")}
+    argv = [sys.executable, "-m", "tether", "run", "--no-stdin", "--agent", agent, "hi"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 4
+    assert f"{program} is not on PATH" in done.stderr
