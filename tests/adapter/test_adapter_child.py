@@ -228,14 +228,22 @@ done
     assert events[-2]["final-text"] == "answer: ü\r\nx"
 
 
-def test_a_program_may_answer_before_reading_its_input(make_child: Make, program: Program) -> None:
-    body = r"""
+def test_a_program_may_answer_before_reading_its_input(
+    make_child: Make, program: Program, tmp_path: Path
+) -> None:
+    marker = tmp_path / "frames-written"
+    body = rf"""
 util_write_msg TEXT "written at start-up"
 util_write_msg STOP end_turn
+: > {marker}
 exec cat >/dev/null
 """
     child = make_child(program("early.sh", body)).start()
-    time.sleep(0.3)  # let the frames arrive before the prompt (they wait for the turn)
+    for _ in range(3000):  # the frames are in the pipe before the prompt (a hang guard)
+        if marker.exists():
+            break
+        time.sleep(0.01)
+    assert marker.exists()
     child.send("prompt", text="go")
     child.wait_type("turn-complete")
     child.send("close")

@@ -135,7 +135,19 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert "5 timed-out, 2 usage error" in help_text.stdout
 
 
-def _interrupt(tmp_path: Path, times: int) -> subprocess.CompletedProcess[str]:
+def _wait_for(path: Path, text: str) -> None:
+    for _ in range(3000):  # a hang guard (60 s), not a verdict
+        if path.exists() and text in path.read_text():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{text} never appeared in {path}")
+
+
+def _interrupt(
+    tmp_path: Path, times: int, *, finalize_delay_ms: int = 0
+) -> subprocess.CompletedProcess[str]:
+    """``tether run`` on a turn busy in a tool, interrupted ``times`` times; each Ctrl-C
+    after the first is sent once the control the one before it caused is in the file."""
     script = _script(
         tmp_path,
         [
@@ -143,7 +155,7 @@ def _interrupt(tmp_path: Path, times: int) -> subprocess.CompletedProcess[str]:
                 "text": "Busy.",
                 "tool_calls": [{"name": "bash", "arguments": {"command": "sleep 30"}}],
             },
-            {"text": "Finalized answer."},
+            {"text": "Finalized answer.", "delay_ms": finalize_delay_ms},
         ],
     )
     proc = subprocess.Popen(
@@ -155,17 +167,16 @@ def _interrupt(tmp_path: Path, times: int) -> subprocess.CompletedProcess[str]:
         env=_env(tmp_path),
         cwd=tmp_path,
     )
-    events = None
-    for _ in range(1000):
-        runs = list((tmp_path / "home" / "runs").glob("*/events.jsonl"))
-        if runs and '"type":"tool-call"' in runs[0].read_text():
-            events = runs[0]
+    runs = tmp_path / "home" / "runs"
+    for _ in range(3000):  # a hang guard (60 s), not a verdict
+        if list(runs.glob("*/events.jsonl")):
             break
         time.sleep(0.02)
-    assert events is not None
-    for _ in range(times):
+    (run_dir,) = [p.parent for p in runs.glob("*/events.jsonl")]
+    _wait_for(run_dir / "events.jsonl", '"type":"tool-call"')
+    for control in ["finalize", "cancel"][:times]:
         proc.send_signal(signal.SIGINT)
-        time.sleep(0.3)
+        _wait_for(run_dir / "control.jsonl", f'"type":"{control}"')
     stdout, stderr = proc.communicate(timeout=TIMEOUT)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
@@ -177,10 +188,10 @@ def test_ctrl_c_finalizes(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_twice_cancels(tmp_path: Path) -> None:
-    out = _interrupt(tmp_path, 2)
-    assert out.returncode in (0, 3), out.stderr  # the finalize turn may win the race
-    if out.returncode == 3:
-        assert _latest(tmp_path)["status"] == "cancelled"
+    # the finalize turn takes a minute, so only the second Ctrl-C can end the run
+    out = _interrupt(tmp_path, 2, finalize_delay_ms=60_000)
+    assert out.returncode == 3, out.stderr
+    assert _latest(tmp_path)["status"] == "cancelled"
 
 
 def test_output_wire_prints_the_event_lines(tmp_path: Path) -> None:

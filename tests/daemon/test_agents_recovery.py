@@ -36,8 +36,10 @@ def test_sigkill_mid_turn_then_restart_recovers_everything(agentd: AgentDaemon) 
     names = ["r0", "r1", "r2"]
     pids = {}
     for index, name in enumerate(names):
+        # r0's turn outlasts the kill below by a wide margin, so its ask is cut off
+        delay_ms = 700 if index else 5000
         replies = [
-            {"text": f"answer {index} " + "word " * 40, "delay_ms": 700, "chunk_ms": 20},
+            {"text": f"answer {index} " + "word " * 40, "delay_ms": delay_ms, "chunk_ms": 20},
             {"text": f"second {index}"},
         ]
         pids[name] = agentd.spawn(name, replies, task=f"task {index}")["pid"]

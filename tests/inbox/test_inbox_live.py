@@ -103,7 +103,7 @@ def test_close_drains_the_last_lines_and_ends_iterators(db_path: Path, tmp_path:
         await drain.start()
         stream = drain.messages()
         drain.add(inbox, "r")
-        await asyncio.sleep(0.05)
+        await drain.drain_now("r")  # the (empty) inbox is tailed from here on
         append_inbox(inbox, {"type": "done", "summary": "bye"})  # no poll before close
         await drain.aclose()
         await drain.aclose()  # idempotent
@@ -121,11 +121,11 @@ def test_remove_stops_tailing(watcher: FileWatcher, db_path: Path, tmp_path: Pat
             drain.add(inbox, "r")
             append_inbox(inbox, {"type": "progress", "text": "1"})
             await drain.drain_now("r")
-            await asyncio.sleep(0.1)  # let the loop settle: no drain in flight
             drain.remove("r")
             drain.remove("r")
             append_inbox(inbox, {"type": "progress", "text": "2"})
-            await asyncio.sleep(0.2)
+            # a drain of every tailed inbox, now: "r" is not among them any more
+            assert await drain.drain_now() == []
             return drain.statistics().new
 
     assert asyncio.run(scenario()) == 1
@@ -179,10 +179,10 @@ def test_a_failing_drain_is_retried_and_reported(db_path: Path, tmp_path: Path) 
         async with InboxDrain(db_path, idle_interval=0.05) as drain:
             stream = drain.messages()
             drain.add(inbox, "r")
-            for _ in range(200):
-                await asyncio.sleep(0.02)
+            for _ in range(3000):  # a failure, then its retry (60 s: a hang guard)
                 if drain.statistics().errors >= 2:
                     break
+                await asyncio.sleep(0.02)
             stats = drain.statistics()
             inbox.rmdir()
             append_inbox(inbox, {"type": "progress", "text": "recovered"})
