@@ -1,6 +1,6 @@
 """What does the adapter cost? Start-up and control-to-ack, tether vs the bare CLI.
 
-For each agent CLI that is installed (Claude Code for now; the table :data:`CLIS` says
+For each agent CLI that is installed (Claude Code and pi; the table :data:`CLIS` says
 how to drive one directly), in the same run, against one scripted model server
 (``tether.modelserver``), alternating direct and tether rounds:
 
@@ -10,8 +10,9 @@ how to drive one directly), in the same run, against one scripted model server
   ``llm-start`` event reaches the parent (``tether child`` start-up, the adapter, the CLI,
   the event file and the parent's tail all included). Also tether's spawn-to-``ready``.
 - control round trip: direct, one control request the CLI answers at once (Claude Code:
-  ``mcp_status`` -> ``control_response``) written to its stdin while it is idle, until
-  the answer is read from its stdout; through tether, ``handle.follow_up(...)`` until its
+  ``mcp_status`` -> ``control_response``; pi: ``get_state`` -> its ``response``)
+  written to its stdin while it is idle, until the answer is read from its stdout;
+  through tether, ``handle.follow_up(...)`` until its
   ``control-ack`` arrives, while a turn runs (the model call is held by the server).
 
 Targets (issue 12): the adapter adds under 5 ms to an ack and under 10 % to start-up.
@@ -45,12 +46,32 @@ HOLD_MS = 6000  # how long the server holds tether's model call while acks are t
 
 
 class Cli(NamedTuple):
-    env: Callable[[str, Path], dict[str, str]]  # server URL, HOME -> the CLI's env
+    env: Callable[[str, Path], dict[str, str]]  # server URL, HOME -> the CLI's env (and files)
+    argv: Callable[[str], list[str]]  # the program -> the direct command line
     user_line: Callable[[str], dict[str, Any]]
     is_first_call: Callable[[dict[str, Any]], bool]
     is_idle: Callable[[dict[str, Any]], bool]  # the first answer is complete
     control: Callable[[int], dict[str, Any]]  # a request answered at once
     is_answer: Callable[[dict[str, Any], int], bool]
+
+
+PI_ARGS = ("--provider", "bench", "--model", "scripted", "--offline")
+AGENT_ARGS: dict[str, tuple[str, ...]] = {"pi": PI_ARGS}
+
+
+def _pi_home(url: str, home: Path) -> dict[str, str]:
+    """pi's provider config in ``home`` pointing at the server; its environment."""
+    folder = home / ".pi" / "agent"
+    folder.mkdir(parents=True, exist_ok=True)
+    provider = {
+        "baseUrl": f"{url}/v1",
+        "api": "openai-completions",
+        "apiKey": "bench",
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": "scripted", "reasoning": False}],
+    }
+    (folder / "models.json").write_text(json.dumps({"providers": {"bench": provider}}))
+    return {"HOME": str(home)}
 
 
 CLIS: dict[str, Cli] = {
@@ -61,6 +82,7 @@ CLIS: dict[str, Cli] = {
             "HOME": str(home),
             **QUIET_ENV,
         },
+        argv=lambda program: command([program], []),
         user_line=lambda text: {"type": "user", "message": {"role": "user", "content": text}},
         is_first_call=lambda m: (
             m.get("type") == "stream_event" and m.get("event", {}).get("type") == "message_start"
@@ -75,6 +97,17 @@ CLIS: dict[str, Cli] = {
             m.get("type") == "control_response"
             and m.get("response", {}).get("request_id") == f"b{n}"
         ),
+    ),
+    "pi": Cli(
+        env=_pi_home,
+        argv=lambda program: [program, "--mode", "rpc", *PI_ARGS],
+        user_line=lambda text: {"type": "prompt", "message": text},
+        is_first_call=lambda m: (
+            m.get("type") == "message_start" and m.get("message", {}).get("role") == "assistant"
+        ),
+        is_idle=lambda m: m.get("type") == "agent_end",
+        control=lambda n: {"type": "get_state", "id": f"b{n}"},
+        is_answer=lambda m, n: m.get("type") == "response" and m.get("id") == f"b{n}",
     ),
 }
 
@@ -95,7 +128,7 @@ async def direct(name: str, cli: Cli, url: str, home: Path, acks: int) -> dict[s
     env = {**os.environ, **cli.env(url, home)}
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
-        *command(program, []),
+        *cli.argv(program[0]),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
@@ -139,6 +172,7 @@ async def through_tether(name: str, cli: Cli, url: str, home: Path, acks: int) -
     handle = await tether.spawn(
         "hello",
         agent=name,
+        agent_args=list(AGENT_ARGS.get(name, ())),
         env=cli.env(url, home),
         cwd=home,
         runs_root=runs,
@@ -215,11 +249,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--acks", type=int, default=20)
     parser.add_argument("--json", action="store_true", help="one JSON object per agent")
+    parser.add_argument("--agent", action="append", choices=sorted(CLIS), help="only these")
     args = parser.parse_args()
     env = dict(os.environ)
     env.setdefault("TETHER_CI_CACHE", "/var/cache/tether-ci")
     os.environ.update(TETHER_CI_CACHE=env["TETHER_CI_CACHE"])
-    for name in CLIS:
+    for name in args.agent or list(CLIS):
         if find_command(AGENTS[name], AGENTS[name].command[:1]) is None:
             print(f"{name}: not installed, skipped", file=sys.stderr)
             continue
