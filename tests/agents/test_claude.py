@@ -296,6 +296,9 @@ def test_finalize_interrupts_a_tool_and_answers_without_tools(
         await until(updates, "tool-call")
         ack = await handle.finalize("WRAP UP NOW")
         assert ack.status == "accepted"
+        assert isinstance(ack.reason, str)
+        assert ack.reason.startswith("emulated: ")  # the capability table, in the ack
+        assert "--tools" in ack.reason
         return await handle.wait(), handle.run_dir.path
 
     result, run_dir = asyncio.run(go())

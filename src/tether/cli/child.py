@@ -67,14 +67,16 @@ ADAPTER_USAGE = "a command after -- goes with --agent NAME (e.g. --agent resp --
 
 
 def add_agent_flags(parser: argparse.ArgumentParser) -> None:
-    """``--agent NAME``, ``--agent-arg ARG`` (repeatable) and ``--adapter resp``."""
-    from tether.runtime.adapters.registry import AGENTS, DEFAULT_AGENT
+    """``--agent NAME``, ``--agent-arg ARG`` (repeatable) and ``--adapter resp``.
 
+    The names are checked by :func:`agent_name` (the registry is imported only when one
+    is given: ``tether child`` without ``--agent`` must reach ``ready`` fast)."""
     parser.add_argument(
         "--agent",
-        choices=tuple(AGENTS),
-        help=f"the agent to run (default {DEFAULT_AGENT}); see `tether agents`. The command "
-        "after -- runs it instead of its CLI on PATH (required for acp and resp)",
+        metavar="NAME",
+        help="the agent to run: builtin (the default), claude, codex, pi, gemini, acp, resp, "
+        "...; see `tether agents`. The command after -- runs it instead of its CLI on PATH "
+        "(required for acp and resp)",
     )
     parser.add_argument(
         "--agent-arg",
@@ -104,10 +106,15 @@ def join_agent_args(argv: list[str]) -> list[str]:
 
 
 def agent_name(args: argparse.Namespace) -> str | None:
-    """The ``--agent`` name (``--adapter`` is its alias); an error message when both differ."""
+    """The ``--agent`` name (``--adapter`` is its alias); ValueError for an unknown one or
+    when both are given and differ."""
     if args.adapter is not None and args.agent not in (None, args.adapter):
         raise ValueError(f"--adapter {args.adapter} and --agent {args.agent} disagree")
     name: str | None = args.agent or args.adapter
+    if name is not None:
+        from tether.runtime.adapters.registry import get_agent
+
+        get_agent(name)  # UnknownAgent (a ValueError) names the known ones
     return name
 
 
@@ -117,6 +124,12 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
         return argv, []
     at = argv.index("--")
     return argv[:at], argv[at + 1 :]
+
+
+def _ack_notes(agent: str | None) -> dict[str, str] | None:
+    from tether.runtime.adapters.registry import AGENTS, DEFAULT_AGENT, ack_notes
+
+    return None if agent in (None, DEFAULT_AGENT) else ack_notes(AGENTS[agent])
 
 
 def _default_command(agent: str) -> tuple[str, ...]:
@@ -243,6 +256,7 @@ def main(argv: list[str], prog: str) -> int:
         ready_sent=True,
         early_signals=early,
         lifeline_fd=lifeline,
+        ack_notes=_ack_notes(agent),
     )
     return run_child(child, log)
 

@@ -103,6 +103,9 @@ class ChildOptions(NamedTuple):
     ready_sent: bool = False  # the caller already wrote `ready` (before importing asyncio)
     early_signals: list[int] | None = None  # signals caught before the loop took over
     lifeline_fd: int | None = None  # EOF on it: the parent process is gone
+    # control kind -> what the agent really does with it, said in its accepted acks
+    # (an external agent's capability that is not native; see `tether agents`)
+    ack_notes: Mapping[str, str] | None = None
 
 
 class _TurnControl:
@@ -307,6 +310,10 @@ class Presenter:
         ack: dict[str, Any] = {"status": decision.ack.value, "ref": message.seq}
         if decision.reason:
             ack["reason"] = decision.reason
+        elif decision.ack is AckStatus.ACCEPTED and self.options.ack_notes:
+            note = self.options.ack_notes.get(kind)
+            if note:
+                ack["reason"] = note
         self.log.emit(ControlAck, **ack)
         if decision.ack is AckStatus.ACCEPTED:
             self.state = decision.next_state

@@ -31,6 +31,7 @@ __all__ = [
     "Capability",
     "Support",
     "UnknownAgent",
+    "ack_notes",
     "agent_child_args",
     "find_command",
     "get_agent",
@@ -286,6 +287,16 @@ AGENTS: Final[dict[str, AgentKind]] = {
     )
 }
 del N, E, R, _ACP_CONTROLS
+
+
+def ack_notes(agent: AgentKind) -> dict[str, str]:
+    """What an accepted control's ack says for ``agent``: each control it does not have
+    natively, with how the adapter does it (the presenter adds it as the ack's reason)."""
+    return {
+        control: f"{cap.support.value}: {cap.how}"
+        for control, cap in agent.controls.items()
+        if control != "deadline" and cap.support is not Support.NATIVE
+    }
 
 
 def resolve_agent(name: str | None, provider: str | None = None) -> str:
