@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from tether.daemon.agent_state import restore_mirror, snapshot
+from tether.daemon.agent_state import restore_mirror
 from tether.daemon.registry import AgentRecord, AgentRegistry
 from tether.daemon.turns import MAX_ANSWER_CHARS, AskFailed, TurnAnswer, TurnTracker
 from tether.runtime.mirror import RunMirror
@@ -132,7 +132,7 @@ def test_snapshot_and_restore_resume_the_mirror(tmp_path: Path) -> None:
     steer = mirror.control(ControlKind.STEER, text="faster")
     assert isinstance(steer, tuple)
     append_line(control, steer[1])
-    snap = snapshot(mirror)
+    snap = mirror.snapshot()
     late = mirror.control(ControlKind.FOLLOW_UP, text="written after the snapshot")
     assert isinstance(late, tuple)
     append_line(control, late[1])

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tether import fsafe, procs
-from tether.daemon.agent_state import Follower, snapshot
+from tether.daemon.agent_state import Follower
 from tether.daemon.registry import AgentRecord, AgentRegistry
 from tether.daemon.turns import Outcome, TurnTracker
 from tether.runtime.finaltext import full_text
@@ -507,7 +507,7 @@ class AgentRun:
             "usage": self.usage,
             "last_seq": self.last_seq,
             "event_offset": offset,
-            "snapshot": snapshot(self.mirror),
+            "snapshot": self.mirror.snapshot(),
             **extra,
         }
         try:

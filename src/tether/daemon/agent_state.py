@@ -1,10 +1,10 @@
 """What a supervised agent keeps besides its process: the mirror snapshot, followers.
 
-- :func:`snapshot` / :func:`restore_mirror`: the parent-side channel state
-  (:class:`~tether.runtime.mirror.RunMirror`) as JSON stored in the registry next to the
-  event-file offset it belongs to, and back. A restarted daemon resumes reading the event
-  file at that offset with the mirror as it was there; controls written after the
-  snapshot are read back from the control file, so no seq is ever reused.
+- :func:`restore_mirror`: the parent-side channel state back from its snapshot
+  (:meth:`~tether.runtime.mirror.RunMirror.snapshot`, stored in the registry next to the
+  event-file offset it belongs to). A restarted daemon resumes reading the event file
+  at that offset with the mirror as it was there; controls written after the snapshot
+  are read back from the control file, so no seq is ever reused.
 - :class:`Follower`: one live reader of an agent's events (``agent.events`` with
   ``follow``), bounded so a slow client cannot make the daemon hold unbounded memory.
 
@@ -18,44 +18,24 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Final
 
-from tether.runtime.mirror import Pending, RunMirror
+from tether.runtime.mirror import RunMirror
 from tether.transports.tail import FileTail
 from tether.wire import Rejection, TooLarge
-from tether.wire.session import ControlKind, State, is_terminal
+from tether.wire.session import State, is_terminal
 
 MAX_FOLLOWER_BACKLOG: Final = 100_000  # events queued for one slow follower
-
-
-def snapshot(mirror: RunMirror) -> dict[str, Any]:
-    """The mirror's state as JSON-safe data (see :func:`restore_mirror`)."""
-    return {
-        "state": mirror.state.value,
-        "turn": mirror.turn,
-        "pending": {str(seq): p.kind.value for seq, p in mirror.pending.items()},
-        "final_next": mirror._final_turn_next,
-        "sender_seq": mirror.sender.seq,
-    }
 
 
 def restore_mirror(
     run_id: str, snap: dict[str, Any] | None, last_seq: int, control: Path
 ) -> RunMirror:
-    """A mirror in the state ``snap`` recorded at receiver seq ``last_seq``.
-
-    Controls appended after the snapshot was taken (the daemon died between writing a
-    control and persisting) are read back from the control file and expected again.
-    Raises ``ValueError`` for a snapshot that does not parse.
+    """A mirror in the state ``snap`` recorded at receiver seq ``last_seq``
+    (:meth:`RunMirror.restore`), with the controls appended after the snapshot was taken
+    (the daemon died between writing a control and persisting) read back from the
+    control file and expected again. Raises ``ValueError`` for a snapshot that does not
+    parse.
     """
-    mirror = RunMirror(run_id)
-    if snap is not None:
-        mirror.state = State(snap["state"])
-        mirror.turn = int(snap["turn"])
-        mirror.pending = {
-            int(seq): Pending(int(seq), ControlKind(kind)) for seq, kind in snap["pending"].items()
-        }
-        mirror._final_turn_next = bool(snap["final_next"])
-        mirror.sender.seq = int(snap["sender_seq"])
-    mirror.receiver.seq = last_seq
+    mirror = RunMirror.restore(run_id, snap, last_seq)
     known = mirror.sender.seq
     with FileTail(control) as tail:
         while (read := tail.read()).items:
@@ -128,4 +108,4 @@ def is_live_state(state: str) -> bool:
         return False
 
 
-__all__ = ["Follower", "is_live_state", "restore_mirror", "snapshot"]
+__all__ = ["Follower", "is_live_state", "restore_mirror"]

@@ -71,8 +71,8 @@ from tether.wire.session import (
     AckStatus,
     Effect,
     Internal,
+    RunSession,
     State,
-    advance,
     decide_for_run,
     is_terminal,
 )
@@ -138,12 +138,11 @@ class Presenter:
     def __init__(self, options: ChildOptions, log: EventLog) -> None:
         self.options = options
         self.log = log
-        self.state = State.STARTING
+        self.session = RunSession()  # the state and the final-turn flag, as the table says
         self.feed = ControlFeed(options.control_path)
         self.watcher: FileWatcher | None = None
         self.runner: TurnRunner | None = None
         self.turn = 0
-        self.turn_final = False
         self.turn_task: asyncio.Task[None] | None = None
         self.control: _TurnControl | None = None
         self.steering: deque[Injection] = deque()
@@ -159,6 +158,14 @@ class Presenter:
         self._exited = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
 
+    @property
+    def state(self) -> State:
+        return self.session.state
+
+    @state.setter
+    def state(self, state: State) -> None:
+        self.session.state = state
+
     # -- running ----------------------------------------------------------------------
 
     async def run(self) -> State:
@@ -166,7 +173,7 @@ class Presenter:
         try:
             self.runner = await self.options.runner_factory(self._emit_display)
         except Exception as exc:  # noqa: BLE001 - any set-up failure ends the run `failed`
-            self.state = advance(self.state, Internal.FATAL).next_state
+            self.session.advance(Internal.FATAL)
             self.log.emit(Exit, status=self.state.value, error=first_line(str(exc) or repr(exc)))
             self.log.close()
             return self.state
@@ -177,7 +184,7 @@ class Presenter:
         self.watcher.watch(self.options.control_path)
         if not self.options.ready_sent:
             self.log.emit(Ready)
-        self.state = advance(self.state, Internal.STARTED).next_state
+        self.session.advance(Internal.STARTED)
         self._arm(loop)
         self._watch_lifeline(loop)
         if self.options.early_signals:
@@ -315,8 +322,8 @@ class Presenter:
             if note:
                 ack["reason"] = note
         self.log.emit(ControlAck, **ack)
+        self.session.decided(decision)
         if decision.ack is AckStatus.ACCEPTED:
-            self.state = decision.next_state
             self._apply(decision.effect, message)
 
     def _apply(self, effect: Effect, message: AnyControl) -> None:
@@ -362,7 +369,6 @@ class Presenter:
     def _start_turn(self, request: TurnRequest) -> None:
         assert self.runner is not None
         self.turn += 1
-        self.turn_final = request.final
         self.control = _TurnControl(self)
         self.log.emit(TurnStarted, turn=self.turn)
         if self.watcher is not None:
@@ -397,9 +403,8 @@ class Presenter:
         self.turn_task, self.control = None, None
         if self.watcher is not None:
             self.watcher.set_poll_interval(POLL_IDLE_S)
-        event = Internal.FINAL_TURN_DONE if self.turn_final else Internal.TURN_DONE
-        move = advance(self.state, event)
-        self.state = move.next_state
+        final = self.session.final_turn
+        move = self.session.turn_done()
         if move.effect is Effect.START_FINALIZE_TURN:
             self._start_finalize_turn()
         elif move.effect is Effect.FINISH:
@@ -407,6 +412,7 @@ class Presenter:
         elif move.effect is Effect.NONE and self.state is State.READY:
             self._start_leftover_turn()
         elif move.effect is Effect.IMPOSSIBLE:
+            event = Internal.FINAL_TURN_DONE if final else Internal.TURN_DONE
             self.fail(f"internal error: {event} cannot happen in state {self.state}")
 
     def _start_leftover_turn(self) -> None:
@@ -414,9 +420,10 @@ class Presenter:
         queued = sorted((*self.steering, *self.follow_ups), key=lambda i: i.ref or 0)
         if not queued:
             return
+        if self.session.advance(Internal.QUEUED_TURN).effect is not Effect.START_TURN:
+            return
         first = queued[0]
         (self.steering if first.kind == "steering" else self.follow_ups).remove(first)
-        self.state = State.RUNNING
         self._start_turn(TurnRequest(first))
 
     # -- internal events --------------------------------------------------------------
@@ -436,10 +443,8 @@ class Presenter:
     def _internal(self, event: Internal, error: str) -> None:
         if self.exiting:
             return
-        move = advance(self.state, event)
-        if move.effect is Effect.IMPOSSIBLE:
+        if self.session.advance(event).effect is Effect.IMPOSSIBLE:
             return
-        self.state = move.next_state
         self.error = error
         self._begin_exit()
 
@@ -506,7 +511,7 @@ class Presenter:
 
     def _answer_context(self) -> str:
         """``partial`` when the answer was forced (finalize) or its turn was cut short."""
-        if self.turn_final or self.last_stop in PARTIAL_STOPS:
+        if self.session.final_turn or self.last_stop in PARTIAL_STOPS:
             return "partial"
         return "complete"
 

@@ -9,8 +9,10 @@ the same table to the same stream, in the same order, is always in the child's s
 - a ``control-ack`` names the seq of a control this mirror stamped; when the child
   accepted or applied it, ``decide(state, kind)`` gives the state after;
 - ``turn-complete`` is ``advance(state, turn-done)``, or ``final-turn-done`` when the
-  tool-free finalize turn was the one running (known from the effects seen so far);
-- ``turn-started`` in ``ready`` is a turn the child began on its own (an idle follow-up);
+  tool-free finalize turn was the one running (the same
+  :class:`~tether.wire.session.RunSession` the child keeps knows it from the effects);
+- ``turn-started`` in ``ready`` is ``advance(ready, queued-turn)``: a turn the child
+  began on its own from a steer or follow-up still queued when the last turn ended;
 - ``exit`` sets the terminal state it names.
 
 Anything that disagrees with the table is reported as a :class:`ChannelError` rather
@@ -37,12 +39,12 @@ from tether.wire import (
 )
 from tether.wire.messages import CONTROL_TYPES
 from tether.wire.session import (
-    AckStatus,
+    Advance,
     ControlKind,
     Effect,
     Internal,
+    RunSession,
     State,
-    advance,
     decide,
     is_terminal,
 )
@@ -81,12 +83,45 @@ class RunMirror:
         self.run = run
         self.sender = Sender(run)
         self.receiver = Receiver("event")
-        self.state = State.STARTING
+        self.session = RunSession()
         self.pending: dict[int, Pending] = {}
         self.turn = 0
         self.result: Result | None = None
         self.exit: Exit | None = None
-        self._final_turn_next = False
+
+    @property
+    def state(self) -> State:
+        return self.session.state
+
+    # -- snapshot and restore (the daemon keeps a run's mirror across restarts) --------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The mirror's state as JSON-safe data, at the receiver seq it has reached."""
+        return {
+            "state": self.state.value,
+            "turn": self.turn,
+            "pending": {str(seq): p.kind.value for seq, p in self.pending.items()},
+            "final_next": self.session.final_turn,
+            "sender_seq": self.sender.seq,
+        }
+
+    @classmethod
+    def restore(cls, run: str, snap: dict[str, Any] | None, last_seq: int) -> RunMirror:
+        """A mirror as :meth:`snapshot` recorded it at receiver seq ``last_seq`` (None: a
+        fresh one at that seq). Raises ``ValueError``/``KeyError``/``TypeError`` for a
+        snapshot that does not parse."""
+        mirror = cls(run)
+        if snap is not None:
+            final = snap["final_next"]
+            if not isinstance(final, bool):
+                raise TypeError(f"final_next is {final!r}")
+            mirror.session = RunSession(State(snap["state"]), final_turn=final)
+            mirror.turn = int(snap["turn"])
+            pending = snap["pending"].items()
+            mirror.pending = {int(q): Pending(int(q), ControlKind(k)) for q, k in pending}
+            mirror.sender.seq = int(snap["sender_seq"])
+        mirror.receiver.seq = last_seq
+        return mirror
 
     # -- controls ----------------------------------------------------------------------
 
@@ -152,12 +187,11 @@ class RunMirror:
             return self._ack(event)
         if isinstance(event, TurnStarted):
             self.turn = event.turn
-            if self.state is State.READY:
-                self.state = State.RUNNING  # a turn the child started on its own
+            if self.state is State.READY:  # a turn the child started from its queue
+                return self._advance(Internal.QUEUED_TURN, "turn-started")
             return None
         if isinstance(event, TurnComplete):
-            internal = Internal.FINAL_TURN_DONE if self._final_turn_next else Internal.TURN_DONE
-            return self._advance(internal, "turn-complete")
+            return self._moved(self.session.turn_done(), "turn-complete")
         if isinstance(event, Result):
             if self.result is not None:
                 return "a second result"
@@ -165,19 +199,16 @@ class RunMirror:
             return None
         if isinstance(event, Exit):
             self.exit = event
-            self.state = State(event.status)
+            self.session.state = State(event.status)
             self.pending.clear()
         return None
 
     def _advance(self, internal: Internal, what: str) -> str | None:
-        move = advance(self.state, internal)
+        return self._moved(self.session.advance(internal), what)
+
+    def _moved(self, move: Advance, what: str) -> str | None:
         if move.effect is Effect.IMPOSSIBLE:
             return f"unexpected {what} in state {self.state}"
-        self.state = move.next_state
-        if move.effect is Effect.START_FINALIZE_TURN:
-            self._final_turn_next = True
-        elif internal is Internal.FINAL_TURN_DONE:
-            self._final_turn_next = False
         return None
 
     def _ack(self, ack: ControlAck) -> str | None:
@@ -192,12 +223,7 @@ class RunMirror:
                 f"child {ack.status} {pending.kind} (seq {ack.ref}) in state {self.state}; "
                 f"the table says {decision.ack}"
             )
-        if decision.ack is AckStatus.ACCEPTED:
-            self.state = decision.next_state
-            if decision.effect is Effect.START_FINALIZE_TURN:
-                self._final_turn_next = True
-            elif decision.effect is Effect.INTERRUPT_TURN:
-                self._final_turn_next = False
+        self.session.decided(decision)
         return None
 
     def terminal(self) -> bool:

@@ -45,6 +45,7 @@ class Internal(enum.StrEnum):
     STARTED = "started"  # initialization finished; the child emits `ready`
     TURN_DONE = "turn-done"  # a regular or interrupted turn ended
     FINAL_TURN_DONE = "final-turn-done"  # the tool-free finalize turn ended
+    QUEUED_TURN = "queued-turn"  # a turn ended with a steer or follow-up still queued
     DEADLINE = "deadline"  # the run deadline passed
     FATAL = "fatal"  # an unrecoverable error
 
@@ -154,6 +155,9 @@ def _advances() -> dict[tuple[State, Internal], Advance]:
     table[s.CLOSING, i.TURN_DONE] = Advance(s.DONE, Effect.FINISH)
     table[s.FINALIZING, i.TURN_DONE] = Advance(s.FINALIZING, Effect.START_FINALIZE_TURN)
     table[s.FINALIZING, i.FINAL_TURN_DONE] = Advance(s.DONE, Effect.FINISH)
+    # Back in ready with controls still queued: the first of them starts the next turn
+    # (the child reports it with turn-started alone; no control is decided).
+    table[s.READY, i.QUEUED_TURN] = Advance(s.RUNNING, Effect.START_TURN)
     # An aborted turn unwinds after the state is already terminal: its end exits with
     # that state, and a later deadline or fatal error changes nothing.
     for state in TERMINAL:
@@ -190,6 +194,44 @@ def advance(state: State | str, event: Internal | str) -> Advance:
         return ADVANCES[State(state), Internal(event)]
     except ValueError:
         return Advance(_safe_state(state), Effect.IMPOSSIBLE)
+
+
+class RunSession:
+    """One run's place in the table, kept the same way by the child and by a parent's mirror.
+
+    It holds the state and the one final-turn flag (the running, next or last turn is
+    the tool-free finalize turn, so its end is ``final-turn-done``): an accepted decision
+    or an internal event moves both, from the effect alone.
+    """
+
+    __slots__ = ("final_turn", "state")
+
+    def __init__(self, state: State = State.STARTING, *, final_turn: bool = False) -> None:
+        self.state = state
+        self.final_turn = final_turn
+
+    def decided(self, decision: Decision) -> None:
+        """Apply a decision (only an accepted one moves the run)."""
+        if decision.ack is AckStatus.ACCEPTED:
+            self._move(decision.next_state, decision.effect)
+
+    def advance(self, event: Internal) -> Advance:
+        """Apply an internal event; ``Effect.IMPOSSIBLE`` (and no move) when it cannot happen."""
+        move = advance(self.state, event)
+        if move.effect is not Effect.IMPOSSIBLE:
+            self._move(move.next_state, move.effect)
+        return move
+
+    def turn_done(self) -> Advance:
+        """The running turn ended: ``turn-done``, or ``final-turn-done`` for the final one."""
+        return self.advance(Internal.FINAL_TURN_DONE if self.final_turn else Internal.TURN_DONE)
+
+    def _move(self, state: State, effect: Effect) -> None:
+        self.state = state
+        if effect is Effect.START_FINALIZE_TURN:
+            self.final_turn = True
+        elif effect in (Effect.START_TURN, Effect.INTERRUPT_TURN):
+            self.final_turn = False
 
 
 def is_terminal(state: State | str) -> bool:
