@@ -18,6 +18,7 @@ import signal
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +128,45 @@ def check_wire(events: list[Event], controls: list[Event]) -> None:
         ref = event.get("ref")
         if event["type"] in ("steering-injected", "follow-up-injected") and ref in ack_at:
             assert ack_at[ref] < position[event["seq"]], event
+
+
+@contextlib.contextmanager
+def daemon_client(env: dict[str, str], timeout: float = 120) -> Iterator[Any]:
+    """A ``tether daemon --foreground`` on a private short socket, and a client of it;
+    the daemon is stopped (SIGTERM) and its socket directory removed afterwards."""
+    import subprocess
+    import sys
+
+    from tether.daemon.client import DaemonClient, DaemonUnavailable
+
+    socket_dir = Path("/tmp") / f"td{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    socket_dir.mkdir(mode=0o700)
+    path = socket_dir / "d.sock"
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "tether", "daemon", "--foreground"],
+        env=dict(env, TETHER_SOCKET=str(path)),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if daemon.poll() is not None:
+                pytest.fail(f"the daemon exited {daemon.returncode}")
+            try:
+                client = DaemonClient.connect(path, timeout=1.0)
+                break
+            except DaemonUnavailable:
+                if time.monotonic() > deadline:
+                    pytest.fail("the daemon did not answer")
+                time.sleep(0.05)
+        with client:
+            client.settimeout(timeout)
+            yield client
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+        for leftover in socket_dir.iterdir():
+            leftover.unlink()
+        socket_dir.rmdir()

@@ -23,7 +23,14 @@ import tether
 from tether.modelserver import ModelServer, open_model_server
 from tether.runtime.adapters.bash_agent import BashAgentStream, session_name
 
-from .cli_helpers import assert_no_survivors, check_wire, cli_env, kill_marked, read_events
+from .cli_helpers import (
+    assert_no_survivors,
+    check_wire,
+    cli_env,
+    daemon_client,
+    kill_marked,
+    read_events,
+)
 from .test_claude import of, until
 
 DOUBLE = Path(__file__).parents[1] / "doubles" / "bash_agent_like.py"
@@ -244,46 +251,22 @@ def test_a_model_error_fails_the_turn(make_world: Callable[[list[Any]], World]) 
 
 
 def test_the_daemon_spawns_bash_agent(make_world: Callable[[list[Any]], World]) -> None:
-    import os
-    import signal
-
-    from .test_claude import _connect
-
     world = make_world([{"text": "Daemon answer."}, {"text": "Asked again."}])
-    socket_dir = Path("/tmp") / f"tba{os.getpid()}"
-    socket_dir.mkdir(mode=0o700, exist_ok=True)
-    env = dict(world.env, TETHER_SOCKET=str(socket_dir / "d.sock"))
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "tether", "daemon", "--foreground"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        client = _connect(socket_dir / "d.sock", daemon)
-        with client:
-            client.settimeout(120)
-            params = {
-                "name": "ba",
-                "task": "hi",
-                "agent": "bash-agent",
-                "argv": [sys.executable, str(DOUBLE)],
-                "cwd": str(world.work),
-            }
-            status = client.call("agent.spawn", params | {"wait": True, "timeout_s": 60})
-            assert status["answer"]["text"] == "Daemon answer."
-            assert status["harness"] == "bash-agent"
-            asked = client.call("agent.ask", {"name": "ba", "message": "again", "timeout": 60})
-            assert asked["reply"] == "Asked again."
-            stopped = client.call("agent.stop", {"name": "ba", "mode": "close", "timeout_s": 30})
-            assert stopped["ended"] is True
-            run_dir = Path(client.call("agent.status", {"name": "ba"})["run_dir"])
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=30)
-        for leftover in socket_dir.iterdir():
-            leftover.unlink()
-        socket_dir.rmdir()
-    world.checked(run_dir)
+    with daemon_client(world.env) as client:
+        params = {
+            "name": "ba",
+            "task": "hi",
+            "agent": "bash-agent",
+            "argv": [sys.executable, str(DOUBLE)],
+            "cwd": str(world.work),
+        }
+        status = client.call("agent.spawn", params | {"wait": True, "timeout_s": 60})
+        assert status["answer"]["text"] == "Daemon answer."
+        assert status["harness"] == "bash-agent"
+        asked = client.call("agent.ask", {"name": "ba", "message": "again", "timeout": 60})
+        assert asked["reply"] == "Asked again."
+        stopped = client.call("agent.stop", {"name": "ba", "mode": "close", "timeout_s": 30})
+        assert stopped["ended"] is True
+        run_dir = Path(client.call("agent.status", {"name": "ba"})["run_dir"])
+    world.checked(run_dir)  # the daemon is gone too now: nothing may be left
     assert '"content": "hi"' in world.bodies()[1]  # the ask went on in the same --session

@@ -10,8 +10,6 @@ agent's channel was delivered into the Claude Code process.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -23,7 +21,8 @@ import pytest
 from tether.daemon import claude_channel
 from tether.daemon.client import DaemonCallError
 
-from .test_claude import Claude, _connect, claude_cli, make_claude
+from .cli_helpers import daemon_client
+from .test_claude import Claude, claude_cli, make_claude
 
 __all__ = ["claude_cli", "make_claude"]
 
@@ -59,39 +58,20 @@ def test_a_claude_agent_with_a_channel_receives_pushes(
     make_claude: Callable[[list[Any]], Claude],
 ) -> None:
     world = make_claude([{"text": "Ready."}, {"text": "More."}, {"text": "Even more."}])
-    socket_dir = Path("/tmp") / f"tcc{os.getpid()}"
-    socket_dir.mkdir(mode=0o700, exist_ok=True)
-    env = dict(world.env, TETHER_SOCKET=str(socket_dir / "d.sock"))
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "tether", "daemon", "--foreground"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        client = _connect(socket_dir / "d.sock", daemon)
-        with client:
-            client.settimeout(120)
-            bad = {"name": "x", "channel": True, "cwd": str(world.work)}
-            with pytest.raises(DaemonCallError, match="channel: true goes with agent: claude"):
-                client.call("agent.spawn", bad)
-            params = {"name": "cc", "task": "hi", "agent": "claude", "channel": True}
-            status = client.call("agent.spawn", params | {"cwd": str(world.work), "wait": True})
-            assert status["answer"]["text"] == "Ready."
-            channel_id = status["channel_id"]
-            assert channel_id.startswith("ch_")
-            route = {"mcp_channel_id": channel_id, "envelope": envelope("PING")}
-            deadline = time.monotonic() + 90
+    with daemon_client(world.env) as client:
+        bad = {"name": "x", "channel": True, "cwd": str(world.work)}
+        with pytest.raises(DaemonCallError, match="channel: true goes with agent: claude"):
+            client.call("agent.spawn", bad)
+        params = {"name": "cc", "task": "hi", "agent": "claude", "channel": True}
+        status = client.call("agent.spawn", params | {"cwd": str(world.work), "wait": True})
+        assert status["answer"]["text"] == "Ready."
+        channel_id = status["channel_id"]
+        assert channel_id.startswith("ch_")
+        route = {"mcp_channel_id": channel_id, "envelope": envelope("PING")}
+        deadline = time.monotonic() + 90
+        pushed = client.call("channel.push_to_channel", route)
+        while not pushed["delivered"] and time.monotonic() < deadline:
+            time.sleep(0.5)  # Claude Code starts the channel server in the background
             pushed = client.call("channel.push_to_channel", route)
-            while not pushed["delivered"] and time.monotonic() < deadline:
-                time.sleep(0.5)  # Claude Code starts the channel server in the background
-                pushed = client.call("channel.push_to_channel", route)
-            assert pushed == {"routed": True, "delivered": True}
-            client.call("agent.stop", {"name": "cc", "mode": "close", "timeout_s": 30})
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=30)
-        for leftover in socket_dir.iterdir():
-            leftover.unlink()
-        socket_dir.rmdir()
+        assert pushed == {"routed": True, "delivered": True}
+        client.call("agent.stop", {"name": "cc", "mode": "close", "timeout_s": 30})
