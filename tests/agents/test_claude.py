@@ -281,6 +281,7 @@ def test_follow_up_is_the_next_user_turn(make_claude: Callable[[list[Any]], Clau
     events = world.checked(run_dir)
     texts = [e["text"] for e in of(events, "assistant-text")]
     assert texts == ["First.", "Second."]
+    assert len(of(events, "follow-up-injected")) == 1
     assert "AND THEN TWO" in world.model_texts(2)
     assert of(events, "turn-complete")[-1]["usage"]["input"] > 0
 

@@ -158,9 +158,10 @@ class ClaudeTranslator:
         return [Send({"type": "control_request", "request_id": INIT_ID, "request": request})]
 
     def start_turn(self, opening: Injection) -> list[Action]:
+        """A turn (or a follow-up's pass of it): the driver has announced the opening."""
         self._open, self._interrupted = True, False
         self._usage = Usage()
-        return self._write(opening)
+        return self._write(opening._replace(kind="user", ref=None))
 
     def inject(self, item: Injection) -> list[Action]:
         return self._write(item)
