@@ -263,6 +263,37 @@ def test_steer_reaches_the_model_inside_the_turn(
     assert "ALSO CHECK THE TESTS" in world.model_texts(2)
 
 
+def test_a_steer_during_the_last_answer_is_one_more_pass_of_the_turn(
+    make_claude: Callable[[list[Any]], Claude],
+) -> None:
+    world = make_claude([{"text": "First answer.", "delay_ms": 1500}, {"text": "After steer."}])
+
+    async def go() -> tuple[tether.Result, Path]:
+        handle = await world.spawn("answer")
+        updates = handle.updates()
+        await until(updates, "llm-start")  # the model call that has no tool calls
+        ack = await handle.steer("ONE MORE THING")
+        await until(updates, "steering-injected", ref=ack.ref)
+        return await handle.wait(), handle.run_dir.path
+
+    result, run_dir = asyncio.run(go())
+    assert result.status == "done", result.error
+    assert result.final_text == "After steer."
+    events = world.checked(run_dir)
+    assert len(of(events, "turn-complete")) == 1
+    assert "ONE MORE THING" in world.model_texts(2)
+
+
+def test_a_model_error_ends_the_turn_with_it(make_claude: Callable[[list[Any]], Claude]) -> None:
+    world = make_claude([{"error": "scripted overload"}])
+    done = world.run_cli("fail please")
+    assert done.returncode == 4
+    events = world.checked(world.cli_run_dir())
+    (complete,) = of(events, "turn-complete")
+    assert complete["stop-reason"] == "error"
+    assert "scripted overload" in json.dumps(of(events, "agent-turn-complete"))
+
+
 def test_follow_up_is_the_next_user_turn(make_claude: Callable[[list[Any]], Claude]) -> None:
     world = make_claude([{"text": "First.", "delay_ms": 800}, {"text": "Second."}])
 
