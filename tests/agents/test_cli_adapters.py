@@ -24,13 +24,14 @@ import tether
 from tether.modelserver import open_model_server
 
 from .agent_world import SETUPS, Setup, World, connect_daemon, of, shell, until
-from .cli_helpers import kill_marked, require_cli, survivors
+from .cli_helpers import kill_marked, read_events, require_cli, survivors
 
 
 class Worlds:
     """Makes the worlds of one test for one CLI; ``setup`` says which."""
 
-    def __init__(self, setup: Setup, program: str, tmp_path: Path) -> None:
+    def __init__(self, name: str, setup: Setup, program: str, tmp_path: Path) -> None:
+        self.name = name
         self.setup = setup
         self.program = program
         self.tmp_path = tmp_path
@@ -69,7 +70,7 @@ each_full_cli = pytest.mark.parametrize("make_world", FULL, indirect=True)
 def make_world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Worlds]:
     setup = SETUPS[request.param]
     program = _require_command(setup) if setup.command else require_cli(setup.program)
-    worlds = Worlds(setup, program, tmp_path)
+    worlds = Worlds(request.param, setup, program, tmp_path)
     yield worlds
     worlds.close()
 
@@ -310,3 +311,18 @@ def test_a_missing_cli_fails_the_run(agent: str, program: str, tmp_path: Path) -
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 4
     assert f"{program} is not on PATH" in done.stderr
+
+
+@pytest.mark.parametrize("make_world", ["claude-code-acp"], indirect=True)
+def test_a_permission_request_becomes_an_inbox_approval_request(make_world: Worlds) -> None:
+    world = make_world([*make_world.shell("touch should-not-exist"), {"text": "Refused."}])
+    world.agent_args = []  # its default session mode asks before Bash
+    done = world.run_cli("touch a file")
+    assert done.returncode == 0, done.stderr
+    assert not (world.work / "should-not-exist").exists()
+    run_dir = world.cli_run_dir()
+    events = world.checked(run_dir)
+    inbox = [m for m in read_events(run_dir / "inbox.jsonl") if m["type"] == "approval_request"]
+    assert inbox, "no approval_request in the inbox"
+    assert "touch should-not-exist" in inbox[0]["reason"]
+    assert [e for e in of(events, "info") if "no answer path" in e.get("summary", "")]

@@ -282,7 +282,7 @@ class AcpTranslator:
             for index, (kind, text) in enumerate(call.blocks)
         ]
         texts = [text for kind, text in call.blocks if kind == "assistant-text"]
-        if texts and final:
+        if texts:  # the run's answer is the last assistant text, as for the built-in agent
             self.final_text = "".join(texts)
         out.append(Show({"type": "assistant-stream-end", "final?": final}))
         out.append(Show({"type": "llm-end", "stop-reason": stop, "usage": usage.to_wire()}))
