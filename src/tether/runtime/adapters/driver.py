@@ -16,6 +16,9 @@ end of the CLI's turn, or fail the set-up.
   translator's ``inject`` as the presenter queues them; finalize's interrupt goes to
   ``interrupt`` once. When the CLI's turn ends, queued follow-ups open the next CLI turn
   of the same tether turn (unless the turn was interrupted); usage is summed across them.
+- finalize's last turn: with ``Traits.final_args`` the CLI is closed and started again
+  with those arguments (Claude Code: ``--resume SESSION --tools ""``, the same
+  conversation with no tools), hand-shake included; without, it runs in the same CLI.
 - Abort (cancel, the deadline, a fatal error: the turn task is cancelled): the CLI's own
   interrupt is written, then the CLI's process group and every process it started in
   another group (Codex runs tools in their own sessions) are ended, SIGTERM then SIGKILL
