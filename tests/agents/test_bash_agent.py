@@ -233,12 +233,15 @@ def test_the_deadline_ends_it_inside_a_tool(make_world: Callable[[list[Any]], Wo
     world = make_world([bash("sleep 60")])
 
     async def go() -> tuple[tether.RunResult, Path]:
-        handle = await world.spawn("work long", deadline_s=3)
+        handle = await world.spawn("work long", deadline_s=15)
+        updates = handle.updates()
+        await until(updates, "tool-call")
         return await handle.wait(), handle.run_dir.path
 
     result, run_dir = asyncio.run(go())
-    assert result.status == "timed-out"
-    world.checked(run_dir)
+    assert result.status == "timed-out", result
+    events = world.checked(run_dir)
+    assert events[-1]["error"] == "run deadline exceeded"
 
 
 def test_a_model_error_fails_the_turn(make_world: Callable[[list[Any]], World]) -> None:
