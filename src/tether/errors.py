@@ -25,6 +25,7 @@ derives from a built-in (``ValueError``, ``KeyError``, ``OSError``) that is said
     │   │   └── AlreadyRunning        daemon.lifecycle: another daemon holds the lock
     │   ├── DaemonClientError         daemon.client
     │   │   ├── DaemonUnavailable     daemon.client: nothing answers on the socket
+    │   │   ├── UntrustedDaemon       daemon.client: the server runs as another uid
     │   │   ├── DaemonConnectionLost  daemon.client: the daemon went away mid-call
     │   │   └── DaemonCallError       daemon.client: the daemon answered an error
     │   ├── RpcFailure                daemon.methods: a handler answers an error code
@@ -35,7 +36,8 @@ derives from a built-in (``ValueError``, ``KeyError``, ``OSError``) that is said
     ├── TransportError                transports.channel: a channel refused or failed
     ├── TooDeep                       jsondepth (msgspec.DecodeError): JSON nested too deep;
     │                                 the decoders that call it return a rejection instead
-    └── UnsafeFileError               fsafe (OSError): a file a child can touch is unsafe
+    ├── UnsafeFileError               fsafe (OSError): a file a child can touch is unsafe
+    └── UnsafeDirectory               paths (PermissionError): another user could reach in
 
 Lower layers' errors are translated once, where they enter: ``OSError`` from starting a
 child becomes :class:`SpawnError` (``runtime.launch.start_child``); socket errors become

@@ -163,6 +163,10 @@ async def _main(args: argparse.Namespace, task: str) -> int:
         display.notice(str(exc), level="error")
         display.close()
         return EXIT_CODES["failed"]
+    except OSError as exc:  # nothing could start: an unsafe directory, a full disk...
+        display.notice(f"cannot start the run: {_os_error(exc)}", level="error")
+        display.close()
+        return EXIT_USAGE
     presenter = DisplayFeed(display)
     controls = _Controls(handle, display, read_stdin=not args.no_stdin)
     controls.install()
@@ -187,6 +191,14 @@ async def _main(args: argparse.Namespace, task: str) -> int:
     )
     display.close()
     return exit_code(result.status, result.stop_reason)
+
+
+def _os_error(exc: OSError) -> str:
+    """One line for an ``OSError``: its own message, else its strerror and file name."""
+    if exc.strerror is None:
+        return str(exc)
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror}{where}"
 
 
 def exit_code(status: str, stop_reason: str | None) -> int:

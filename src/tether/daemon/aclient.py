@@ -8,6 +8,7 @@ Requests the daemon sends back (``channel.deliver``) are answered through
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
@@ -17,6 +18,7 @@ from tether.daemon.client import (
     DaemonCallError,
     DaemonConnectionLost,
     answer_frame,
+    check_server,
     result_of,
     unavailable_hint,
 )
@@ -49,9 +51,15 @@ class AsyncDaemonClient(asyncio.Protocol):
         path = paths.socket_path() if path is None else path
         loop = asyncio.get_running_loop()
         try:
-            _, client = await loop.create_unix_connection(cls, str(path))
+            sock = await _connected(path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise unavailable_hint(path, type(exc).__name__) from None
+        try:
+            check_server(sock, path)  # before a single byte is sent
+        except BaseException:
+            sock.close()
+            raise
+        _, client = await loop.create_unix_connection(cls, sock=sock)
         return client
 
     async def call(self, method: str, params: Any = None) -> Any:
@@ -149,3 +157,15 @@ class AsyncDaemonClient(asyncio.Protocol):
                 outcome = exc
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(answer_frame(request, outcome))
+
+
+async def _connected(path: Path) -> socket.socket:
+    """A Unix socket connected to ``path`` (without blocking the loop)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        await asyncio.get_running_loop().sock_connect(sock, str(path))
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -9,19 +9,21 @@ Errors, as a tree::
 
     DaemonClientError         base for everything below
     +-- DaemonUnavailable     no daemon answers on the socket (message carries a hint)
+    +-- UntrustedDaemon       what answers runs as another user: nothing was sent to it
     +-- DaemonCallError       the daemon answered an error: .code (ErrorCode), .exit_code
     +-- DaemonConnectionLost  the connection closed or sent an unreadable frame
 """
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from tether import paths
+from tether import paths, peercred
 from tether.daemon.protocol import (
     ErrorCode,
     FrameDecoder,
@@ -48,6 +50,28 @@ class DaemonClientError(DaemonError):
 
 class DaemonUnavailable(DaemonClientError):
     exit_code = EXIT_NOT_RUNNING
+
+
+class UntrustedDaemon(DaemonClientError):
+    """The socket's server runs as another uid (``SO_PEERCRED``); no request was sent."""
+
+    exit_code = 2
+
+
+def check_server(sock: socket.socket, path: Path) -> None:
+    """Refuse a server of another uid before anything is sent (it may be an impostor)."""
+    try:
+        cred = peercred.peer_cred(sock)
+    except OSError as exc:
+        raise UntrustedDaemon(
+            f"cannot tell who serves {path} ({exc.strerror}); not talking to it"
+        ) from None
+    if cred.uid != os.geteuid():
+        raise UntrustedDaemon(
+            f"the process serving {path} (pid {cred.pid}) runs as uid {cred.uid}, not as you "
+            f"(uid {os.geteuid()}): refusing to send it anything; check who owns "
+            f"{path.parent} and point TETHER_SOCKET or XDG_RUNTIME_DIR at a private directory"
+        )
 
 
 class DaemonConnectionLost(DaemonClientError):
@@ -111,6 +135,11 @@ class DaemonClient:
         except OSError as exc:
             sock.close()
             raise unavailable_hint(path, exc.strerror or str(exc)) from None
+        try:
+            check_server(sock, path)
+        except UntrustedDaemon:
+            sock.close()
+            raise
         return cls(sock, path)
 
     def __enter__(self) -> DaemonClient:

@@ -69,31 +69,36 @@ def log_path() -> Path:
 
 def ensure_socket_dir(directory: Path) -> None:
     """Create ``directory`` 0700 if missing, then verify it with fstat; refuse it when it
-    is not a real directory owned by this user with mode 0700."""
-    if not directory.exists():
-        directory.mkdir(mode=paths.DIR_MODE, parents=True, exist_ok=True)
+    is not a real directory (no symlink) owned by this user with mode 0700, or when any
+    directory above it could be replaced by another user (:func:`paths.ensure_private_dir`).
+    """
+    try:
+        paths.ensure_private_dir(directory, tighten=False)
+    except paths.UnsafeDirectory as exc:
+        raise UnsafeSocketDir(f"socket directory: {exc}") from None
+    except OSError as exc:
+        raise _unusable(directory, exc) from None
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise UnsafeSocketDir(
-            f"socket directory {directory} is not a usable directory ({exc.strerror}); "
-            "point TETHER_SOCKET or XDG_RUNTIME_DIR at a private directory"
-        ) from None
+        raise _unusable(directory, exc) from None
     try:
         info = os.fstat(fd)
     finally:
         os.close(fd)
-    if info.st_uid != os.geteuid():
-        raise UnsafeSocketDir(
-            f"socket directory {directory} is owned by uid {info.st_uid}, not by you "
-            f"(uid {os.geteuid()}); use a directory of your own"
-        )
     mode = stat.S_IMODE(info.st_mode)
     if mode != paths.DIR_MODE:
         raise UnsafeSocketDir(
             f"socket directory {directory} has mode {mode:04o}; it must be 0700 "
             f"(run: chmod 700 {directory})"
         )
+
+
+def _unusable(directory: Path, exc: OSError) -> UnsafeSocketDir:
+    return UnsafeSocketDir(
+        f"socket directory {directory} is not a usable directory ({exc.strerror}); "
+        "point TETHER_SOCKET or XDG_RUNTIME_DIR at a private directory"
+    )
 
 
 @dataclass
@@ -196,14 +201,25 @@ class DaemonState:
 
 
 def probe(socket_path: Path, timeout: float = 1.0) -> bool:
-    """True when something accepts connections and answers a request on ``socket_path``."""
-    from tether.daemon.client import DaemonCallError, DaemonClient, DaemonClientError
+    """True when something accepts connections and answers a request on ``socket_path``.
+
+    Raises :class:`~tether.daemon.client.UntrustedDaemon` when what answers runs as
+    another user (nothing is sent to it, and no daemon of ours may be started there).
+    """
+    from tether.daemon.client import (
+        DaemonCallError,
+        DaemonClient,
+        DaemonClientError,
+        UntrustedDaemon,
+    )
 
     try:
         with DaemonClient.connect(socket_path, timeout=timeout) as client:
             client.call("daemon.status")
     except DaemonCallError:
         return True  # it answered, even if with an error
+    except UntrustedDaemon:
+        raise
     except (DaemonClientError, OSError):
         return False
     return True

@@ -40,7 +40,6 @@ import asyncio
 import logging
 import os
 import socket
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from typing import Any, Protocol, cast
 
 import msgspec
 
+from tether import peercred
 from tether.daemon.methods import AsyncHandler, MethodRegistry, RpcFailure, SyncHandler
 from tether.daemon.protocol import (
     MAX_FRAME_BYTES,
@@ -71,9 +71,6 @@ from tether.wire.needdata import NEED_DATA
 __all__ = ["CallContext", "Connection", "ConnectionClosed", "Daemon", "ServerConfig"]
 
 log = logging.getLogger("tether.daemon")
-
-_SO_PEERCRED = getattr(socket, "SO_PEERCRED", 17)
-_UCRED = struct.Struct("3i")
 
 
 class ConnectionClosed(DaemonError):
@@ -280,11 +277,10 @@ class Connection(asyncio.Protocol):
     def _peer_allowed(self, transport: asyncio.Transport) -> bool:
         sock = transport.get_extra_info("socket")
         try:
-            creds = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERCRED, _UCRED.size)
+            pid, uid, _gid = peercred.peer_cred(sock)
         except (OSError, AttributeError) as exc:
             log.warning("refusing a connection whose credentials cannot be read: %s", exc)
             return False
-        pid, uid, _gid = _UCRED.unpack(creds)
         if uid != os.geteuid():
             log.warning("refusing a connection from uid %d (pid %d)", uid, pid)
             return False
