@@ -132,7 +132,9 @@ def test_unknown_tool_and_allow_list(tmp_path: Path) -> None:
     assert "unknown tool 'teleport'" in text
     assert select_tools([]).names == []
     assert select_tools(["read", "bash", "read"]).names == ["read", "bash"]
-    assert select_tools(None).names == ["bash", "read", "write", "edit", "subagent", "report"]
+    assert select_tools(None).names == [
+        "bash", "read", "write", "edit", "subagent", "report", "ask"
+    ]  # fmt: skip
     with pytest.raises(UnknownToolError, match="unknown tool nope"):
         select_tools(["bash", "nope"])
     specs = select_tools(["bash"]).specs()

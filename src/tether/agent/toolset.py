@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
+from tether.agent.ask import AskTool
 from tether.agent.report import ReportTool
 from tether.agent.subagent import SpawnRun, SubagentTool
 from tether.agent.tools import BashTool, EditTool, ReadTool, Tool, ToolRegistry, WriteTool
@@ -19,7 +20,7 @@ from tether.errors import AgentError
 
 __all__ = ["BUILTIN_TOOLS", "UnknownToolError", "builtin_tools", "select_tools"]
 
-BUILTIN_TOOLS: Final = ("bash", "read", "write", "edit", "subagent", "report")
+BUILTIN_TOOLS: Final = ("bash", "read", "write", "edit", "subagent", "report", "ask")
 
 
 class UnknownToolError(AgentError, ValueError):
@@ -39,6 +40,7 @@ def builtin_tools(*, spawn: SpawnRun | None = None) -> dict[str, Callable[[], To
         "edit": EditTool,
         "subagent": subagent,
         "report": ReportTool,
+        "ask": AskTool,
     }
 
 

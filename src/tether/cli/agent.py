@@ -10,6 +10,7 @@
     tether agent events NAME [--after-seq N] [--follow] [--limit N]
     tether agent steer|follow-up NAME TEXT | finalize NAME [--note N] | cancel NAME
     tether agent attach NAME      (a PTY agent's terminal; a wire agent's live view + steering)
+    tether agent answer NAME MSG_KEY TEXT | --approve | --deny   (a question in its inbox)
 
 Human output by default, ``--json`` for scripts (one JSON document; ``events --json``
 prints one event per line). ``spawn`` starts the daemon when none is running; the other
@@ -114,7 +115,16 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     finalize.add_argument("--note", help="the instruction for that turn")
     action("cancel", "abort the run now")
     action("attach", "drive a PTY agent's terminal (Ctrl-] detaches), or watch and steer")
+    _answer_args(action("answer", "answer a clarification or approval request in its inbox"))
     return parser
+
+
+def _answer_args(answer: argparse.ArgumentParser) -> None:
+    answer.add_argument("key", metavar="MSG_KEY", help="the question's key (agent list shows it)")
+    answer.add_argument("text", nargs="?", default="", help="the answer (or a note)")
+    verdict = answer.add_mutually_exclusive_group()
+    verdict.add_argument("--approve", action="store_true", help="approve the request")
+    verdict.add_argument("--deny", action="store_true", help="deny the request")
 
 
 def _split_child_argv(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -275,9 +285,27 @@ def _simple(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> in
         result = client.call("agent.rm", {"name": name, "force": args.force})
         _emit(args, result, f"removed {name} (its run directory stays: {result['run_dir']})")
         return 0
+    if args.action == "answer":
+        return _answer_question(client, args)
     method, params = _control(args)
     result = client.call(method, params)
     human = f"{name}: {args.action} {result['ack']} (seq {result['seq']}); {result['state']}"
+    _emit(args, result, human)
+    return 0
+
+
+def _answer_question(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"name": args.name, "key": args.key, "text": args.text}
+    if args.approve or args.deny:
+        params["decision"] = "approve" if args.approve else "deny"
+    elif not args.text:
+        print("tether agent: answer needs TEXT, --approve or --deny", file=sys.stderr)
+        return 2
+    result = client.call("agent.answer", params)
+    human = (
+        f"{args.name}: answered {args.key} ({result['kind']}) as {result['sent_as']} "
+        f"{result['ack']} (seq {result['seq']}); {result['state']}"
+    )
     _emit(args, result, human)
     return 0
 
@@ -416,10 +444,25 @@ def _table(agents: list[dict[str, Any]]) -> str:
         for a in agents
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join(
+    lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
-    )
+    ]
+    return "\n".join(lines + _question_lines(agents))
+
+
+def _question_lines(agents: list[dict[str, Any]]) -> list[str]:
+    """Unanswered questions, one line each, with the command that answers them."""
+    out = []
+    for agent in agents:
+        for question in agent.get("questions") or []:
+            kind = "approval" if question.get("type") == "approval_request" else "question"
+            text = str(question.get("text", "")).replace("\n", " ")[:80]
+            out.append(f"? {agent['name']} {kind} {question.get('key')}: {text}")
+    if out:
+        out.insert(0, "")
+        out.append("(answer with: tether agent answer NAME MSG_KEY TEXT | --approve | --deny)")
+    return out
 
 
 def _status_text(status: dict[str, Any]) -> str:

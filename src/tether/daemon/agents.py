@@ -52,6 +52,9 @@ Verbs (params -> result; errors are ``RpcError`` codes):
   then the call answers ``{name, last_seq, count, state, ended}``. Every event is sent
   exactly once, in increasing seq order, so a client that reconnects with its last seq
   loses nothing.
+- ``agent.answer {name, key, text?, decision?}`` answers a question in the agent's inbox
+  (:mod:`tether.daemon.answers`); ``list`` and ``status`` carry each wire agent's
+  unanswered ``questions: [{key, type, text, at}]``.
 - PTY agents (:mod:`tether.daemon.pty_agent`): ``agent.spawn {name, pty: true, argv,
   cols?=80, rows?=24, cwd?, env?}`` runs any program on a pseudo-terminal; ``status``,
   ``list``, ``stop`` and ``rm`` serve them too, and ``agent.drive {name}`` turns the
@@ -72,6 +75,7 @@ import msgspec
 
 from tether.daemon.agent_run import AgentRun
 from tether.daemon.agent_state import Follower
+from tether.daemon.answers import AnswerDesk, AnswerParams
 from tether.daemon.drive import drive_handler
 from tether.daemon.fno_shapes import (
     FIELDS_OMITTED,
@@ -101,6 +105,7 @@ STREAM_BATCH: Final = 512
 EVENT_METHOD: Final = "agent.event"
 
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
+Statuses = list[dict[str, Any]]
 
 
 class NameParams(msgspec.Struct, frozen=True):
@@ -212,6 +217,7 @@ class AgentVerbs:
     def __init__(self, supervisor: Supervisor, ptys: PtyFleet) -> None:
         self.sup = supervisor
         self.ptys = ptys
+        self.answers = AnswerDesk(supervisor.db)
 
     def register(self, daemon: Daemon) -> None:
         handlers: dict[str, Callable[[CallContext, Any], Any]] = {
@@ -227,6 +233,7 @@ class AgentVerbs:
             "follow_up": self.follow_up,
             "finalize": self.finalize,
             "cancel": self.cancel,
+            "answer": self.answer,
         }
         for verb, handler in handlers.items():
             daemon.methods.register(f"agent.{verb}", handler)
@@ -358,16 +365,16 @@ class AgentVerbs:
         status = await self.spawn(context, spawn)
         return {**status, "created": True}
 
-    def list(self, context: CallContext, params: Any) -> dict[str, Any]:
+    async def list(self, context: CallContext, params: Any) -> dict[str, Any]:
         args = decode_params(params, ListParams)
         agents: list[AgentRun | PtyAgent] = [*self.sup.agents.values(), *self.ptys.agents.values()]
         agents.sort(key=lambda a: (a.record.created_at, a.name))
         rows = [with_reference(agent.status_dict(), agent) for agent in agents]
-        rows = [row for row in rows if _matches(row, args)]
+        rows = await self._with_questions([row for row in rows if _matches(row, args)])
         applied = {"cwd": args.cwd, "provider": args.provider, "status": args.status}
         return {"agents": rows, "filters_applied": applied, "fields_omitted": list(FIELDS_OMITTED)}
 
-    def status(self, context: CallContext, params: Any) -> dict[str, Any]:
+    async def status(self, context: CallContext, params: Any) -> dict[str, Any]:
         name = decode_params(params, StatusParams).name
         if name is None:
             agents: list[AgentRun | PtyAgent] = [
@@ -382,7 +389,28 @@ class AgentVerbs:
         data = agent.status_dict()
         if agent.ended and agent.final_text:  # the whole answer, once read (status only)
             data["final_text"] = agent.final_text
-        return with_reference(data, agent)
+        return (await self._with_questions([with_reference(data, agent)]))[0]
+
+    async def _with_questions(self, statuses: Statuses) -> Statuses:
+        """Each wire agent's unanswered inbox questions as ``questions``."""
+        run_ids = [s["run_id"] for s in statuses if s.get("kind") != "pty"]
+        found = await self.answers.questions(run_ids)
+        for status in statuses:
+            if status.get("kind") != "pty":
+                status["questions"] = found.get(status["run_id"], [])
+        return statuses
+
+    async def answer(self, context: CallContext, params: Any) -> dict[str, Any]:
+        args = decode_params(params, AnswerParams)
+        agent = self._live(args.name)
+
+        async def send(text: str) -> dict[str, Any]:
+            agent.catch_up()
+            running = agent.mirror.state is State.RUNNING
+            kind = ControlKind.STEER if running else ControlKind.FOLLOW_UP
+            return {**await _control(agent, kind, {"text": text}), "sent_as": kind.value}
+
+        return await self.answers.answer(agent.run_id, args, send)
 
     async def stop(self, context: CallContext, params: Any) -> dict[str, Any]:
         args = decode_params(params, StopParams)

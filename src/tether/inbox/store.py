@@ -22,6 +22,10 @@ daemon registry)::
     inbox_incidents  what the drain found wrong with a file (truncation, replacement)
       id, run_id, path, kind, detail, at
 
+    inbox_answers    the answer to a clarification / approval_request, beside it
+      msg_key PRIMARY KEY (the question's), run_id, answer, decision (approve | deny
+      | NULL), seq (the steer / follow-up that carried it), answered_at
+
 ``msg_key`` is a generated column rather than a stored primary key: the
 (run_id, offset) index is needed anyway to list a run in order, so uniqueness
 rides on it and each row costs one table and one index insert.
@@ -91,6 +95,14 @@ CREATE TABLE IF NOT EXISTS inbox_incidents (
     kind TEXT NOT NULL,
     detail TEXT NOT NULL,
     at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS inbox_answers (
+    msg_key TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    answer TEXT NOT NULL,
+    decision TEXT,
+    seq INTEGER,
+    answered_at REAL NOT NULL
 );
 """
 
@@ -314,6 +326,58 @@ class InboxStore:
         if run_id is not None:
             query, params = query + " WHERE run_id = ?", (run_id,)
         return [tuple(row) for row in self._db.execute(query + " ORDER BY id", params)]
+
+    def message(self, msg_key: str) -> StoredMessage | None:
+        """The stored message ``<run_id>:<offset>``, or None."""
+        run_id, _, offset = msg_key.rpartition(":")
+        if not run_id or not offset.isdigit():
+            return None
+        row = self._db.execute(
+            _SELECT + " WHERE run_id = ? AND offset = ?", (run_id, int(offset))
+        ).fetchone()
+        return None if row is None else StoredMessage.from_row(row)
+
+    def answers(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """msg_key -> ``{answer, decision, seq, answered_at}`` for a run's answered questions."""
+        rows = self._db.execute(
+            "SELECT msg_key, answer, decision, seq, answered_at FROM inbox_answers"
+            " WHERE run_id = ?",
+            (run_id,),
+        )
+        keys = ("answer", "decision", "seq", "answered_at")
+        return {row[0]: dict(zip(keys, row[1:], strict=True)) for row in rows}
+
+    def open_questions(self, run_ids: Sequence[str]) -> list[StoredMessage]:
+        """The unanswered clarifications and approval requests of ``run_ids``, in order."""
+        if not run_ids:
+            return []
+        marks = ", ".join("?" for _ in run_ids)
+        # Only placeholders are interpolated; the run ids are bound parameters.
+        rows = self._db.execute(
+            _SELECT + f" WHERE run_id IN ({marks})"  # noqa: S608
+            " AND type IN ('clarification', 'approval_request') AND msg_key NOT IN"
+            " (SELECT msg_key FROM inbox_answers) ORDER BY run_id, offset",
+            list(run_ids),
+        )
+        return [StoredMessage.from_row(row) for row in rows]
+
+    def record_answer(
+        self, msg_key: str, run_id: str, answer: str, decision: str | None, now: float
+    ) -> bool:
+        """Record the answer to ``msg_key``; False when it was answered already."""
+        before = self._db.total_changes
+        self._db.execute(
+            "INSERT OR IGNORE INTO inbox_answers (msg_key, run_id, answer, decision,"
+            " answered_at) VALUES (?, ?, ?, ?, ?)",
+            (msg_key, run_id, answer, decision, now),
+        )
+        return self._db.total_changes > before
+
+    def set_answer_seq(self, msg_key: str, seq: int) -> None:
+        self._db.execute("UPDATE inbox_answers SET seq = ? WHERE msg_key = ?", (seq, msg_key))
+
+    def forget_answer(self, msg_key: str) -> None:
+        self._db.execute("DELETE FROM inbox_answers WHERE msg_key = ?", (msg_key,))
 
     # -- writing (inside transaction()) ---------------------------------------
 

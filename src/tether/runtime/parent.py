@@ -169,6 +169,18 @@ class RunHandle:
         except RunEnded:
             return None
 
+    async def answer(
+        self, message: str | Mapping[str, Any], text: str = "", *, decision: str | None = None
+    ) -> ControlAck:
+        """Answer a ``clarification`` / ``approval_request`` from this run's inbox (the
+        message as received, or its ``msg_key``); ``decision`` is ``approve`` or ``deny``.
+        Recorded beside the question, sent as a steer (a follow-up when idle) that quotes
+        it; see :mod:`tether.runtime.answering`. Raises ``AnswerRefused``."""
+        from tether.runtime.answering import answer_run
+
+        db = getattr(self._inbox, "db", None)
+        return await answer_run(self, db, message, text, decision)
+
     def kill(self, reason: str = "killed by the user") -> None:
         """End the child's process group now (SIGKILL); the run fails with ``reason``."""
         if not self._ended:
