@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "model-server": ("tether.cli.model_server", "serve scripted replies as provider APIs"),
     "channel": ("tether.cli.channel", "register and push to daemon channels"),
     "mcp-channel": ("tether.cli.mcp_channel", "the MCP channel server for a Claude Code session"),
+    "dashboard": ("tether.cli.dashboard", "the fleet in a local web page (token, loopback)"),
     "wire": ("tether.cli.wire", "validate wire lines and print the state table"),
     "shell-lib": ("tether.cli.shell_lib", "print the path of the bash helper library"),
 }

@@ -14,8 +14,10 @@ Answers ``{name, key, kind, answer, sent_as, seq, ack, state}``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,7 +33,7 @@ from tether.inbox.answers import (
     decision_text,
     question_of,
 )
-from tether.inbox.store import StoredMessage, open_store
+from tether.inbox.store import InboxStore, StoredMessage, open_store
 
 
 class AnswerParams(msgspec.Struct, frozen=True):
@@ -49,6 +51,22 @@ class AnswerDesk:
 
     def __init__(self, db: Path | None) -> None:
         self.db = db
+        self._store: InboxStore | None = None
+        self._lock = threading.Lock()  # one thread at a time on the one connection
+
+    @contextlib.contextmanager
+    def _open(self) -> Iterator[InboxStore]:
+        """The one long-lived connection, for reads (questions on every list/status)."""
+        with self._lock:
+            if self._store is None:
+                self._store = open_store(self.db)
+            yield self._store
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
 
     async def answer(self, run_id: str, args: AnswerParams, send: SendControl) -> dict[str, Any]:
         text = decision_text(args.decision, args.text.strip())
@@ -67,7 +85,9 @@ class AnswerDesk:
 
     async def questions(self, run_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         """run_id -> its unanswered questions ``[{key, type, text, at}]``."""
-        rows = await asyncio.to_thread(self._open, run_ids)
+        if not run_ids:
+            return {}
+        rows = await asyncio.to_thread(self._questions, run_ids)
         out: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             try:
@@ -83,7 +103,7 @@ class AnswerDesk:
     # -- in a thread ------------------------------------------------------------------
 
     def _claim(self, run_id: str, args: AnswerParams, text: str) -> tuple[str, str]:
-        with open_store(self.db) as store:
+        with open_store(self.db) as store:  # writes on a connection of their own, closed
             try:
                 return claim(store, args.key, run_id, text, args.decision)
             except AnswerRefused as exc:
@@ -98,8 +118,8 @@ class AnswerDesk:
         with open_store(self.db) as store:
             store.set_answer_seq(key, seq)
 
-    def _open(self, run_ids: list[str]) -> list[StoredMessage]:
-        with open_store(self.db) as store:
+    def _questions(self, run_ids: list[str]) -> list[StoredMessage]:
+        with self._open() as store:
             return store.open_questions(run_ids)
 
 

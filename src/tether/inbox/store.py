@@ -365,19 +365,22 @@ class InboxStore:
         self, msg_key: str, run_id: str, answer: str, decision: str | None, now: float
     ) -> bool:
         """Record the answer to ``msg_key``; False when it was answered already."""
-        before = self._db.total_changes
-        self._db.execute(
-            "INSERT OR IGNORE INTO inbox_answers (msg_key, run_id, answer, decision,"
-            " answered_at) VALUES (?, ?, ?, ?, ?)",
-            (msg_key, run_id, answer, decision, now),
-        )
-        return self._db.total_changes > before
+        with self.transaction():
+            before = self._db.total_changes
+            self._db.execute(
+                "INSERT OR IGNORE INTO inbox_answers (msg_key, run_id, answer, decision,"
+                " answered_at) VALUES (?, ?, ?, ?, ?)",
+                (msg_key, run_id, answer, decision, now),
+            )
+            return self._db.total_changes > before
 
     def set_answer_seq(self, msg_key: str, seq: int) -> None:
-        self._db.execute("UPDATE inbox_answers SET seq = ? WHERE msg_key = ?", (seq, msg_key))
+        with self.transaction():
+            self._db.execute("UPDATE inbox_answers SET seq = ? WHERE msg_key = ?", (seq, msg_key))
 
     def forget_answer(self, msg_key: str) -> None:
-        self._db.execute("DELETE FROM inbox_answers WHERE msg_key = ?", (msg_key,))
+        with self.transaction():
+            self._db.execute("DELETE FROM inbox_answers WHERE msg_key = ?", (msg_key,))
 
     # -- writing (inside transaction()) ---------------------------------------
 

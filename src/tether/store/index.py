@@ -192,8 +192,15 @@ class RunIndex:
 
     def _prepare(self) -> None:
         ensure_private_dir(self.path.parent)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-        os.close(fd)
+        # Create it only when missing: closing any descriptor of the database file drops
+        # every POSIX lock this process's SQLite connections hold on it (fcntl semantics),
+        # after which another process may take itself for the last user and delete the
+        # -shm file under live connections (their writes then vanish for other readers).
+        if not self.path.exists():
+            with contextlib.suppress(FileExistsError):
+                os.close(
+                    os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+                )
         conn = connect(self.path)
         try:
             conn.executescript(_SCHEMA)

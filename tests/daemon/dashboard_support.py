@@ -1,0 +1,69 @@
+"""Helpers for the dashboard tests (no tests here): a real ``tether dashboard`` process beside
+a real daemon, and where screenshots go."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from test_agents_support import AgentDaemon
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class DashboardProcess:
+    proc: subprocess.Popen[str]
+    url: str
+
+    @property
+    def port(self) -> int:
+        port = urlsplit(self.url).port
+        assert port is not None
+        return port
+
+    @property
+    def token(self) -> str:
+        return parse_qs(urlsplit(self.url).query)["token"][0]
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+def dashboard(agentd: AgentDaemon) -> Iterator[DashboardProcess]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "dashboard", "--port", "0"],
+        env=agentd.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the dashboard prints its URL first
+        assert line.startswith("tether dashboard: http://127.0.0.1:"), line
+        yield DashboardProcess(proc, line.split(": ", 1)[1].strip())
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def artifact_dir() -> Path:
+    """Where screenshots go: ``$TETHER_ARTIFACTS`` or ``artifacts/`` in the clone."""
+    path = Path(os.environ.get("TETHER_ARTIFACTS") or REPO / "artifacts")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
