@@ -10,7 +10,8 @@ derives from a built-in (``ValueError``, ``KeyError``, ``OSError``) that is said
     ├── ParentError                   (here) talking to a child run
     │   ├── SpawnError                (here) the child could not be started
     │   ├── RunEnded                  (here) the run ended before a control was acknowledged
-    │   └── ControlRefused            (here, ValueError) a control does not encode
+    │   ├── ControlRefused            (here, ValueError) a control does not encode
+    │   └── AnswerRefused             inbox.answers (ValueError): a question cannot take it
     ├── AgentError                    (here) the built-in agent and its parts
     │   ├── ProviderError             agent.provider: a model call failed
     │   │   └── ProviderHTTPError     agent.providers: ... with an HTTP status

@@ -221,3 +221,16 @@ def test_refusals(agentd: AgentDaemon) -> None:
     names = {a["name"]: a.get("kind") for a in agentd.call("agent.list")["agents"]}
     assert names["p"] == "pty"
     assert "w" in names
+
+
+def test_a_late_viewer_gets_at_most_the_last_mebibyte(agentd: AgentDaemon) -> None:
+    flood = "head -c 2500000 /dev/zero | tr '\\0' x; echo; echo END-OF-FLOOD; exec cat"
+    spawn_pty(agentd, "flood", ["sh", "-c", flood])
+    first = drive(agentd, "flood")
+    first.read_until_output(b"END-OF-FLOOD")  # all of it went by
+    late, _ = RawWs.drive(open_socket(agentd), "flood")
+    opcode, ring = late.read_frame()  # the first message is the ring
+    assert opcode == 2
+    assert len(ring) <= 1_048_576
+    assert ring.rstrip().endswith(b"END-OF-FLOOD")
+    assert agentd.status("flood")["pty"]["output_bytes"] > 2_500_000

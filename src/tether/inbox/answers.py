@@ -21,6 +21,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from tether.errors import ParentError
+
 if TYPE_CHECKING:
     from tether.inbox.store import InboxStore
 
@@ -60,7 +62,7 @@ def find_answer(text: str, key: str) -> str | None:
     return answer if found else None
 
 
-class AnswerRefused(ValueError):
+class AnswerRefused(ParentError, ValueError):
     """The question cannot take this answer: not found, not a question, or answered."""
 
     def __init__(self, message: str, *, answered: bool = False) -> None:

@@ -10,14 +10,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tether.inbox.answers import AnswerRefused, answer_text, claim, decision_text, key_for
+from tether.wire import ControlAck
 from tether.wire.session import ControlKind, State
 
-if TYPE_CHECKING:
-    from tether.runtime.parent import RunHandle
-    from tether.wire import ControlAck
+
+class RunHandle(Protocol):
+    """What answering needs of :class:`tether.runtime.parent.RunHandle`."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def state(self) -> State: ...
+
+    async def send(self, kind: ControlKind | str, **fields: Any) -> ControlAck: ...
 
 
 async def answer_run(

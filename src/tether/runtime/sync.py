@@ -142,6 +142,12 @@ class SyncRunHandle:
     def finalize(self, note: str | None = None) -> ControlAck:
         return self._loop.call(self._handle.finalize(note))
 
+    def answer(
+        self, message: str | Mapping[str, Any], text: str = "", *, decision: str | None = None
+    ) -> ControlAck:
+        """See :meth:`RunHandle.answer`."""
+        return self._loop.call(self._handle.answer(message, text, decision=decision))
+
     def close(self) -> ControlAck:
         return self._loop.call(self._handle.close())
 

@@ -42,6 +42,12 @@ function usage(u) {
   return u && (u.input || u.output) ? `${u.input || 0}/${u.output || 0}` : "-";
 }
 
+function kindOf(agent) {
+  if (agent.kind === "pty") return `pty: ${(agent.argv || ["?"])[0]}`;
+  const who = agent.agent || "tether";
+  return agent.provider ? `${who}/${agent.provider}` : who;
+}
+
 function socketUrl(name, kind) {
   return `ws://${location.host}/api/agents/${encodeURIComponent(name)}/${kind}?token=${TOKEN}`;
 }
@@ -74,7 +80,7 @@ function renderTable() {
     const questions = (agent.questions || []).length;
     const row = node("tr", { "data-name": agent.name, onclick: () => select(agent.name) },
       node("td", { class: "name" }, agent.name),
-      node("td", { class: "kind" }, agent.kind || "wire"),
+      node("td", { class: "kind" }, kindOf(agent)),
       node("td", { class: `state state-${agent.state}` }, agent.state),
       node("td", { class: "turn" }, String(agent.turn)),
       node("td", { class: "usage" }, usage(agent.usage)),
@@ -115,7 +121,7 @@ function select(name) {
 function renderDetail() {
   const agent = current();
   if (!agent) return;
-  $("#detail-state").textContent = `${agent.kind || "wire"} · ${agent.state} · turn ${agent.turn}`;
+  $("#detail-state").textContent = `${kindOf(agent)} · ${agent.state} · turn ${agent.turn}`;
   const questions = agent.questions || [];
   const key = questions.map((q) => q.key).join(",");
   if (key === state.questionsKey) return;
