@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tether.fsafe",
         "tether.jsondepth",
         "tether.paths",
+        "tether.peercred",
         "tether.procs",
         "tether.reaper",
     ),
