@@ -31,6 +31,8 @@ from typing import Any, Final, Protocol
 __all__ = [
     "GRACE_S",
     "NEW_GROUP",
+    "Gate",
+    "find_program",
     "group_alive",
     "group_has_live_members",
     "group_id",
@@ -253,3 +255,58 @@ def nul_problem(name: str, value: object) -> str | None:
 
 
 _NUL_WHY: Final = "a process's arguments and environment cannot carry; remove it"
+
+
+# -- a gate: a child that may run only once its starter says so ----------------------------
+
+GATE_EXIT: Final = 125
+"""The exit status of a gated child whose starter died before opening the gate."""
+_GATE_SCRIPT: Final = 'read -r go && [ "$go" = go ] || exit 125; exec "$@" </dev/null'
+
+
+class Gate:
+    """A pipe a gated child waits on before it execs its real command.
+
+    The starter records the child's pid (say, in the same row that reserves its name),
+    then calls :meth:`open`. If the starter dies first, the kernel closes the write end,
+    the child reads EOF and exits with :data:`GATE_EXIT` having run nothing: no child
+    ever runs that its starter did not record. Pass :meth:`argv` as the command and
+    :attr:`read_fd` as its stdin; the real command gets /dev/null on stdin.
+    """
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+
+    @staticmethod
+    def argv(command: list[str]) -> list[str]:
+        return ["/bin/sh", "-c", _GATE_SCRIPT, "tether-gate", *command]
+
+    def started(self) -> None:
+        """The child holds its end now: close ours (call right after the fork)."""
+        with contextlib.suppress(OSError):
+            os.close(self.read_fd)
+
+    def open(self) -> None:
+        """Let the child run its command."""
+        try:
+            os.write(self.write_fd, b"go\n")
+        except OSError:
+            pass  # the child is gone already
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Shut the gate for good (the child, if any, exits without running)."""
+        self.started()
+        with contextlib.suppress(OSError):
+            os.close(self.write_fd)
+
+
+def find_program(argv0: str, cwd: str, env: dict[str, str]) -> str | None:
+    """Where ``argv0`` would be executed from (a path with ``/`` is taken from ``cwd``)."""
+    import shutil
+
+    if "/" in argv0:
+        path = os.path.join(cwd, argv0)
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    return shutil.which(argv0, path=env.get("PATH", os.defpath))

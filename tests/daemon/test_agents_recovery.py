@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_agents_support import AgentDaemon, agentd, alive
+from daemon_helpers import frame, read_frame
+from test_agents_support import AgentDaemon, agent_pids, agentd, alive
 
 from tether.daemon.client import DaemonClientError
 
@@ -142,3 +145,88 @@ def _wait_timer_exit(agentd: AgentDaemon) -> None:
                 return
         threading.Event().wait(0.01)
     pytest.fail("the timer agent never timed out")
+
+
+def _agent_processes(home: Path, name: str) -> list[int]:
+    """Live processes started for agent ``name`` (gated or running its command)."""
+    marker = f"TETHER_AGENT_NAME={name}".encode()
+    return [p for p in agent_pids(home) if marker in _environ(p)]
+
+
+def _environ(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def test_sigkill_right_after_the_fork_never_leaves_a_child_nobody_owns(
+    agentd: AgentDaemon,
+) -> None:
+    # The test takes the database's write lock the moment the name is reserved, so the
+    # daemon forks the child but cannot record its pid yet; then it kills the daemon.
+    home = Path(agentd.env["TETHER_HOME"])
+    script = agentd.script("g", [{"text": "hi"}])
+    db = sqlite3.connect(home / "tether.db", isolation_level=None, timeout=30)
+    try:
+        name, sock = _reserve_unrecorded(agentd, db, script)
+        with sock:
+            _wait_for(lambda: _agent_processes(home, name), "the fork")
+            agentd.kill()
+    finally:
+        db.close()
+    agentd.restart()  # reconcile: a row without a pid is failed
+    row = _registry_row(agentd, name)
+    assert row["pid"] is None
+    assert row["state"] == "failed"
+    _wait_for(lambda: not [p for p in _agent_processes(home, name) if alive(p)], "no child")
+
+
+def _reserve_unrecorded(
+    agentd: AgentDaemon, db: sqlite3.Connection, script: str
+) -> tuple[str, socket.socket]:
+    """Spawn agents until the lock lands between a reservation and its pid."""
+    for attempt in range(20):
+        name = f"g{attempt}"
+        request = {"name": name, "script": script, "cwd": str(agentd.root)}
+        sock = agentd.process.connect()
+        sock.sendall(frame({"id": 1, "method": "agent.spawn", "params": request}))
+        assert _spin(lambda: _row_exists(db, name)), read_frame(sock)  # noqa: B023
+        db.execute("BEGIN IMMEDIATE")  # the pid update now waits on us
+        pid = db.execute("SELECT pid FROM daemon_agents WHERE name = ?", (name,)).fetchone()[0]
+        if pid is None:
+            return name, sock  # (the call stays open: the daemon is killed next)
+        db.execute("ROLLBACK")
+        sock.close()
+    raise AssertionError("the lock never landed between a reservation and its pid")
+
+
+def _row_exists(db: sqlite3.Connection, name: str) -> bool:
+    row = db.execute("SELECT 1 FROM daemon_agents WHERE name = ?", (name,)).fetchone()
+    return row is not None
+
+
+def _spin(check: Any, limit_s: float = 20.0) -> bool:
+    """Poll without sleeping (the window to hit is a few milliseconds wide)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+    return False
+
+
+def _settled(pid: int, row: dict[str, Any]) -> bool:
+    """A process of the agent may live on only as the child its row recorded (adopted)."""
+    if not alive(pid):
+        return True
+    assert row["pid"] == pid, (row, pid)
+    assert row["state"] != "failed", row
+    return True
+
+
+def _wait_for(check: Any, what: str) -> None:
+    for _ in range(2000):
+        if check():
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -49,7 +50,7 @@ from tether.daemon.registry import (
     AgentRegistry,
 )
 from tether.errors import ControlRefused
-from tether.procs import nul_problem, proc_start_time, process_matches
+from tether.procs import Gate, find_program, nul_problem, proc_start_time, process_matches
 from tether.runtime.hub import WatchHub, shared_hub
 from tether.runtime.launch import default_argv, make_inbox, prepare_run
 from tether.runtime.mirror import RunMirror
@@ -245,17 +246,22 @@ class Supervisor:
             message = f"an agent named {p.name!r} already exists"
             raise RpcFailure(ErrorCode.AGENT_EXISTS, message) from None
         try:
-            popen = await asyncio.to_thread(_launch, command, run, cwd, prepared.env)
+            popen, gate = await asyncio.to_thread(_launch, command, run, cwd, prepared.env)
         except (OSError, ValueError) as exc:
             control.close()
             self._forget_row(p.name)
             raise spawn_failed(f"cannot start the child ({shlex.join(command)}): {exc}") from None
-        record = self.registry.update(
-            p.name,
-            pid=popen.pid,
-            pid_start_time=proc_start_time(popen.pid),
-            started_at=time.time(),
-        )
+        try:  # the child waits at its gate until its pid is in the row (issue 10 item 11)
+            record = self.registry.update(
+                p.name,
+                pid=popen.pid,
+                pid_start_time=proc_start_time(popen.pid),
+                started_at=time.time(),
+            )
+        except BaseException:
+            gate.close()
+            raise
+        gate.open()
         agent = self._make_run(record, mirror, inbox=inbox, popen=popen, control=control)
         answer = agent.expect_answer(first_seq) if p.wait and first_seq is not None else None
         self.agents[p.name] = agent
@@ -572,17 +578,22 @@ def _check_script(path: str) -> None:
 
 def _launch(
     command: list[str], run: RunDir, cwd: str, env: dict[str, str]
-) -> subprocess.Popen[bytes]:
-    """Start the child in its own session: stdin /dev/null, stdout+stderr to ``stderr.log``.
+) -> tuple[subprocess.Popen[bytes], Gate]:
+    """Start the child in its own session, waiting at a :class:`~tether.procs.Gate`.
 
+    stdin /dev/null, stdout+stderr to ``stderr.log``. The caller opens the gate once the
+    pid is recorded: a daemon killed in between leaves no child running unrecorded.
     (Not :func:`tether.runtime.launch.start_child`: the daemon watches every child with a
     pidfd, including those a previous daemon started, so it owns no asyncio child watcher.)
     """
     fd = os.open(run.stderr, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    gate = Gate()
     try:
-        return subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
+        if find_program(command[0], cwd, env) is None:  # the gate's sh would say it less clearly
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command[0])
+        popen = subprocess.Popen(
+            Gate.argv(command),
+            stdin=gate.read_fd,
             stdout=fd,
             stderr=fd,
             cwd=cwd,
@@ -591,7 +602,10 @@ def _launch(
             start_new_session=True,
         )
     except OSError as exc:
+        gate.close()
         append_line(run.stderr, f"tether: cannot start {shlex.join(command)}: {exc}".encode())
         raise
     finally:
         os.close(fd)
+    gate.started()
+    return popen, gate
