@@ -23,9 +23,9 @@ This module imports nothing from tether: every layer may use it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -169,11 +169,29 @@ def unlink_in(dir_fd: int, name: str, st: os.stat_result) -> None:
     os.unlink(name, dir_fd=dir_fd)
 
 
+def append_whole(fd: int, data: bytes) -> None:
+    """Append ``data`` to ``fd`` (``O_APPEND``) whole or not at all.
+
+    A write that fails part-way (a full disk: ``ENOSPC``, ``EFBIG``) cuts the file back to
+    where ``data`` began before raising, so no torn line is left for a reader (the caller
+    must be the file's only writer, as the parent is of its control file).
+    """
+    written = 0
+    try:
+        while written < len(data):
+            written += os.write(fd, data[written:])
+    except OSError:
+        if written:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, os.fstat(fd).st_size - written)
+        raise
+
+
 def append_line(path: str | os.PathLike[str], line: bytes) -> None:
     """Append one line (a newline is added) with ``O_APPEND`` to an existing safe file."""
     fd = open_path(path, os.O_WRONLY | os.O_APPEND)
     try:
-        write_all(fd, line + b"\n")
+        append_whole(fd, line + b"\n")
     finally:
         os.close(fd)
 
@@ -188,7 +206,7 @@ def replace_file(path: str | os.PathLike[str], data: bytes) -> None:
     where, name = os.path.split(os.path.abspath(os.fspath(path)))
     plain_name(name)
     with opened_dir(where) as dir_fd:
-        tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        tmp = f".{name}.{os.urandom(6).hex()}.tmp"
         fd = open_in(dir_fd, tmp, os.O_WRONLY, create=True)
         try:
             write_all(fd, data)
@@ -226,7 +244,7 @@ class AppendFile:
         """Append ``line`` and a newline (``OSError`` once closed or on a write error)."""
         if self._fd is None:
             raise UnsafeFileError(self.path, "closed")
-        write_all(self._fd, line + b"\n")
+        append_whole(self._fd, line + b"\n")
 
     def close(self) -> None:
         if self._fd is not None:

@@ -138,6 +138,7 @@ class Presenter:
     def __init__(self, options: ChildOptions, log: EventLog) -> None:
         self.options = options
         self.log = log
+        log.on_error = self._event_write_failed
         self.session = RunSession()  # the state and the final-turn flag, as the table says
         self.feed = ControlFeed(options.control_path)
         self.watcher: FileWatcher | None = None
@@ -431,6 +432,12 @@ class Presenter:
     def fail(self, error: str) -> None:
         """A fatal error: the run exits ``failed`` with ``error``."""
         self._internal(Internal.FATAL, error)
+
+    def _event_write_failed(self, exc: OSError) -> None:
+        """The event file took no more (a full disk): nothing more can be said; end now."""
+        self.fail(f"cannot write the event file: {exc.strerror or exc}")
+        with contextlib.suppress(OSError):  # stderr.log may sit on the same full disk
+            print(f"tether child: cannot write the event file: {exc}", file=sys.stderr)
 
     def _on_deadline(self) -> None:
         self._internal(Internal.DEADLINE, DEADLINE_ERROR)

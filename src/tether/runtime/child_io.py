@@ -18,10 +18,11 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
+from tether import fsafe
 from tether.transports.tail import FileTail, TailStatus
 from tether.wire import (
     DISPLAY_EVENT_TYPES,
@@ -64,6 +65,7 @@ class EventLog:
         self.path = Path(path)
         self.sender = Sender(run)
         self.closed = False
+        self.on_error: Callable[[OSError], None] | None = None  # a write failed (disk full)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
         self._fd = os.open(self.path, flags, FILE_MODE)
 
@@ -94,12 +96,20 @@ class EventLog:
         self._write(line)
 
     def _write(self, line: bytes) -> None:
+        """Append one whole line, or nothing: a full disk never leaves a torn last line.
+
+        A write that fails (``ENOSPC``, ``EFBIG``...) after part of the line went out cuts
+        the file back to where the line began; the log then closes (no later line could
+        follow a hole) and ``on_error`` is told, so the run ends instead of waiting.
+        """
         if self.closed:
             return
-        data = line + b"\n"
-        written = os.write(self._fd, data)
-        while written < len(data):  # only on a full disk or similar; keep the line whole
-            written += os.write(self._fd, data[written:])
+        try:
+            fsafe.append_whole(self._fd, line + b"\n")
+        except OSError as exc:
+            self.close()
+            if self.on_error is not None:
+                self.on_error(exc)
 
     def close(self) -> None:
         """No further lines (called after ``exit``)."""

@@ -15,6 +15,7 @@ flood, or a line of gigabytes, which is skipped a budget at a time without buffe
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from typing import Final
 
@@ -83,5 +84,15 @@ async def end_group(target: procs.Target, grace_s: float) -> int | None:
 
 
 def stderr_tail(run: RunDir) -> str:
-    """The last bytes of the child's stderr, as a failure quotes them."""
-    return read_tail(run.stderr, STDERR_TAIL_BYTES)
+    """The last bytes of the child's stderr, as a failure quotes them (or a full disk)."""
+    tail = read_tail(run.stderr, STDERR_TAIL_BYTES)
+    if not tail and _disk_full(run):
+        return f"[tether: the disk holding {run.path} is full: the child could write nothing]"
+    return tail
+
+
+def _disk_full(run: RunDir) -> bool:
+    try:
+        return os.statvfs(run.path).f_bavail == 0
+    except OSError:
+        return False
