@@ -111,11 +111,16 @@ def test_run_a_plain_prompt(make_world: Worlds) -> None:
 
 @each_cli
 def test_run_a_tool_call_that_really_runs(make_world: Worlds) -> None:
-    world = make_world([*make_world.shell("echo made > marker.txt"), {"text": "It is made."}])
+    # the tool also writes to the run's inbox: the CLI passes TETHER_INBOX_PATH on
+    progress = '{"type":"progress","text":"from the tool"}'
+    report = f"echo '{progress}' >> \"$TETHER_INBOX_PATH\""
+    tool = make_world.shell(f"echo made > marker.txt; {report}")
+    world = make_world([*tool, {"text": "It is made."}])
     done = world.run_cli("make the marker")
     assert done.returncode == 0, done.stderr
     assert (world.work / "marker.txt").read_text() == "made\n"
-    events = world.checked(world.cli_run_dir())
+    run_dir = world.cli_run_dir()
+    events = world.checked(run_dir)
     call = of(events, "tool-call")[0]
     result = of(events, "tool-result")[0]
     assert result["tool-call-id"] == call["id"]
@@ -124,9 +129,8 @@ def test_run_a_tool_call_that_really_runs(make_world: Worlds) -> None:
     assert events[-2]["final-text"] == "It is made."
     if make_world.setup.reports_usage:
         assert of(events, "turn-complete")[0]["usage"]["output"] > 0
-
-
-# -- the parent API -------------------------------------------------------------------------
+    inbox = read_events(run_dir / "inbox.jsonl")
+    assert {"type": "progress", "text": "from the tool"} in inbox
 
 
 @each_full_cli
