@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 import tether
 from tether.modelserver import open_model_server
+from tether.modelserver.clients import CLIENTS, PI_ARGS
 from tether.runtime.adapters.claude import QUIET_ENV, command
 from tether.runtime.adapters.registry import AGENTS, find_command
 from tether.runtime.updates import RunEvent
@@ -55,23 +56,12 @@ class Cli(NamedTuple):
     is_answer: Callable[[dict[str, Any], int], bool]
 
 
-PI_ARGS = ("--provider", "bench", "--model", "scripted", "--offline")
 AGENT_ARGS: dict[str, tuple[str, ...]] = {"pi": PI_ARGS}
 
 
 def _pi_home(url: str, home: Path) -> dict[str, str]:
     """pi's provider config in ``home`` pointing at the server; its environment."""
-    folder = home / ".pi" / "agent"
-    folder.mkdir(parents=True, exist_ok=True)
-    provider = {
-        "baseUrl": f"{url}/v1",
-        "api": "openai-completions",
-        "apiKey": "bench",
-        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-        "models": [{"id": "scripted", "reasoning": False}],
-    }
-    (folder / "models.json").write_text(json.dumps({"providers": {"bench": provider}}))
-    return {"HOME": str(home)}
+    return CLIENTS["pi"].configure(url, home)[0]
 
 
 CLIS: dict[str, Cli] = {

@@ -1,10 +1,8 @@
 """One real agent CLI under test: its private HOME and config pointed at a scripted model
 server, runs through `tether run`, the parent API and the daemon, and the checks.
 
-:data:`SETUPS` says, per agent, how the CLI is pointed at the server (files in its own
-HOME, environment variables, ``--agent-arg`` values), which tool name runs a shell
-command in it and how its arguments look, and which extra model calls the CLI makes on
-its own (claude-code-acp asks a small model about each Bash output: a filler reply).
+:data:`SETUPS` says, per CLI, its entry in :data:`tether.modelserver.clients.CLIENTS`
+(how it is pointed at the server, its shell tool) and what the tests need beyond it.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -22,6 +20,7 @@ import pytest
 
 import tether
 from tether.modelserver import ModelServer
+from tether.modelserver.clients import CLIENTS, Client
 from tether.runtime.updates import RunEvent
 from tether.wire import tag_of
 
@@ -31,107 +30,30 @@ Event = dict[str, Any]
 
 
 class Setup(NamedTuple):
-    agent: str  # the --agent name
+    """One CLI under test: its client entry and what the tests need to know beyond it."""
+
+    client: Client
     program: str  # the CLI looked up for require_cli (an agent name in AGENTS)
-    command: tuple[str, ...]  # the command after -- (acp), else ()
-    tool: str  # the tool that runs a shell command
-    tool_args: Callable[[str], dict[str, Any]]
-    configure: Callable[[Path, str], tuple[dict[str, str], list[str]]]  # -> env, agent args
-    after_tool: tuple[dict[str, Any], ...] = ()  # replies the CLI uses up after each tool
     cli_match: tuple[str, ...] = ()  # its command line has one of these (to find it)
     cli_title: str = ""  # the process title it gives itself once started (pi: "pi")
     reports_usage: bool = True  # claude-code-acp 0.16.2 sends no usage
     deadline_s: float = 20.0  # a deadline that falls inside a first tool call (slow starts)
 
+    @property
+    def agent(self) -> str:
+        return self.client.agent
 
-def _pi(home: Path, url: str) -> tuple[dict[str, str], list[str]]:
-    provider = {
-        "baseUrl": f"{url}/v1",
-        "api": "openai-completions",
-        "apiKey": "test-key",
-        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-        "models": [{"id": "scripted", "reasoning": False}],
-    }
-    folder = home / ".pi" / "agent"
-    folder.mkdir(parents=True)
-    (folder / "models.json").write_text(json.dumps({"providers": {"tether": provider}}))
-    return {}, ["--provider", "tether", "--model", "scripted", "--offline"]
-
-
-def _codex(home: Path, url: str) -> tuple[dict[str, str], list[str]]:
-    codex_home = home / ".codex"
-    codex_home.mkdir(parents=True)
-    (codex_home / "config.toml").write_text(
-        'model = "scripted"\nmodel_provider = "tether"\nsandbox_mode = "danger-full-access"\n'
-        "[model_providers.tether]\n"
-        f'name = "tether scripted"\nbase_url = "{url}/v1"\nwire_api = "responses"\n'
-        'env_key = "TETHER_TEST_KEY"\nrequest_max_retries = 0\nstream_max_retries = 0\n'
-    )
-    return {"CODEX_HOME": str(codex_home), "TETHER_TEST_KEY": "test-key"}, []
-
-
-def _gemini(home: Path, url: str) -> tuple[dict[str, str], list[str]]:
-    folder = home / ".gemini"
-    folder.mkdir(parents=True)
-    settings = {"security": {"auth": {"selectedType": "gemini-api-key"}}}
-    (folder / "settings.json").write_text(json.dumps(settings))
-    env = {
-        "GEMINI_API_KEY": "test-key",
-        "GOOGLE_GEMINI_BASE_URL": url,
-        "GEMINI_CLI_TRUST_WORKSPACE": "true",
-    }
-    # an explicit model: with the default, Gemini CLI first asks a router model
-    return env, ["--yolo", "--model", "gemini-2.5-flash"]
-
-
-def _claude_acp(home: Path, url: str) -> tuple[dict[str, str], list[str]]:
-    env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "test-key"}
-    return env, ["--session-mode=bypassPermissions"]
+    @property
+    def command(self) -> tuple[str, ...]:
+        return self.client.command
 
 
 SETUPS: dict[str, Setup] = {
-    "pi": Setup(
-        "pi",
-        "pi",
-        (),
-        "bash",
-        lambda c: {"command": c},
-        _pi,
-        cli_match=("--mode rpc",),
-        cli_title="pi",
-        deadline_s=12.0,
-    ),
-    "codex": Setup(
-        "codex",
-        "codex",
-        (),
-        "exec_command",
-        # without yield_time_ms Codex leaves a command running in the background after 10 s
-        lambda c: {"cmd": c, "yield_time_ms": 30000},
-        _codex,
-        cli_match=("app-server",),
-        deadline_s=10.0,
-    ),
-    "gemini": Setup(
-        "gemini",
-        "gemini",
-        (),
-        "run_shell_command",
-        lambda c: {"command": c},
-        _gemini,
-        cli_match=("--acp",),
-        deadline_s=25.0,
-    ),
+    "pi": Setup(CLIENTS["pi"], "pi", cli_match=("--mode rpc",), cli_title="pi", deadline_s=12.0),
+    "codex": Setup(CLIENTS["codex"], "codex", cli_match=("app-server",), deadline_s=10.0),
+    "gemini": Setup(CLIENTS["gemini"], "gemini", cli_match=("--acp",), deadline_s=25.0),
     "claude-code-acp": Setup(
-        "acp",
-        "acp",
-        ("claude-code-acp",),
-        "Bash",
-        lambda c: {"command": c, "description": "run it"},
-        _claude_acp,
-        after_tool=({"text": "ok"},),
-        cli_match=("claude-code-acp",),
-        reports_usage=False,
+        CLIENTS["claude-code-acp"], "acp", cli_match=("claude-code-acp",), reports_usage=False
     ),
 }
 
@@ -144,7 +66,7 @@ class World:
         self.root = root
         self.server = server
         self.env = cli_env(root, program)
-        extra_env, self.agent_args = setup.configure(Path(self.env["HOME"]), server.url)
+        extra_env, self.agent_args = setup.client.configure(server.url, Path(self.env["HOME"]))
         self.env.update(extra_env)
         self.mark = self.env[MARK]
         self.work = root / "work"
@@ -210,8 +132,9 @@ class World:
 
 def shell(setup: Setup, command: str, text: str = "Running it.") -> list[dict[str, Any]]:
     """A reply that runs ``command`` with the CLI's shell tool (and its filler replies)."""
-    call = {"name": setup.tool, "arguments": setup.tool_args(command)}
-    return [{"text": text, "tool_calls": [call]}, *setup.after_tool]
+    client = setup.client
+    call = {"name": client.shell_tool, "arguments": client.tool_args(command)}
+    return [{"text": text, "tool_calls": [call]}, *client.after_tool]
 
 
 async def until(updates: AsyncIterator[Any], kind: str, **fields: Any) -> Event:

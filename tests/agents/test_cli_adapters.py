@@ -95,21 +95,6 @@ def _require_command(setup: Setup) -> str:
 
 
 @each_cli
-def test_run_a_plain_prompt(make_world: Worlds) -> None:
-    world = make_world([{"text": "Hello from the scripted model."}])
-    done = world.run_cli("say hello")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "Hello from the scripted model."
-    events = world.checked(world.cli_run_dir())
-    assert events[-2]["final-text"] == "Hello from the scripted model."
-    assert any(" session " in e.get("summary", "") for e in of(events, "info"))
-    assert (world.cli_run_dir() / "agent-session").read_text().strip()
-    assert of(events, "turn-complete")[0]["stop-reason"] == "stop"
-    assert of(events, "assistant-text-delta")
-    assert "say hello" in world.model_texts(1)
-
-
-@each_cli
 def test_run_a_tool_call_that_really_runs(make_world: Worlds) -> None:
     # the tool also writes to the run's inbox: the CLI passes TETHER_INBOX_PATH on
     progress = '{"type":"progress","text":"from the tool"}'
@@ -118,9 +103,15 @@ def test_run_a_tool_call_that_really_runs(make_world: Worlds) -> None:
     world = make_world([*tool, {"text": "It is made."}])
     done = world.run_cli("make the marker")
     assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "It is made."
     assert (world.work / "marker.txt").read_text() == "made\n"
     run_dir = world.cli_run_dir()
     events = world.checked(run_dir)
+    assert "make the marker" in world.model_texts(1)
+    assert any(" session " in e.get("summary", "") for e in of(events, "info"))
+    assert (run_dir / "agent-session").read_text().strip()
+    assert of(events, "assistant-text-delta")
+    assert of(events, "turn-complete")[0]["stop-reason"] == "stop"
     call = of(events, "tool-call")[0]
     result = of(events, "tool-result")[0]
     assert result["tool-call-id"] == call["id"]
@@ -134,52 +125,35 @@ def test_run_a_tool_call_that_really_runs(make_world: Worlds) -> None:
 
 
 @each_full_cli
-def test_steer_during_a_tool(make_world: Worlds) -> None:
-    script = [*make_world.shell("sleep 1.5; echo slept"), {"text": "Steered answer."}]
-    world = make_world([*script, {"text": "Steered answer."}])
+def test_steer_and_follow_up_during_a_tool(make_world: Worlds) -> None:
+    answers = [{"text": "Answer."}] * 3  # enough for every CLI's way of taking them in
+    world = make_world([*make_world.shell("sleep 2; echo slept"), *answers])
 
-    async def go() -> tuple[tether.Result, Path, int]:
+    async def go() -> tuple[tether.Result, Path]:
         handle = await world.spawn("start")
         updates = handle.updates()
         await until(updates, "tool-call")
-        ack = await handle.steer("ALSO CHECK THE TESTS")
-        assert ack.status == "accepted"
-        injected = await until(updates, "steering-injected")
-        assert injected["ref"] == ack.ref
-        return await handle.wait(), handle.run_dir.path, ack.ref
-
-    result, run_dir, _ = asyncio.run(go())
-    assert result.status == "done", result.error
-    assert result.final_text == "Steered answer."
-    events = world.checked(run_dir)
-    turns = len(of(events, "turn-started"))
-    if world.setup.agent in ("pi", "codex"):
-        assert turns == 1  # native: the steer joined the running turn
-    else:
-        assert turns == 2  # ACP: queued, it opened the next prompt
-    assert "ALSO CHECK THE TESTS" in world.all_model_texts()
-
-
-@each_full_cli
-def test_follow_up_is_the_next_user_message(make_world: Worlds) -> None:
-    world = make_world([{"text": "First.", "delay_ms": 1500}, {"text": "Second."}])
-
-    async def go() -> tuple[tether.Result, Path]:
-        handle = await world.spawn("one")
-        updates = handle.updates()
-        await until(updates, "llm-start")
-        ack = await handle.follow_up("AND THEN TWO")
-        assert ack.status == "accepted"
-        await until(updates, "follow-up-injected", ref=ack.ref)
+        steer = await handle.steer("ALSO CHECK THE TESTS")
+        follow = await handle.follow_up("AND THEN SUMMARIZE")
+        assert (steer.status, follow.status) == ("accepted", "accepted")
         return await handle.wait(), handle.run_dir.path
 
     result, run_dir = asyncio.run(go())
     assert result.status == "done", result.error
-    assert result.final_text == "Second."
+    assert result.final_text == "Answer."
     events = world.checked(run_dir)
-    assert [e["text"] for e in of(events, "assistant-text")] == ["First.", "Second."]
-    assert len(of(events, "turn-started")) == 1
-    assert "AND THEN TWO" in world.model_texts(2)
+    steered = of(events, "steering-injected")
+    followed = of(events, "follow-up-injected")
+    assert [e["text"] for e in steered] == ["ALSO CHECK THE TESTS"]
+    assert [e["text"] for e in followed] == ["AND THEN SUMMARIZE"]
+    turns = len(of(events, "turn-started"))
+    if world.setup.agent in ("pi", "codex"):
+        assert turns == 1  # native steer: both joined the running turn
+    else:
+        assert turns == 2  # ACP: the steer waited and opened the next prompt
+    texts = world.all_model_texts()
+    assert "ALSO CHECK THE TESTS" in texts
+    assert "AND THEN SUMMARIZE" in texts
 
 
 @each_full_cli

@@ -11,43 +11,30 @@ tool calls through the CLI's own tools:
   and the last turn answers without tools;
 - ``cancelled``: counting to ten in a shell loop, cancelled after a couple of numbers.
 
-:data:`CLIS` says how to point each CLI at a model server; a CLI without an entry has no
-demo yet.
+:data:`CLIS` lists the CLIs with a demo; :data:`tether.modelserver.clients.CLIENTS` says
+how to point each at a model server.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
+
+from tether.modelserver.clients import CLIENTS, Client
 
 DEADLINE_S: Final = 30.0
 FINALIZE_AFTER_S: Final = 12.0
 
 
-class CliDemo(NamedTuple):
-    shell_tool: str  # the CLI's shell tool, as the model calls it
-    tool_args: Callable[[str], dict[str, Any]]  # the tool's arguments for a command
-    agent_args: tuple[str, ...]  # what lets that tool run unasked
-    env: Callable[[str, Path], dict[str, str]]  # the model server's URL, HOME -> env
-
-
-def _claude_env(url: str, home: Path) -> dict[str, str]:
-    return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "demo-no-key", "HOME": str(home)}
-
-
-CLIS: Final[dict[str, CliDemo]] = {
-    "claude": CliDemo(
-        shell_tool="Bash",
-        tool_args=lambda command: {"command": command, "description": "demo step"},
-        agent_args=("--allowedTools=Bash",),
-        env=_claude_env,
-    ),
+# The CLIs with a demo: how each is pointed at a model server and runs a shell command.
+CLIS: Final[dict[str, Client]] = {
+    name: CLIENTS[name] for name in ("claude", "codex", "pi", "gemini")
 }
 
 
-def scripts(demo: CliDemo) -> dict[str, list[dict[str, Any]]]:
+def scripts(demo: Client) -> dict[str, list[dict[str, Any]]]:
     """The scripted replies of each run, calling the CLI's own shell tool."""
 
     def call(text: str, command: str) -> dict[str, Any]:
@@ -71,7 +58,7 @@ def scripts(demo: CliDemo) -> dict[str, list[dict[str, Any]]]:
 
 
 @contextlib.contextmanager
-def open_servers(demo: CliDemo, names: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+def open_servers(demo: Client, names: tuple[str, ...]) -> Iterator[dict[str, Any]]:
     """One scripted model server per run, for the ``with`` block."""
     from tether.modelserver import open_model_server
 
@@ -81,16 +68,13 @@ def open_servers(demo: CliDemo, names: tuple[str, ...]) -> Iterator[dict[str, An
 
 
 def spawn_options(
-    agent: str, demo: CliDemo, server: Any, workdir: Path, name: str
+    agent: str, demo: Client, server: Any, workdir: Path, name: str
 ) -> dict[str, Any]:
     """The ``spawn`` keywords of one run on ``agent``."""
     home = workdir.parent / f".home-{name}"
     home.mkdir(mode=0o700, exist_ok=True)
-    options: dict[str, Any] = {
-        "agent": agent,
-        "agent_args": list(demo.agent_args),
-        "env": demo.env(server.url, home),
-    }
+    env, agent_args = demo.configure(server.url, home)
+    options: dict[str, Any] = {"agent": agent, "agent_args": agent_args, "env": env}
     if name == "deadline":
         options |= {"deadline_s": DEADLINE_S, "finalize_after_s": FINALIZE_AFTER_S}
     return options

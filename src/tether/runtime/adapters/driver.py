@@ -182,6 +182,7 @@ class TranslatingRunner:
             outcome = await self._run(turn, request.opening, control)
         except asyncio.CancelledError:
             self._abort()
+            self._turn = None  # ended by us: the CLI's exit that follows is no error
             await self.terminate()
             raise
         finally:
