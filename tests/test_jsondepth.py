@@ -93,3 +93,20 @@ def test_malformed_but_shallow_is_left_to_the_parser() -> None:
         check_depth(data)  # no TooDeep: the parser rejects these at once
         with pytest.raises(msgspec.DecodeError):
             jsondepth.decode_any(data)
+
+
+def test_no_module_parses_json_around_the_depth_check() -> None:
+    """Every ``json.loads`` / ``msgspec.json.decode`` in src goes through tether.jsondepth."""
+    import re
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src" / "tether"
+    bare = re.compile(r"(?<![\w.])json\.loads\(|msgspec\.json\.decode\(")
+    offenders = [
+        f"{path.relative_to(src)}:{number}"
+        for path in sorted(src.rglob("*.py"))
+        if path.name != "jsondepth.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if bare.search(line)
+    ]
+    assert offenders == []

@@ -15,7 +15,6 @@ event log, then live events, as ``tether run`` draws them) and sends each typed 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import signal
@@ -27,6 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
+
+from tether import jsondepth
 
 if TYPE_CHECKING:
     from tether.daemon.drive_client import DriveConnection
@@ -182,7 +183,7 @@ def _screen(conn: DriveConnection, stdout_fd: int) -> str | None:
 
 def _control_text(text: str) -> str | None:
     try:
-        message = json.loads(text)
+        message = jsondepth.loads(text)
     except ValueError:
         return None
     if not isinstance(message, dict):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from tether import jsondepth
 from tether.daemon.methods import RpcFailure
 from tether.daemon.protocol import ErrorCode
 from tether.inbox.answers import (
@@ -91,7 +91,7 @@ class AnswerDesk:
         out: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             try:
-                body = json.loads(row.body or "null")
+                body = jsondepth.loads(row.body or "null")
             except ValueError:
                 continue
             text = question_of(row.type, body) if isinstance(body, dict) else None

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
+from tether import jsondepth
 from tether.daemon.methods import RpcFailure, decode_params
 from tether.daemon.protocol import ErrorCode
 from tether.daemon.pty_wire import CHUNK_BYTES, Rejection, check_size
@@ -129,7 +130,7 @@ class DriveSession:
 
     def _control(self, text: str) -> None:
         try:
-            message = json.loads(text)
+            message = jsondepth.loads(text)
         except ValueError:
             message = None
         kind = message.get("type") if isinstance(message, dict) else None

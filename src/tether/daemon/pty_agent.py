@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 import shlex
@@ -34,7 +33,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
-from tether import procs
+from tether import jsondepth, procs
 from tether.daemon.methods import RpcFailure
 from tether.daemon.protocol import ErrorCode, FrameDecoder
 from tether.daemon.pty_holder import read_exit_file
@@ -538,7 +537,7 @@ def _launch_holder(
 
 def _parse_hello(line: bytes) -> dict[str, Any]:
     try:
-        reply = json.loads(line)
+        reply = jsondepth.loads(line)
     except ValueError:
         return {}
     return reply if isinstance(reply, dict) else {}

@@ -35,6 +35,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
+from tether import jsondepth
 from tether.daemon.protocol import encode_frame
 
 RING_BYTES: Final = 1_048_576
@@ -136,7 +137,7 @@ def decode_json(frame: HolderFrame) -> Any:
     if decoder is None:
         return Rejection(f"frame {frame.kind.name} carries no JSON")
     try:
-        return decoder.decode(frame.payload)
+        return jsondepth.decode(decoder, frame.payload)
     except msgspec.DecodeError as exc:
         return Rejection(f"bad {frame.kind.name} payload: {exc}")
 

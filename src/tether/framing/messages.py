@@ -106,8 +106,9 @@ class ToolCall(_Message, frozen=True, kw_only=True):
         JSON text. Text that is not a JSON object has no members.
         """
         try:
+            jsondepth.check_depth(text)
             raw = _RAW_OBJECT(text)
-        except (msgspec.DecodeError, RecursionError):
+        except msgspec.DecodeError:
             return cls(name=name, id=id, input=text)
         members = tuple((key, _raw_member(value)) for key, value in raw.items())
         return cls(name=name, id=id, input=text, members=members)

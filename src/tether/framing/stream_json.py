@@ -205,8 +205,9 @@ def _input(call: ToolCall) -> Any:
     text = call.input
     if "\n" not in text and "\r" not in text:
         try:
+            jsondepth.check_depth(text)
             _DECODE(text)
-        except (msgspec.DecodeError, RecursionError):
+        except msgspec.DecodeError:
             pass
         else:
             return msgspec.Raw(text.encode())

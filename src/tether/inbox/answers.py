@@ -16,11 +16,11 @@ answer in the store (whoever sends it: the daemon's ``agent.answer``, the parent
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from tether import jsondepth
 from tether.errors import ParentError
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def claim(
     if message is None or message.run_id != run_id:
         raise AnswerRefused(f"no inbox message {key!r} in this run")
     try:
-        body = json.loads(message.body or "null")
+        body = jsondepth.loads(message.body or "null")
     except ValueError:
         body = None
     question = question_of(message.type, body) if isinstance(body, dict) else None
@@ -107,7 +107,7 @@ def key_for(store: InboxStore, run_id: str, message: str | Mapping[str, Any]) ->
     text = question_of(kind if isinstance(kind, str) else None, dict(message))
     for row in store.open_questions([run_id]):
         if row.type == kind and text is not None and text in (row.body or ""):
-            body = json.loads(row.body or "{}")
+            body = jsondepth.loads(row.body or "{}")
             if question_of(row.type, body) == text:
                 return row.msg_key
     raise AnswerRefused(f"no unanswered {kind or 'question'} like that in run {run_id}")

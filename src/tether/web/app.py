@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
+from tether import jsondepth
 from tether.daemon.aclient import AsyncDaemonClient
 from tether.daemon.client import DaemonCallError, DaemonClientError
 from tether.daemon.protocol import ErrorCode, Request
@@ -212,7 +213,7 @@ def _read_inbox(db: Path | None, run_id: str) -> list[dict[str, Any]]:
         rows = store.messages(run_id)[-INBOX_LIMIT:]
     out = []
     for row in rows:
-        item = json.loads(row.to_json())
+        item = jsondepth.loads(row.to_json())
         item["answer"] = answers.get(row.msg_key)
         out.append(item)
     return out

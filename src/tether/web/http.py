@@ -23,6 +23,7 @@ from urllib.parse import unquote
 
 import h11
 
+from tether import jsondepth
 from tether.transports.ws import WsEvent, WsPeer, WsRequest
 
 _MIGHT_SWITCH: Final = h11.MIGHT_SWITCH_PROTOCOL  # type: ignore[attr-defined]
@@ -54,7 +55,7 @@ class Request:
 
     def json(self) -> Any:
         try:
-            return json.loads(self.body or b"{}")
+            return jsondepth.loads(self.body or b"{}")
         except ValueError:
             return None
 

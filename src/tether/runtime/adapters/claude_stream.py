@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from tether import jsondepth
+
 __all__ = ["ModelCall", "tool_results", "usage_of"]
 
 _USAGE_KEYS: Final = {
@@ -169,8 +171,8 @@ def _arguments(raw: str) -> Any:
     if not raw:
         return {}
     try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
+        return jsondepth.loads(raw)
+    except ValueError:
         return raw
 
 
