@@ -22,6 +22,7 @@ import pytest
 
 import tether
 from tether.modelserver import open_model_server
+from tether.runtime.adapters.registry import AGENTS, ack_notes
 
 from .agent_world import SETUPS, Setup, World, connect_daemon, of, shell, until
 from .cli_helpers import kill_marked, read_events, require_cli, survivors
@@ -136,6 +137,10 @@ def test_steer_and_follow_up_during_a_tool(make_world: Worlds) -> None:
         steer = await handle.steer("ALSO CHECK THE TESTS")
         follow = await handle.follow_up("AND THEN SUMMARIZE")
         assert (steer.status, follow.status) == ("accepted", "accepted")
+        # an ack says what a control that is not native really does (the table's words)
+        notes = ack_notes(AGENTS[world.setup.agent])
+        assert (steer.reason or None) == notes.get("steer")
+        assert (follow.reason or None) == notes.get("follow-up")
         return await handle.wait(), handle.run_dir.path
 
     result, run_dir = asyncio.run(go())
