@@ -129,3 +129,27 @@ def test_websockets_need_the_token_and_our_origin(
             assert message["type"] == "event"
             html += message["html"]
     assert "<span" in html  # drawn by the display's HTML sink
+
+
+def test_oversized_requests_are_refused(agentd: AgentDaemon, dashboard: DashboardProcess) -> None:
+    import contextlib
+    import socket
+
+    def raw(data: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", dashboard.port), timeout=30) as sock:
+            sock.sendall(data)
+            reply = b""
+            with contextlib.suppress(ConnectionResetError):  # refused mid-body
+                while chunk := sock.recv(65536):
+                    reply += chunk
+            return reply
+
+    host = (
+        f"Host: 127.0.0.1:{dashboard.port}\r\nX-Tether-Token: {dashboard.token}\r\n"
+        "Connection: close\r\n"
+    )
+    head = raw(f"GET /api/agents HTTP/1.1\r\n{host}X-Big: {'a' * 20000}\r\n\r\n".encode())
+    assert head.startswith(b"HTTP/1.1 431")
+    size = 300_000
+    big = f"POST /api/agents/x/steer HTTP/1.1\r\n{host}Content-Length: {size}\r\n\r\n".encode()
+    assert raw(big + b"{" * size).startswith(b"HTTP/1.1 413")

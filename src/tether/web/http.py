@@ -149,7 +149,7 @@ async def serve_connection(
             conn.start_next_cycle()
     except (h11.RemoteProtocolError, _TooLarge) as exc:
         with contextlib.suppress(h11.LocalProtocolError, ConnectionError):
-            status = 413 if isinstance(exc, _TooLarge) else 400
+            status = exc.status if isinstance(exc, _TooLarge) else 400
             writer.write(_encode(conn, Response.error(status, str(exc))))
     except (ConnectionError, TimeoutError):
         pass
@@ -158,7 +158,9 @@ async def serve_connection(
 
 
 class _TooLarge(Exception):
-    pass
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> Request | None:
@@ -176,11 +178,14 @@ async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> R
         if isinstance(event, h11.ConnectionClosed):
             return None
         if isinstance(event, h11.Request):
+            size = len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers)
+            if size > MAX_HEAD_BYTES:  # h11 bounds only a head still arriving
+                raise _TooLarge(f"request heads are at most {MAX_HEAD_BYTES} bytes", 431)
             head = event
         elif isinstance(event, h11.Data):
             body += event.data
             if len(body) > MAX_BODY_BYTES:
-                raise _TooLarge(f"request bodies are at most {MAX_BODY_BYTES} bytes")
+                raise _TooLarge(f"request bodies are at most {MAX_BODY_BYTES} bytes", 413)
         elif isinstance(event, h11.EndOfMessage) or event is h11.PAUSED:
             assert head is not None
             return _request(head, bytes(body))
