@@ -91,3 +91,19 @@ def test_stderr_replaced_by_a_fifo_still_fails_the_run_promptly(victim: Path) ->
     result = _run("stderr-fifo", victim)
     assert result.status == "failed"
     assert "without an exit event" in (result.error or "")
+
+
+def test_tether_show_does_not_block_on_a_fifo_left_in_the_run_dir(victim: Path) -> None:
+    import subprocess
+    import sys
+
+    result = _run("control-fifo", victim)  # the run leaves control.jsonl as a FIFO
+    shown = subprocess.run(
+        [sys.executable, "-m", "tether", "show", str(result.run_id)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+    assert shown.returncode == 0, shown
+    assert str(result.run_id) in shown.stdout

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -207,11 +208,11 @@ def summarise(record: RunRecord | None, path: Path) -> dict[str, Any]:
 
 
 def _controls(path: Path) -> dict[str, int]:
-    from tether import jsondepth
+    from tether import fsafe, jsondepth
 
     counts: Counter[str] = Counter()
-    try:
-        with path.open("rb") as handle:
+    try:  # a child may have left a FIFO or a symlink there: never blocked on, never followed
+        with os.fdopen(fsafe.open_path(path, os.O_RDONLY), "rb") as handle:
             for line in handle:
                 try:
                     kind = jsondepth.loads(line).get("type")
