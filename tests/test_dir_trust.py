@@ -23,6 +23,7 @@ import pytest
 
 from tether.daemon.aclient import AsyncDaemonClient
 from tether.daemon.client import DaemonClient, UntrustedDaemon
+from tether.daemon.drive_client import open_drive_async
 from tether.paths import UnsafeDirectory, ensure_private_dir
 
 HER = 54321
@@ -207,7 +208,7 @@ def _received(got_r: int) -> list[int]:
         if not chunk:
             break
         sizes += [int(n) for n in chunk.split()]
-        if len(sizes) >= 3:
+        if len(sizes) >= 4:
             break
     return sizes
 
@@ -234,12 +235,16 @@ def test_clients_send_nothing_to_a_daemon_of_another_uid(
         async def aclient() -> None:
             await AsyncDaemonClient.open(path)
 
-        with pytest.raises(UntrustedDaemon, match=f"runs as uid {HER}"):
-            asyncio.run(aclient())
+        async def drive() -> None:
+            await open_drive_async(path, "x")
+
+        for attempt in (aclient, drive):
+            with pytest.raises(UntrustedDaemon, match=f"runs as uid {HER}"):
+                asyncio.run(attempt())
         env = {**tether_env, "TETHER_SOCKET": str(path), "SECRET_TOKEN": "s3cret"}
         spawn = ["agent", "spawn", "x", "--env", "SECRET_TOKEN=s3cret", "--", "true"]
         done = _cli(env, *spawn)
         assert done.returncode == 2, done
         assert "Traceback" not in done.stderr
         assert f"runs as uid {HER}" in done.stderr
-        assert _received(got_r) == [0, 0, 0]  # three connections, not one byte sent
+        assert _received(got_r) == [0, 0, 0, 0]  # four connections, not one byte sent

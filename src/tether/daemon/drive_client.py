@@ -16,7 +16,7 @@ import socket
 from pathlib import Path
 from typing import Any, Final
 
-from tether.daemon.client import DaemonClient, DaemonConnectionLost, result_of
+from tether.daemon.client import DaemonClient, DaemonConnectionLost, check_server, result_of
 from tether.daemon.protocol import PREFIX_BYTES, ProtocolError, decode_response, encode_call
 from tether.transports.ws import WsEvent, WsOpen, WsPeer
 
@@ -144,6 +144,7 @@ async def open_drive_async(socket_path: Path, name: str) -> AsyncDrive:
     """``agent.drive`` and the handshake on a new connection; raises ``DaemonClientError``."""
     reader, writer = await asyncio.open_unix_connection(str(socket_path))
     try:
+        check_server(writer.get_extra_info("socket"), socket_path)  # before a single byte
         writer.write(encode_call(1, "agent.drive", {"name": name}))
         size = int.from_bytes(await reader.readexactly(PREFIX_BYTES), "little")
         response = decode_response(await reader.readexactly(size))
