@@ -10,9 +10,9 @@ from tether.daemon.pty_wire import (
     ExitInfo,
     Hello,
     HolderFrame,
+    HolderRejection,
     Kind,
     OutputRing,
-    Rejection,
     Resize,
     check_size,
     decode_holder_frame,
@@ -57,10 +57,12 @@ def test_frames_round_trip_through_the_daemon_frame_codec() -> None:
     assert decode_json(hello) == Hello(pid=7, cols=80, rows=24)
     assert decode_holder_frame(second) == HolderFrame(Kind.OUTPUT, b"x")
     assert decode_json(HolderFrame(Kind.EXIT, b'{"code": 3}')) == ExitInfo(code=3)
-    assert isinstance(decode_json(HolderFrame(Kind.RESIZE, b'{"cols": 0, "rows": 1}')), Rejection)
-    assert isinstance(decode_json(HolderFrame(Kind.OUTPUT, b"")), Rejection)
+    assert isinstance(
+        decode_json(HolderFrame(Kind.RESIZE, b'{"cols": 0, "rows": 1}')), HolderRejection
+    )
+    assert isinstance(decode_json(HolderFrame(Kind.OUTPUT, b"")), HolderRejection)
     assert check_size(80, 24) == (80, 24)
-    assert isinstance(check_size(True, 24), Rejection)
+    assert isinstance(check_size(True, 24), HolderRejection)
     assert Resize(cols=1, rows=1000) == decode_json(
         HolderFrame(Kind.RESIZE, b'{"cols": 1, "rows": 1000}')
     )

@@ -33,7 +33,7 @@ import msgspec
 from tether import jsondepth
 from tether.daemon.methods import RpcFailure, decode_params
 from tether.daemon.protocol import ErrorCode
-from tether.daemon.pty_wire import CHUNK_BYTES, Rejection, check_size
+from tether.daemon.pty_wire import CHUNK_BYTES, HolderRejection, check_size
 from tether.transports.ws import (
     CLOSE_NORMAL,
     CLOSE_POLICY,
@@ -140,7 +140,7 @@ class DriveSession:
         elif kind == "resize":
             assert isinstance(message, dict)
             size = check_size(message.get("cols"), message.get("rows"))
-            if isinstance(size, Rejection):
+            if isinstance(size, HolderRejection):
                 self.send_control({"type": "error", "message": str(size)})
             else:
                 self.agent.resize(*size)

@@ -44,9 +44,9 @@ from tether.daemon.pty_wire import (
     ExitInfo,
     Hello,
     HolderFrame,
+    HolderRejection,
     Kind,
     OutputRing,
-    Rejection,
     Resize,
     Stop,
     decode_holder_frame,
@@ -97,8 +97,8 @@ class _HolderLink(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._decoder.feed(data)
         while (body := self._decoder.next_frame()) is not NEED_DATA:
-            frame = decode_holder_frame(body) if isinstance(body, bytes) else Rejection("bad")
-            if isinstance(frame, Rejection):
+            frame = decode_holder_frame(body) if isinstance(body, bytes) else HolderRejection("bad")
+            if isinstance(frame, HolderRejection):
                 log.warning("agent %s: bad frame from the holder: %s", self.agent.name, frame)
                 self.close()
                 return

@@ -53,9 +53,9 @@ from tether.daemon.pty_wire import (
     ExitInfo,
     Hello,
     HolderFrame,
+    HolderRejection,
     Kind,
     OutputRing,
-    Rejection,
     Resize,
     Stop,
     decode_holder_frame,
@@ -243,7 +243,7 @@ class Holder:
                 self._drop_client()
                 return
             frame = decode_holder_frame(body)
-            if isinstance(frame, Rejection):
+            if isinstance(frame, HolderRejection):
                 self._drop_client()
                 return
             self._on_frame(frame)

@@ -24,7 +24,7 @@ clean). Both sides keep one: the holder's survives a daemon restart, the daemon'
 viewers without a round trip.
 
 Decoding is total: :func:`decode_holder_frame` returns a :class:`HolderFrame` or a
-:class:`Rejection` string, never raises.
+:class:`HolderRejection` string, never raises.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class HolderFrame:
     payload: bytes
 
 
-class Rejection(str):
+class HolderRejection(str):
     """Why a frame was refused (a value, not an exception)."""
 
 
@@ -121,25 +121,25 @@ def encode(kind: Kind, payload: bytes | msgspec.Struct = b"") -> bytes:
     return encode_frame(kind.value + body)
 
 
-def decode_holder_frame(body: bytes) -> HolderFrame | Rejection:
+def decode_holder_frame(body: bytes) -> HolderFrame | HolderRejection:
     if not body:
-        return Rejection("empty frame")
+        return HolderRejection("empty frame")
     try:
         kind = Kind(body[:1])
     except ValueError:
-        return Rejection(f"unknown frame kind {body[:1]!r}")
+        return HolderRejection(f"unknown frame kind {body[:1]!r}")
     return HolderFrame(kind, body[1:])
 
 
 def decode_json(frame: HolderFrame) -> Any:
-    """The typed payload of a JSON frame (Hello, ExitInfo, Resize, Stop) or a Rejection."""
+    """The typed payload of a JSON frame (Hello, ExitInfo, Resize, Stop) or a HolderRejection."""
     decoder = _DECODERS.get(frame.kind)
     if decoder is None:
-        return Rejection(f"frame {frame.kind.name} carries no JSON")
+        return HolderRejection(f"frame {frame.kind.name} carries no JSON")
     try:
         return jsondepth.decode(decoder, frame.payload)
     except msgspec.DecodeError as exc:
-        return Rejection(f"bad {frame.kind.name} payload: {exc}")
+        return HolderRejection(f"bad {frame.kind.name} payload: {exc}")
 
 
 class OutputRing:
@@ -173,11 +173,11 @@ class OutputRing:
         return bytes(self._buf)
 
 
-def check_size(cols: Any, rows: Any) -> tuple[int, int] | Rejection:
-    """``(cols, rows)`` when both are ints in 1..1000, else a Rejection."""
+def check_size(cols: Any, rows: Any) -> tuple[int, int] | HolderRejection:
+    """``(cols, rows)`` when both are ints in 1..1000, else a HolderRejection."""
     for value in (cols, rows):
         if type(value) is not int or not MIN_SIZE <= value <= MAX_SIZE:
-            return Rejection(f"cols and rows must be integers in {MIN_SIZE}..{MAX_SIZE}")
+            return HolderRejection(f"cols and rows must be integers in {MIN_SIZE}..{MAX_SIZE}")
     return cols, rows
 
 
@@ -190,9 +190,9 @@ __all__ = [
     "ExitInfo",
     "Hello",
     "HolderFrame",
+    "HolderRejection",
     "Kind",
     "OutputRing",
-    "Rejection",
     "Resize",
     "Stop",
     "check_size",
