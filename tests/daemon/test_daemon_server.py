@@ -151,7 +151,8 @@ def test_200_concurrent_clients(daemon: DaemonProcess) -> None:
     async def one(index: int) -> list[object]:
         async with await AsyncDaemonClient.open(daemon.socket) as client:
             calls = [client.call("daemon.status") for _ in range(5)]
-            bad = await client.call_response("channel.push_to_channel", {"channel_id": f"{index}"})
+            params = {"channel_id": f"{index}", "envelope": "not an envelope"}
+            bad = await client.call_response("channel.push_to_channel", params)
             assert bad.error == RpcError(ErrorCode.INVALID_PARAMS, ANY_MESSAGE)
             return list(await asyncio.gather(*calls))
 
