@@ -178,3 +178,16 @@ def test_close_when_idle_once_ready_and_nothing_is_pending() -> None:
     assert isinstance(close, Send)
     assert close.kind is ControlKind.CLOSE
     assert len(watch.next(0.1)) == 1  # only the wait: close goes once
+
+
+def test_no_automatic_control_once_the_deadline_has_passed() -> None:
+    """The child times out on its own then; a close it can never answer is not sent."""
+    watch, child = _watch(deadline=10.0, close_when_idle=True)
+    first = watch.send(ControlKind.PROMPT, 0.0, text="task")
+    assert isinstance(first, Send)
+    child.says(m.Ready)
+    child.acks(first.seq)
+    child.says(m.TurnStarted, turn=1)
+    child.says(m.TurnComplete, turn=1, stop_reason="aborted")  # idle, but past the deadline
+    assert watch.mirror.idle
+    assert not any(isinstance(a, Send) for a in watch.next(10.0))

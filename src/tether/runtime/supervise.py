@@ -33,7 +33,7 @@ child wrote last (an ``exit`` written just before the end still counts):
 After ``exit`` the process has ``exit_grace_s`` to go; then, and whenever the process
 is gone, whatever is left in its process group is ended. Automatic controls: a
 ``finalize`` at ``finalize_at``, and ``close`` once the child is idle when
-``close_when_idle``.
+``close_when_idle`` (neither once the wire deadline has passed: the child is exiting).
 
 The verdict is the child's ``exit`` when it wrote one (``exit done`` without a
 ``result`` is a failed run: the wire promises ``result`` first), else the failure with
@@ -302,6 +302,8 @@ class RunWatch:
 
     def _auto_controls(self, now: float) -> list[Action]:
         out: list[Action] = []
+        if self.deadline is not None and now >= self.deadline:
+            return out  # the child is timing out: a control now would never be answered
         state = self.mirror.state
         if (
             self.finalize_at is not None
