@@ -81,6 +81,8 @@ from tether.wire.usage import add_usage, clean_usage
 __all__ = ["ChildOptions", "Presenter", "run_child"]
 
 DEADLINE_ERROR: Final = "run deadline exceeded"
+# Reads (each <= 64 lines) granted to control lines written after the final drain began.
+LATE_DRAIN_READS: Final = 16
 # How long a cancelled turn may take to unwind before `exit` is written anyway.
 UNWIND_GRACE_S: Final = 1.0
 # A last turn that stopped this way leaves a partial answer (``result.context``).
@@ -494,11 +496,16 @@ class Presenter:
         """Ack every control line written before the exit began, each exactly once.
 
         The run is terminal, so the table rejects them all. Reads stay bounded (memory
-        too); the end is the file's size when the drain starts, so a parent that keeps
-        writing cannot hold the exit back (its later lines get no ack: nobody reads them).
+        too). Everything up to the file's size when the drain starts is acked, however
+        many lines that is; lines still arriving get :data:`LATE_DRAIN_READS` more reads,
+        so a parent that keeps writing cannot hold the exit back for ever.
         """
-        end = self.feed.size()
-        while not self._channel_dead and self.feed.behind(end):
+        end, late = self.feed.size(), 0
+        while not self._channel_dead and late <= LATE_DRAIN_READS:
+            if not self.feed.behind(end):
+                if not self.feed.more():
+                    return
+                late += 1
             before = self.feed.position()
             if not self._read_once() or self.feed.position() == before:
                 return  # the channel died, or the file can no longer be read
