@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import os
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RemoteRunHandle", "spawn_remote"]
 
-MAX_HELD_ACKS = 4096  # acks waiting for their control line (bounded)
+MAX_HELD_EVENTS = 4096  # events held behind an ack whose control line is unread
 
 
 async def spawn_remote(
@@ -121,7 +122,8 @@ class RemoteRunHandle:
         self._created = time.time()
         self._acks: dict[int, ControlAck] = {}
         self._ack_waiters: dict[int, asyncio.Future[ControlAck]] = {}
-        self._held: list[tuple[ControlAck, bytes]] = []
+        self._held: deque[tuple[AnyEvent, bytes]] = deque()
+        self._finishing = False
         self._controls_seen = 0
         self._updates: asyncio.Queue[Update | None] = asyncio.Queue()
         self._result: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
@@ -217,7 +219,7 @@ class RemoteRunHandle:
             if isinstance(item, Entry):
                 self.mirror.expect(item.data)
                 self._controls_seen = max(self._controls_seen, self.mirror.sender.seq)
-                self._release_held()
+                await self._release_held()
 
     async def _follow_events(self) -> None:
         async for item in self.channel.tail(events_channel(self.host, self.run_id)):
@@ -226,14 +228,10 @@ class RemoteRunHandle:
             event, error = self._decode(item.data)
             if error is not None:
                 self._put(error)
-            if event is None:
-                continue
-            if isinstance(event, ControlAck) and self._ahead(event):
+            if event is not None:
                 self._hold(event, item.data)
-                continue
-            self._apply(event, item.data)
-            if self.mirror.finished:
-                await self._finish()
+                await self._release_held()
+            if self.done:
                 return
 
     def _decode(self, line: bytes) -> tuple[AnyEvent | None, ChannelError | None]:
@@ -249,19 +247,24 @@ class RemoteRunHandle:
         """An ack whose control line has not been read yet (the channels race)."""
         return isinstance(ack.ref, int) and ack.ref > self._controls_seen
 
-    def _hold(self, event: ControlAck, raw: bytes) -> None:
-        if len(self._held) >= MAX_HELD_ACKS:
+    def _hold(self, event: AnyEvent, raw: bytes) -> None:
+        if len(self._held) >= MAX_HELD_EVENTS:
             self._put(ChannelError("acks arrive for controls never seen", run=self.run_id))
             return
         self._held.append((event, raw))
 
-    def _release_held(self) -> None:
-        held, self._held = self._held, []
-        for ack, raw in held:
-            if self._ahead(ack):
-                self._held.append((ack, raw))
-            else:
-                self._apply(ack, raw)
+    async def _release_held(self) -> None:
+        """Apply the held events in order, up to the first ack whose control is unread:
+        everything after such an ack waits with it, so updates keep the child's order."""
+        while self._held:
+            event, raw = self._held[0]
+            if isinstance(event, ControlAck) and self._ahead(event):
+                return
+            self._held.popleft()
+            self._apply(event, raw)
+            if self.mirror.finished and not self._finishing:
+                self._finishing = True
+                await self._finish()
 
     def _apply(self, event: AnyEvent, raw: bytes) -> None:
         problem = self.mirror.apply(event)
