@@ -387,8 +387,10 @@ class Presenter:
         except asyncio.CancelledError:
             outcome = TurnOutcome("aborted")
         except RunnerSetupError as exc:
+            # The agent cannot run at all: the run ends here. No turn-complete, or the
+            # parent would see an idle child and send controls that race the exit.
             self.fail(str(exc))
-            outcome = TurnOutcome("error", error=str(exc))
+            return
         except Exception as exc:  # noqa: BLE001 - a runner bug ends the turn, not the run
             error = f"{type(exc).__name__}: {exc}"
             self._emit_display({"type": "error", "error": error, "source": "agent"})
