@@ -230,7 +230,7 @@ def _check_events_in_jetstream(url: str, host: str, run_id: str, events: Path) -
                 await asyncio.sleep(0.25)
         try:
             for name, path in pairs:
-                deadline = time.monotonic() + 30
+                deadline = time.monotonic() + 90  # forwarding catches up; a bound, not a figure
                 while True:
                     local = _complete_lines(path)
                     got = await _read_all(channel, name, len(local))
