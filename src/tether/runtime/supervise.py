@@ -47,7 +47,7 @@ from typing import Any, Final
 
 from tether.runtime.mirror import ChannelError, RunMirror, too_large
 from tether.runtime.outcome import Timeouts
-from tether.wire import AnyEvent, ControlAck, Ready, Rejection
+from tether.wire import AnyEvent, ControlAck, Ready, Rejection, TurnComplete
 from tether.wire import Result as ResultEvent
 from tether.wire.session import ControlKind, RunStatus, State, is_terminal
 
@@ -155,6 +155,7 @@ class RunWatch:
         self._exit_at: float | None = None
         self._finalize_sent = False
         self._close_sent = False
+        self._last_stop: str | None = None  # the stop reason of the last turn-complete
         self._proc_exited = False
         self._terminate_asked = False
         self._exited_itself = False
@@ -191,6 +192,8 @@ class RunWatch:
             self._sent.pop(event.ref, None)
         elif isinstance(event, Ready) and problem is None:
             self._saw_ready = True
+        elif isinstance(event, TurnComplete):
+            self._last_stop = event.stop_reason
         if not is_terminal(self.mirror.state):
             self.live_state = self.mirror.state
         if problem is not None:
@@ -314,7 +317,10 @@ class RunWatch:
             sent = self.send(ControlKind.FINALIZE, now, note=DEADLINE_FINALIZE_NOTE)
             if isinstance(sent, Send):
                 out.append(sent)
-        if self.close_when_idle and not self._close_sent and self.mirror.idle:
+        # After a turn the child aborted on its own (its deadline, a fatal error) its exit
+        # follows at once: a close now would race that exit and never be answered.
+        ended_itself = self._last_stop == "aborted"
+        if self.close_when_idle and not self._close_sent and self.mirror.idle and not ended_itself:
             sent = self.send(ControlKind.CLOSE, now)
             if isinstance(sent, Send):
                 out.append(sent)
