@@ -183,6 +183,7 @@ class HostLink:
         self._local: AsyncDaemonClient | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._bridges: dict[str, list[Outbound]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
         self._rows: dict[str, bytes] = {}
         self._watcher: FileWatcher | None = None
         self._subscription: Any = None
@@ -327,6 +328,11 @@ class HostLink:
     async def _pump(self, bridge: Outbound) -> None:
         if not bridge.started:
             return
+        lock = self._locks.setdefault(bridge.name, asyncio.Lock())
+        async with lock:  # one pump at a time per file, or two would interleave its lines
+            await self._pump_locked(bridge)
+
+    async def _pump_locked(self, bridge: Outbound) -> None:
         try:
             while await bridge.pump():
                 pass
