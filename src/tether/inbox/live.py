@@ -109,7 +109,11 @@ class InboxDrain:
         self._watcher.wake()
 
     def remove(self, run_id: str) -> None:
-        """Stop tailing ``run_id`` (call :meth:`drain_now` first for a last drain)."""
+        """Stop tailing ``run_id`` (call :meth:`drain_now` first for a last drain).
+
+        A background pass already reading the file may still store lines appended while
+        it reads (by offset, so never twice); no later pass or drain touches it.
+        """
         tailed = self._runs.pop(run_id, None)
         if tailed is None:
             return
