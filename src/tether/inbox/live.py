@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -87,6 +88,9 @@ class InboxDrain:
         self._dirty: set[str] = set()
         self._queues: list[asyncio.Queue[StoredMessage | None]] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-inbox")
+        # Held by the drain thread while it drains one inbox (one bounded slice), and by
+        # remove(): once remove() returns, no pass stores anything more for that run.
+        self._job_lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._passes = self._new = self._duplicates = self._rejected = self._bytes = 0
@@ -111,10 +115,11 @@ class InboxDrain:
     def remove(self, run_id: str) -> None:
         """Stop tailing ``run_id`` (call :meth:`drain_now` first for a last drain).
 
-        A background pass already reading the file may still store lines appended while
-        it reads (by offset, so never twice); no later pass or drain touches it.
+        A pass already draining it finishes first (one bounded slice); after that no pass
+        or drain stores anything more for ``run_id``.
         """
-        tailed = self._runs.pop(run_id, None)
+        with self._job_lock:
+            tailed = self._runs.pop(run_id, None)
         if tailed is None:
             return
         self._by_path.pop(tailed.path, None)
@@ -247,14 +252,15 @@ class InboxDrain:
         assert store is not None
         results = []
         for run_id, path in jobs:
-            tailed = self._runs.get(run_id)  # removed while queued: leave it
-            if tailed is None or tailed.path != path:
-                continue
-            result = DrainResult(run_id=run_id, path=os.fspath(path))
-            try:
-                drain_into(result, store, collect=collect, max_bytes=self._max_bytes)
-            except (sqlite3.Error, OSError) as exc:  # retried; what was stored is kept
-                result.error = f"{type(exc).__name__}: {exc}"
+            with self._job_lock:
+                tailed = self._runs.get(run_id)  # removed while queued: leave it
+                if tailed is None or tailed.path != path:
+                    continue
+                result = DrainResult(run_id=run_id, path=os.fspath(path))
+                try:
+                    drain_into(result, store, collect=collect, max_bytes=self._max_bytes)
+                except (sqlite3.Error, OSError) as exc:  # retried; what was stored is kept
+                    result.error = f"{type(exc).__name__}: {exc}"
             results.append(result)
         return results
 
