@@ -61,8 +61,10 @@ def attach_pty(socket_path: Path | None, name: str, stdin_fd: int = 0, stdout_fd
         size = _terminal_size(stdout_fd)
         if size is not None:
             conn.send_control(type="resize", cols=size[0], rows=size[1])
-        _say(f"attached to {name}; detach with {DETACH_NAME}")
-        with _raw_terminal(stdin_fd), _wakeups() as wake:
+        # Signals are caught before the banner says we are attached: a SIGTERM that
+        # follows the banner must find the handler that restores the terminal.
+        with _wakeups() as wake, _raw_terminal(stdin_fd):
+            _say(f"attached to {name}; detach with {DETACH_NAME}")
             outcome = _pump(conn, wake, stdin_fd, stdout_fd)
     finally:
         conn.close()
