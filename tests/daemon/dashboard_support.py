@@ -3,6 +3,7 @@ a real daemon, and where screenshots go."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -37,10 +38,11 @@ class DashboardProcess:
         return f"http://127.0.0.1:{self.port}"
 
 
-@pytest.fixture
-def dashboard(agentd: AgentDaemon) -> Iterator[DashboardProcess]:
+@contextlib.contextmanager
+def start_dashboard(agentd: AgentDaemon, *extra: str) -> Iterator[DashboardProcess]:
+    """A real ``tether dashboard --port 0 EXTRA...`` beside ``agentd``, ended afterwards."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tether", "dashboard", "--port", "0"],
+        [sys.executable, "-m", "tether", "dashboard", "--port", "0", *extra],
         env=agentd.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -60,6 +62,12 @@ def dashboard(agentd: AgentDaemon) -> Iterator[DashboardProcess]:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@pytest.fixture
+def dashboard(agentd: AgentDaemon) -> Iterator[DashboardProcess]:
+    with start_dashboard(agentd) as dash:
+        yield dash
 
 
 def artifact_dir() -> Path:

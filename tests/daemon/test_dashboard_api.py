@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from dashboard_support import DashboardProcess, dashboard
+from dashboard_support import DashboardProcess, dashboard, start_dashboard
 from test_agents_support import AgentDaemon, agentd
 
 from tether.web.security import Policy, allowed_hosts
@@ -153,3 +153,27 @@ def test_oversized_requests_are_refused(agentd: AgentDaemon, dashboard: Dashboar
     size = 300_000
     big = f"POST /api/agents/x/steer HTTP/1.1\r\n{host}Content-Length: {size}\r\n\r\n".encode()
     assert raw(big + b"{" * size).startswith(b"HTTP/1.1 413")
+
+
+def test_connections_over_the_cap_are_answered_503(agentd: AgentDaemon) -> None:
+    import socket
+
+    with start_dashboard(agentd, "--max-connections", "3") as dash:
+        held = [socket.create_connection(("127.0.0.1", dash.port), timeout=30) for _ in range(3)]
+        try:
+            # the server accepts in order, so the three held sockets hold every slot
+            # (each task waits for a request head) when the fourth arrives
+            with socket.create_connection(("127.0.0.1", dash.port), timeout=30) as extra:
+                reply = extra.recv(65536)
+            assert reply.startswith(b"HTTP/1.1 503"), reply
+            assert reply.endswith(b"too many connections\n")
+        finally:
+            for sock in held:
+                sock.close()
+        # the held connections end; their slots come back (the server sees each EOF)
+        status = 503
+        for _ in range(200):
+            status, _, _ = request(dash, "GET", "/api/agents", headers=token(dash))
+            if status != 503:
+                break
+        assert status == 200

@@ -23,10 +23,17 @@ def main(argv: list[str], prog: str) -> int:
         "token can drive your agents)",
     )
     parser.add_argument("--socket", type=Path, help="daemon socket (default: $TETHER_SOCKET ...)")
+    parser.add_argument(
+        "--max-connections",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="connections served at once; more are answered 503 (default: 128)",
+    )
     args = parser.parse_args(argv)
     from tether import paths
     from tether.daemon.lifecycle import probe
-    from tether.web.server import serve
+    from tether.web.server import MAX_CONNECTIONS, serve
 
     socket_path = args.socket or paths.socket_path()
     if not probe(socket_path):
@@ -37,10 +44,25 @@ def main(argv: list[str], prog: str) -> int:
         )
         return 3
     try:
-        asyncio.run(serve(socket_path, port=args.port, listen=args.listen, open_browser=args.open))
+        asyncio.run(
+            serve(
+                socket_path,
+                port=args.port,
+                listen=args.listen,
+                open_browser=args.open,
+                max_connections=args.max_connections or MAX_CONNECTIONS,
+            )
+        )
     except OSError as exc:
         print(f"tether dashboard: cannot listen: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value

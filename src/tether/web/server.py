@@ -2,7 +2,9 @@
 
 Nothing listens beyond loopback (127.0.0.1) unless ``listen`` names another address; then
 that address is also an allowed Host. The URL printed carries the token; anyone without it
-gets 401 (:mod:`tether.web.security`).
+gets 401 (:mod:`tether.web.security`). At most ``max_connections`` connections are served at
+once (each holds a task and its buffers); one more is answered 503 and closed at once, before
+a byte of its request is read, so a client opening sockets in a loop cannot grow memory.
 """
 
 from __future__ import annotations
@@ -13,13 +15,18 @@ import signal
 import sys
 import webbrowser
 from pathlib import Path
-from typing import TextIO
+from typing import Final, TextIO
 
 from tether.web.app import Dashboard
 from tether.web.http import serve_connection
 from tether.web.security import Policy, allowed_hosts, new_token
 
 LOOPBACK = "127.0.0.1"
+MAX_CONNECTIONS: Final = 128
+BUSY_RESPONSE: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n"
+    b"content-length: 21\r\nconnection: close\r\n\r\ntoo many connections\n"
+)
 
 
 async def serve(
@@ -30,16 +37,26 @@ async def serve(
     open_browser: bool = False,
     out: TextIO = sys.stdout,
     token: str | None = None,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> None:
     """Serve until SIGINT/SIGTERM (or cancellation)."""
     host = listen or LOOPBACK
     holder: list[Dashboard] = []
+    open_connections = 0
 
     async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        app = holder[0]
-        await serve_connection(
-            reader, writer, gate=app.gate, handle=app.handle, websocket=app.websocket
-        )
+        nonlocal open_connections
+        if open_connections >= max_connections:
+            await _refuse_busy(writer)
+            return
+        open_connections += 1
+        try:
+            app = holder[0]
+            await serve_connection(
+                reader, writer, gate=app.gate, handle=app.handle, websocket=app.websocket
+            )
+        finally:
+            open_connections -= 1
 
     server = await asyncio.start_server(on_client, host=host, port=port)
     bound = server.sockets[0].getsockname()[1]
@@ -64,4 +81,11 @@ async def serve(
         await app.aclose()
 
 
-__all__ = ["serve"]
+async def _refuse_busy(writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError):
+        writer.write(BUSY_RESPONSE)
+        writer.close()
+        await writer.wait_closed()
+
+
+__all__ = ["MAX_CONNECTIONS", "serve"]
