@@ -144,6 +144,55 @@ def test_unknown_host_and_follow_are_refused_clearly(hosts: dict[str, DaemonProc
     assert "nobody" in no_agent.stderr
 
 
+def test_verbs_over_nats_are_answered_in_process_with_the_daemons_codes(
+    hosts: dict[str, DaemonProcess], nats: NatsServer, tmp_path: Path
+) -> None:
+    """B's link dispatches in B's process (no socket connection of its own), with the
+    socket's validation and error codes; verbs that need a connection are refused."""
+    import nats as nats_py
+
+    async def ask(client: object, body: bytes) -> dict[str, object]:
+        reply = await client.request("tether.host.B.rpc", body, timeout=20)  # type: ignore[attr-defined]
+        answer: dict[str, object] = json.loads(reply.data)
+        return answer
+
+    def code(answer: dict[str, object]) -> object:
+        error = answer.get("error")
+        return error.get("code") if isinstance(error, dict) else None
+
+    async def main() -> None:
+        client = await nats_py.connect(nats.url)
+        try:
+            status = await ask(client, b'{"id":7,"method":"daemon.status"}')
+            assert status["id"] == 7
+            result = status["result"]
+            assert isinstance(result, dict)
+            assert result["pid"] == hosts["B"].proc.pid  # type: ignore[union-attr]
+            assert result["connections"] == 0  # the link holds no socket connection
+            assert code(await ask(client, b'{"id":1,"method":"agent.nope"}')) == "unknown_method"
+            assert code(await ask(client, b'{"id":2,"method":')) == "malformed_frame"
+            bad = b'{"id":3,"method":"agent.spawn","params":{"name":"x","task":1}}'
+            assert code(await ask(client, bad)) == "invalid_params"
+            script = tmp_path / "replies.json"
+            script.write_text(json.dumps([{"text": "hi"}]))
+            spawn = {"name": "f1", "task": "t", "provider": "scripted", "script": str(script)}
+            spawned = await ask(client, json.dumps({"id": 4, "method": "agent.spawn",
+                                                    "params": spawn}).encode())  # fmt: skip
+            assert "result" in spawned, spawned
+            for method, params in (
+                ("agent.events", {"name": "f1", "follow": True}),
+                ("channel.register_channel", {"cc_session_id": "s"}),
+            ):
+                body = json.dumps({"id": 5, "method": method, "params": params}).encode()
+                refused = await ask(client, body)
+                assert code(refused) == "invalid_params", refused
+                assert "live socket connection" in json.dumps(refused)
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+
+
 def test_a_killed_host_daemon_resumes_forwarding_without_doubles(
     hosts: dict[str, DaemonProcess], nats: NatsServer, tmp_path: Path
 ) -> None:

@@ -581,6 +581,7 @@ def read_events(
 
 async def _stream(context: CallContext, agent: AgentRun, after_seq: int) -> dict[str, Any]:
     """``agent.events`` with ``follow``: see the module docstring."""
+    context.socket()  # a caller without a connection (another host) is refused up front
     follower = agent.follow(after_seq)
     count = 0
     try:
@@ -618,7 +619,7 @@ async def _stream(context: CallContext, agent: AgentRun, after_seq: int) -> dict
 async def _deliver(context: CallContext, name: str, batch: list[tuple[int, bytes]]) -> bool:
     """Send one batch; False when the client answered an error (stop streaming)."""
     params = {"name": name, "events": [msgspec.Raw(raw) for _, raw in batch]}
-    response = await context.connection.call(EVENT_METHOD, params)
+    response = await context.socket().call(EVENT_METHOD, params)
     return not response.is_error
 
 

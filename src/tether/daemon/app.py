@@ -24,7 +24,6 @@ import logging
 import os
 import signal
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.daemon.agents import AgentVerbs
@@ -86,7 +85,7 @@ def run_daemon(
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, daemon.request_stop)
             if cluster is not None:
-                await _join(daemon, cluster, socket_path)
+                await _join(daemon, cluster)
             log.info("tether daemon %d listening on %s", os.getpid(), socket_path)
             await daemon.serve(sock)
 
@@ -100,14 +99,15 @@ def run_daemon(
         lock.release()
 
 
-async def _join(daemon: Daemon, cluster: ClusterOptions, socket_path: Path) -> None:
+async def _join(daemon: Daemon, cluster: ClusterOptions) -> None:
     from tether.daemon.hosts import open_host_link
     from tether.transports.channel import TransportError
 
     try:
-        link = await open_host_link(cluster, socket_path)
+        link = await open_host_link(cluster, daemon)
     except TransportError as exc:
         raise DaemonSetupError(f"cannot join the cluster: {exc}") from None
+    daemon.on_start(link.start)  # after the agents are recovered (the hooks run in order)
     daemon.on_shutdown(link.aclose)
     log.info("host %s joined the cluster", cluster.host)
 

@@ -264,7 +264,7 @@ class ChannelHub:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "cc_session_id must not be empty")
         if args.name is not None and len(args.name) > MAX_NAME_CHARS:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, f"name exceeds {MAX_NAME_CHARS} chars")
-        channel = self.register(context.connection, args.session, args.name)
+        channel = self.register(context.socket(), args.session, args.name)
         return {"mcp_channel_id": channel.channel_id, "channel_id": channel.channel_id}
 
     def _unregister(self, context: CallContext, params: Any) -> dict[str, bool]:

@@ -179,7 +179,7 @@ def drive_handler(fleet: PtyFleet) -> Any:
             raise RpcFailure(ErrorCode.AGENT_NOT_FOUND, f"no agent named {name!r}")
         if agent.ended:
             raise RpcFailure(ErrorCode.INVALID_STATUS, f"agent {name!r} has ended ({agent.state})")
-        context.connection.upgrade(lambda transport: DriveSession(agent, transport))
+        context.socket().upgrade(lambda transport: DriveSession(agent, transport))
         return {
             "name": name,
             "upgrade": "websocket",

@@ -1,15 +1,19 @@
 """One daemon's membership in a cluster of hosts over NATS JetStream.
 
 Theory of operation: ``tether daemon --nats URL --host NAME`` starts a :class:`HostLink`
-beside the socket server. The link is a client of its own daemon (one socket connection,
-calls multiplexed by id), so it adds no second code path for any verb:
+beside the socket server, in the daemon's process. It hands every call to the daemon's own
+dispatch (:meth:`~tether.daemon.server.Daemon.answer`: the method table, validation, caps
+and error codes a socket connection gets), so it adds no second code path for any verb and
+no second socket hop:
 
 - **Verbs from other hosts.** It answers NATS requests on ``tether.host.<NAME>.rpc``: the
   payload is a request body exactly as on the socket (``{"id","method","params"}``), the
   reply a response body (``{"id","result"}`` or ``{"id","error"}``), with the daemon's own
-  error codes. Streaming calls (``agent.events`` with ``follow``, ``channel.*`` delivery)
-  need a live connection and are refused with ``invalid_params`` over NATS; remote
-  followers tail the run's event channel instead.
+  error codes. Each request is answered in a task of its own (a steer waiting for its ack
+  holds up no other call). Verbs that need a live connection (``agent.events`` with
+  ``follow``, ``channel.register_channel``, ``agent.drive``) answer ``invalid_params``
+  (:meth:`~tether.daemon.server.CallContext.socket`); remote followers tail the run's
+  event channel instead.
 - **One registry every host sees.** Every ``sync_every_s`` it lists its agents and puts
   each changed row into the KV bucket ``tether_agents`` under ``<host>.<name>`` (with a
   ``host`` field), deletes rows of removed agents, and refreshes ``hosts.<NAME>``.
@@ -40,15 +44,23 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tether.daemon.bridge import Outbound
-from tether.daemon.client import DaemonClientError
-from tether.daemon.protocol import ErrorCode, ProtocolError, Request, Response, RpcError
-from tether.daemon.protocol import decode_message as decode_body
+from tether.daemon.client import result_of
+from tether.daemon.protocol import (
+    PREFIX_BYTES,
+    ErrorCode,
+    ProtocolError,
+    Request,
+    decode_request,
+    decode_response,
+    encode_failure,
+    recover_id,
+)
 from tether.transports.channel import TransportError
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
 
-    from tether.daemon.aclient import AsyncDaemonClient
+    from tether.daemon.server import Daemon
     from tether.transports.jetstream import JetStreamChannel
     from tether.transports.watch import FileWatcher
 
@@ -69,8 +81,6 @@ log = logging.getLogger("tether.daemon.hosts")
 
 HOST_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 REGISTRY_BUCKET = "tether_agents"
-# Calls that need a live connection (a stream of pushes) cannot be relayed over NATS.
-STREAMING = frozenset({"channel.register_channel"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,18 +125,17 @@ class ClusterOptions:
         return connect_options(creds=self.creds, ca=self.ca)
 
 
-async def open_host_link(options: ClusterOptions, socket_path: Path) -> HostLink:
-    """Connect to the cluster and start the link (raises ``TransportError`` if NATS is away)."""
+async def open_host_link(options: ClusterOptions, daemon: Daemon) -> HostLink:
+    """Connect to the cluster and make sure its registry exists (raises ``TransportError``
+    if NATS is away); :meth:`HostLink.start` once the daemon has recovered its agents."""
     from tether.transports.jetstream import open_jetstream
 
     channel = await open_jetstream(
         options.url, replicas=options.replicas, connect_options=options.connect_options()
     )
-    link = HostLink(
-        host=options.host, channel=channel, socket_path=socket_path, replicas=options.replicas
-    )
+    link = HostLink(host=options.host, channel=channel, daemon=daemon, replicas=options.replicas)
     try:
-        await link.start()
+        await link.prepare()
     except BaseException:
         await link.aclose()
         raise
@@ -155,12 +164,9 @@ def control_channel(host: str, run_id: str) -> str:
     return f"h.{check_host(host)}.run.{run_id}.control"
 
 
-def encode_reply(response: Response) -> bytes:
-    return msgspec.json.encode(response)
-
-
-def failure(request_id: int, code: ErrorCode, message: str) -> Response:
-    return Response(request_id, error=RpcError(code, message))
+def failure(request_id: int, code: ErrorCode, message: str) -> bytes:
+    """A response body (no frame prefix) answering ``code``."""
+    return encode_failure(request_id, code, message)[PREFIX_BYTES:]
 
 
 class HostLink:
@@ -171,16 +177,15 @@ class HostLink:
         *,
         host: str,
         channel: JetStreamChannel,
-        socket_path: Path,
+        daemon: Daemon,
         replicas: int = 1,
         sync_every_s: float = 0.5,
     ) -> None:
         self.host = check_host(host)
         self.channel = channel
-        self.socket_path = socket_path
+        self.daemon = daemon
         self.replicas = replicas
         self.sync_every_s = sync_every_s
-        self._local: AsyncDaemonClient | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._bridges: dict[str, list[Outbound]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -189,19 +194,30 @@ class HostLink:
         self._subscription: Any = None
         self._kv: Any = None
 
-    async def start(self) -> None:
+    async def prepare(self) -> None:
+        """Open (or create) the registry bucket."""
+        from nats.errors import Error as NatsError
         from nats.js.api import KeyValueConfig
         from nats.js.errors import BucketNotFoundError
 
-        from tether.transports.watch import FileWatcher
-
         js = self.channel.js
         try:
-            self._kv = await js.key_value(REGISTRY_BUCKET)
-        except BucketNotFoundError:
-            self._kv = await js.create_key_value(
-                KeyValueConfig(bucket=REGISTRY_BUCKET, history=1, replicas=self.replicas)
-            )
+            try:
+                self._kv = await js.key_value(REGISTRY_BUCKET)
+            except BucketNotFoundError:
+                self._kv = await js.create_key_value(
+                    KeyValueConfig(bucket=REGISTRY_BUCKET, history=1, replicas=self.replicas)
+                )
+        except (NatsError, TimeoutError) as error:
+            raise TransportError(f"cannot open the registry {REGISTRY_BUCKET}: {error}") from None
+
+    async def start(self) -> None:
+        """Answer this host's verbs and start publishing and forwarding (the daemon's
+        ``on_start`` hook, after its agents are recovered)."""
+        from tether.transports.watch import FileWatcher
+
+        if self._kv is None:
+            await self.prepare()
         self._watcher = FileWatcher(poll_interval=0.3)
         self._subscription = await self.channel.client.subscribe(
             rpc_subject(self.host, self.channel.prefix), cb=self._on_request
@@ -217,42 +233,34 @@ class HostLink:
     # -- verbs from other hosts ---------------------------------------------------------
 
     async def _on_request(self, message: Msg) -> None:
+        # nats-py runs a subscription's callbacks one after another: answer each in a
+        # task of its own (the daemon's in-flight cap bounds them, answering busy).
+        self._spawn(self._respond(message))
+
+    async def _respond(self, message: Msg) -> None:
         reply = await self.answer(message.data)
         if message.reply:
-            await message.respond(reply)
+            with contextlib.suppress(Exception):  # the connection went away meanwhile
+                await message.respond(reply)
 
     async def answer(self, body: bytes) -> bytes:
         """The reply body to one request body (never raises)."""
-        request = decode_body(body)
+        request = decode_request(body)
         if isinstance(request, ProtocolError):
-            return encode_reply(failure(0, ErrorCode.MALFORMED_FRAME, request.message))
-        if not isinstance(request, Request):
-            return encode_reply(failure(0, ErrorCode.MALFORMED_FRAME, "expected a request"))
-        if request.method in STREAMING or _follows(request):
-            message = (
-                f"{request.method} streams and cannot be relayed over NATS; see tether agent events"
-            )
-            return encode_reply(failure(request.id, ErrorCode.INVALID_PARAMS, message))
-        try:
-            local = await self._local_client()
-            response = await local.call_response(request.method, request.params)
-        except (DaemonClientError, OSError) as error:  # the local daemon went away
-            self._local = None
-            message = f"host {self.host}: its daemon did not answer ({error})"
-            return encode_reply(failure(request.id, ErrorCode.INTERNAL, message))
-        reply = encode_reply(Response(request.id, response.result, response.error))
+            return failure(recover_id(body), ErrorCode.MALFORMED_FRAME, request.message)
+        reply = await self.daemon.answer(request)
         limit = self.channel.client.max_payload
         if len(reply) > limit:
             message = f"the answer ({len(reply)} bytes) is over NATS's max_payload {limit}; page it"
-            return encode_reply(failure(request.id, ErrorCode.INTERNAL, message))
+            return failure(request.id, ErrorCode.INTERNAL, message)
         return reply
 
-    async def _local_client(self) -> AsyncDaemonClient:
-        from tether.daemon.aclient import AsyncDaemonClient
-
-        if self._local is None or self._local.closed:
-            self._local = await AsyncDaemonClient.open(self.socket_path)
-        return self._local
+    async def call(self, method: str, params: Any = None) -> Any:
+        """Call one of this daemon's verbs in-process; its result, or ``DaemonCallError``."""
+        response = decode_response(await self.daemon.answer(Request(0, method, params)))
+        if isinstance(response, ProtocolError):
+            raise TransportError(f"unreadable answer to {method}: {response.message}")
+        return result_of(response)
 
     # -- the registry every host sees ---------------------------------------------------
 
@@ -266,8 +274,7 @@ class HostLink:
 
     async def sync_once(self) -> None:
         """Publish changed agent rows, drop removed ones, attach forwarders to new runs."""
-        local = await self._local_client()
-        listed = await local.call("agent.list", {})
+        listed = await self.call("agent.list", {})
         agents = listed.get("agents", []) if isinstance(listed, dict) else []
         seen: set[str] = set()
         for agent in agents:
@@ -354,14 +361,4 @@ class HostLink:
             self._detach(name)
         if self._watcher is not None:
             self._watcher.close()
-        if self._local is not None:
-            with contextlib.suppress(Exception):
-                await self._local.close()
         await self.channel.aclose()
-
-
-def _follows(request: Request) -> bool:
-    params = request.params
-    return (
-        request.method == "agent.events" and isinstance(params, dict) and bool(params.get("follow"))
-    )

@@ -52,6 +52,7 @@ from tether import peercred
 from tether.daemon.methods import AsyncHandler, MethodRegistry, RpcFailure, SyncHandler
 from tether.daemon.protocol import (
     MAX_FRAME_BYTES,
+    PREFIX_BYTES,
     ErrorCode,
     FrameDecoder,
     FrameTooLarge,
@@ -104,14 +105,30 @@ class ServerConfig:
 
 
 class CallContext:
-    """What a handler knows about its call: the daemon, the connection, the request."""
+    """What a handler knows about its call: the daemon, the connection, the request.
+
+    ``connection`` is ``None`` for a call made inside the process (:meth:`Daemon.answer`,
+    e.g. a host link relaying another host's request); a handler that needs one (to
+    stream, to upgrade, to receive pushes) takes it with :meth:`socket`.
+    """
 
     __slots__ = ("connection", "daemon", "request")
 
-    def __init__(self, daemon: Daemon, connection: Connection, request: Request) -> None:
+    def __init__(self, daemon: Daemon, connection: Connection | None, request: Request) -> None:
         self.daemon = daemon
         self.connection = connection
         self.request = request
+
+    def socket(self) -> Connection:
+        """The caller's socket connection, or ``invalid_params`` when it has none."""
+        if self.connection is None:
+            method = self.request.method
+            raise RpcFailure(
+                ErrorCode.INVALID_PARAMS,
+                f"{method} needs a live socket connection (it streams or upgrades); "
+                "it cannot be called from another host",
+            )
+        return self.connection
 
 
 class Connection(asyncio.Protocol):
@@ -319,24 +336,11 @@ class Connection(asyncio.Protocol):
                 log.debug("dropping a response to unknown id %d", message.id)
 
     def _on_request(self, request: Request) -> None:
-        entry = self.daemon.methods.get(request.method)
-        if entry is None:
-            self._write_error(request.id, ErrorCode.UNKNOWN_METHOD, _unknown(request))
+        step = self.daemon.route(request, self)
+        if isinstance(step, bytes):
+            self._write(step)
             return
-        if self.daemon.stopping:
-            message = "the daemon is shutting down; retry shortly"
-            self._write_error(request.id, ErrorCode.SHUTTING_DOWN, message)
-            return
-        context = CallContext(self.daemon, self, request)
-        if not entry.is_async:
-            self._call_inline(entry.handler, context)
-            return
-        busy = self.daemon._over_in_flight(self)
-        if busy is not None:
-            self._write_error(request.id, ErrorCode.BUSY, busy)
-            return
-        handler: AsyncHandler[CallContext] = entry.handler
-        task = asyncio.ensure_future(self._run(handler, context))
+        task = asyncio.ensure_future(self._run(step))
         self._tasks.add(task)
         self.daemon._in_flight += 1
         task.add_done_callback(self._task_done)
@@ -347,58 +351,64 @@ class Connection(asyncio.Protocol):
         if self._half_closed and not self._tasks:
             self.close()
 
-    def _call_inline(self, handler: SyncHandler[CallContext], context: CallContext) -> None:
-        request = context.request
-        try:
-            result = handler(context, request.params)
-        except RpcFailure as exc:
-            self._write_error(request.id, exc.code, exc.message)
-            return
-        except Exception as exc:
-            log.exception("handler for %s failed", request.method)
-            self._write_error(request.id, ErrorCode.INTERNAL, _internal(exc))
-            return
-        self._write_ok(request.id, result)
+    async def _run(self, answer: Awaitable[bytes]) -> None:
+        self._write(await answer)
 
-    async def _run(self, handler: AsyncHandler[CallContext], context: CallContext) -> None:
-        request = context.request
-        try:
-            result = await handler(context, request.params)
-        except asyncio.CancelledError:
-            if not self.daemon.stopping or self._closing:
-                raise
-            message = "the daemon shut down before this call finished; retry"
-            self._write_error(request.id, ErrorCode.SHUTTING_DOWN, message)
-            return
-        except RpcFailure as exc:
-            self._write_error(request.id, exc.code, exc.message)
-            return
-        except Exception as exc:
-            log.exception("handler for %s failed", request.method)
-            self._write_error(request.id, ErrorCode.INTERNAL, _internal(exc))
-            return
-        self._write_ok(request.id, result)
-
-    def _write_ok(self, request_id: int, result: Any) -> None:
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            return
-        try:
-            frame = encode_ok(request_id, result)
-        except (FrameTooLarge, msgspec.EncodeError, TypeError) as exc:
-            log.error("cannot encode the answer to request %d: %s", request_id, exc)
-            message = f"unencodable result: {exc}"
-            frame = encode_failure(request_id, ErrorCode.INTERNAL, message)
-        transport.write(frame)
-
-    def _write_error(self, request_id: int, code: ErrorCode, message: str) -> None:
+    def _write(self, frame: bytes) -> None:
         transport = self._transport
         if transport is not None and not transport.is_closing():
-            transport.write(encode_failure(request_id, code, _clip(message)))
+            transport.write(frame)
+
+    def _write_error(self, request_id: int, code: ErrorCode, message: str) -> None:
+        self._write(_failure(request_id, code, message))
 
     def _fail_and_close(self, request_id: int, code: ErrorCode, message: str) -> None:
         self._write_error(request_id, code, message)
         self.close()
+
+
+def _call_inline(handler: SyncHandler[CallContext], context: CallContext) -> bytes:
+    """Run an inline handler; its answer frame (errors mapped to codes here, once)."""
+    request = context.request
+    try:
+        result = handler(context, request.params)
+    except RpcFailure as exc:
+        return _failure(request.id, exc.code, exc.message)
+    except Exception as exc:
+        log.exception("handler for %s failed", request.method)
+        return _failure(request.id, ErrorCode.INTERNAL, _internal(exc))
+    return _ok(request.id, result)
+
+
+async def _call_async(handler: AsyncHandler[CallContext], context: CallContext) -> bytes:
+    """Await an async handler; its answer frame (cut by shutdown: ``shutting_down``)."""
+    request = context.request
+    try:
+        result = await handler(context, request.params)
+    except asyncio.CancelledError:
+        connection = context.connection
+        if not context.daemon.stopping or (connection is not None and connection.closed):
+            raise
+        message = "the daemon shut down before this call finished; retry"
+        return _failure(request.id, ErrorCode.SHUTTING_DOWN, message)
+    except RpcFailure as exc:
+        return _failure(request.id, exc.code, exc.message)
+    except Exception as exc:
+        log.exception("handler for %s failed", request.method)
+        return _failure(request.id, ErrorCode.INTERNAL, _internal(exc))
+    return _ok(request.id, result)
+
+
+def _ok(request_id: int, result: Any) -> bytes:
+    try:
+        return encode_ok(request_id, result)
+    except (FrameTooLarge, msgspec.EncodeError, TypeError) as exc:
+        log.error("cannot encode the answer to request %d: %s", request_id, exc)
+        return encode_failure(request_id, ErrorCode.INTERNAL, f"unencodable result: {exc}")
+
+
+def _failure(request_id: int, code: ErrorCode, message: str) -> bytes:
+    return encode_failure(request_id, code, _clip(message))
 
 
 def _clip(message: str, limit: int = 4096) -> str:
@@ -431,6 +441,7 @@ class Daemon:
         self._counters: dict[str, Callable[[], int]] = {}
         self._connections: set[Connection] = set()
         self._in_flight = 0
+        self._detached: set[asyncio.Task[bytes]] = set()  # async calls made in-process
         self._server: asyncio.AbstractServer | None = None
         self._stopped: asyncio.Event | None = None
         self._shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
@@ -483,7 +494,8 @@ class Daemon:
         self.stopping = True
         if self._server is not None:
             self._server.close()
-        tasks = [task for conn in self._connections for task in conn._tasks]
+        tasks: list[asyncio.Task[Any]] = [*self._detached]
+        tasks += [task for conn in self._connections for task in conn._tasks]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -497,6 +509,45 @@ class Daemon:
             conn.close()
         await asyncio.sleep(0)
 
+    # -- dispatch: one path for every caller -------------------------------------------------
+
+    def route(self, request: Request, connection: Connection | None) -> bytes | Awaitable[bytes]:
+        """The answer frame to ``request``, or (an async handler) the awaitable making it,
+        which the caller runs as a task counted in flight. Unknown methods, shutdown and
+        the in-flight caps are answered here, handler failures by ``_call_*``."""
+        entry = self.methods.get(request.method)
+        if entry is None:
+            return _failure(request.id, ErrorCode.UNKNOWN_METHOD, _unknown(request))
+        if self.stopping:
+            message = "the daemon is shutting down; retry shortly"
+            return _failure(request.id, ErrorCode.SHUTTING_DOWN, message)
+        context = CallContext(self, connection, request)
+        if not entry.is_async:
+            inline: SyncHandler[CallContext] = entry.handler
+            return _call_inline(inline, context)
+        busy = self._over_in_flight(connection)
+        if busy is not None:
+            return _failure(request.id, ErrorCode.BUSY, busy)
+        handler: AsyncHandler[CallContext] = entry.handler
+        return _call_async(handler, context)
+
+    async def answer(self, request: Request) -> bytes:
+        """Answer ``request`` from inside the process (a host link relaying another host's
+        call): the same registry, validation, caps and error codes as a socket connection,
+        without one (a verb that needs it answers ``invalid_params``). Returns the response
+        body (the frame without its length prefix)."""
+        step = self.route(request, None)
+        if not isinstance(step, bytes):
+            task = asyncio.ensure_future(step)
+            self._detached.add(task)
+            self._in_flight += 1
+            try:
+                step = await task
+            finally:
+                self._detached.discard(task)
+                self._in_flight -= 1
+        return step[PREFIX_BYTES:]
+
     # -- accounting --------------------------------------------------------------------------
 
     def _admit(self, conn: Connection) -> bool:
@@ -508,8 +559,8 @@ class Daemon:
     def _forget(self, conn: Connection) -> None:
         self._connections.discard(conn)
 
-    def _over_in_flight(self, conn: Connection) -> str | None:
-        if conn.in_flight >= self.config.max_in_flight_per_connection:
+    def _over_in_flight(self, conn: Connection | None) -> str | None:
+        if conn is not None and conn.in_flight >= self.config.max_in_flight_per_connection:
             cap = self.config.max_in_flight_per_connection
             return f"too many calls in flight on this connection (cap {cap}); retry"
         if self._in_flight >= self.config.max_in_flight:
