@@ -135,6 +135,9 @@ async def ack_round_trips(url: str, env_b: dict[str, str], samples: int) -> dict
             "bare NATS request/reply": await timed(
                 samples, lambda: client.request("bench.echo", b"x" * 64, timeout=5)
             ),
+            "daemon.status across hosts": await timed(
+                samples, lambda: call_host(client, "B", "daemon.status", {})
+            ),
             "steer->ack, local socket": await timed(
                 samples, lambda: local.call("agent.steer", steer)
             ),

@@ -173,6 +173,29 @@ READER = textwrap.dedent(
 )
 
 
+def test_commits_from_two_writers_only_move_forward(backend: tuple[str, str]) -> None:
+    """Two channel objects (two processes' views) commit one consumer in turn: each sees
+    the other's commits, and neither moves the offset back (a stale revision is re-read)."""
+
+    async def main() -> None:
+        first, second = await open_channel(*backend), await open_channel(*backend)
+        try:
+            offsets = [await first.append("two", b"%d" % i) for i in range(4)]
+            await first.commit("two", "drain", offsets[0])
+            await first.commit("two", "drain", offsets[1])  # first knows its last revision
+            await second.commit("two", "drain", offsets[3])
+            await first.commit("two", "drain", offsets[2])  # stale: must not move it back
+            assert await first.committed("two", "drain") == offsets[3]
+            assert await second.committed("two", "drain") == offsets[3]
+            await second.commit("two", "drain", offsets[1])
+            assert await first.committed("two", "drain") == offsets[3]
+        finally:
+            await first.aclose()
+            await second.aclose()
+
+    asyncio.run(main())
+
+
 def test_a_reader_killed_at_any_moment_resumes_from_its_commit(
     with_channel: Callable[[Body], None], backend: tuple[str, str], tmp_path: Path
 ) -> None:

@@ -49,6 +49,7 @@ TAIL_PENDING_MSGS = 1024
 TAIL_PENDING_BYTES = 16 * 1024 * 1024
 RESUBSCRIBE_S = 0.2  # the first pause before a tail subscribes again
 CONNECT_TIMEOUT_S = 10.0  # the first connection, all attempts included
+KNOWN_COMMITS = 65_536  # commit revisions remembered per channel object
 
 
 async def open_jetstream(
@@ -137,6 +138,9 @@ class JetStreamChannel:
         self.stream = f"TETHER_{prefix.upper().replace('-', '_')}"
         self.max_line_bytes = max_line_bytes
         self._offsets: KeyValue | None = None
+        # (offset, KV revision) of the commits this channel wrote last, so the next one
+        # is a single compare-and-set round trip instead of a read and a write.
+        self._known: dict[str, tuple[int, int]] = {}
 
     async def ensure(self, *, replicas: int = 1) -> None:
         """Create the stream and the commit bucket if they are missing."""
@@ -226,19 +230,34 @@ class JetStreamChannel:
 
         kv = self._bucket()
         key = f"{check_consumer(consumer)}.{check_name(name)}"
+        known = self._known.get(key)
+        if known is not None:  # one round trip: update from the revision we wrote last
+            if known[0] >= offset:
+                return
+            with contextlib.suppress(KeyWrongLastSequenceError):  # another writer: read
+                self._remember(key, offset, await kv.update(key, b"%d" % offset, last=known[1]))
+                return
         while True:
             try:
                 entry = await kv.get(key)
             except KeyNotFoundError:
                 with contextlib.suppress(KeyWrongLastSequenceError):
-                    await kv.create(key, b"%d" % offset)
+                    self._remember(key, offset, await kv.create(key, b"%d" % offset))
                     return
                 continue
             if entry.value is not None and int(entry.value) >= offset:
+                self._remember(key, int(entry.value), entry.revision)
                 return
             with contextlib.suppress(KeyWrongLastSequenceError):
-                await kv.update(key, b"%d" % offset, last=entry.revision)
+                revision = await kv.update(key, b"%d" % offset, last=entry.revision)
+                self._remember(key, offset, revision)
                 return
+
+    def _remember(self, key: str, offset: int, revision: int | None) -> None:
+        if len(self._known) >= KNOWN_COMMITS and key not in self._known:
+            self._known.clear()  # a bound, not a cache policy: the next commit reads again
+        if revision is not None:
+            self._known[key] = (offset, int(revision))
 
     async def committed(self, name: str, consumer: str) -> int | None:
         from nats.js.errors import KeyNotFoundError
