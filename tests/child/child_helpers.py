@@ -36,6 +36,7 @@ class Child:
         run: str = "r",
         env: dict[str, str] | None = None,
         create_control: bool = True,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
         self.root = root
         self.control = root / "control.jsonl"
@@ -46,6 +47,7 @@ class Child:
         self.sent = 0  # control lines appended
         self.proc: subprocess.Popen[bytes] | None = None
         self.args = list(args)
+        self.pass_fds = pass_fds  # inherited at the same numbers (a wake-up pipe, say)
         if script is not None:
             self.args += ["--script", str(self._script_path(script))]
         self.env = dict(os.environ)
@@ -76,7 +78,13 @@ class Child:
         argv = [sys.executable, "-m", "tether", "child", "--cwd", str(self.root), *self.args]
         with self.stderr_path.open("ab") as err:
             self.proc = subprocess.Popen(
-                argv, env=self.env, cwd=self.root, stdin=subprocess.DEVNULL, stdout=err, stderr=err
+                argv,
+                env=self.env,
+                cwd=self.root,
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
+                pass_fds=self.pass_fds,
             )
         if wait_ready:
             self.wait_for(lambda e: e["type"] == "ready")

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from daemon_helpers import frame, read_frame
 from test_agents_support import AgentDaemon, agent_pids, agentd, alive
+from tests.wake_probe import inotify_instances, wait_until
 
 from tether.daemon.client import DaemonClientError
 
@@ -118,6 +119,23 @@ def test_graceful_stop_leaves_agents_for_the_next_daemon(agentd: AgentDaemon) ->
     assert agentd.status("calm")["adopted"] is True
     assert agentd.call("agent.ask", {"name": "calm", "text": "again"})["text"] == "two"
     _check_log(agentd.events("calm"))
+
+
+def test_sigkill_then_readoption_still_acks_and_wakes_through_the_fifo(
+    agentd: AgentDaemon,
+) -> None:
+    replies = [{"text": "one"}, {"text": "two"}, {"text": "three"}]
+    pid = agentd.spawn("woken", replies, task="go", wait=True)["pid"]
+    assert inotify_instances(pid) == 0  # woken through its pipe, not watching its file
+    agentd.kill()  # the pipe's write end dies with the daemon: the child reads EOF
+    wait_until(lambda: inotify_instances(pid) == 1, "the orphaned child watches its file")
+    agentd.restart()
+    assert agentd.status("woken")["adopted"] is True
+    assert agentd.call("agent.ask", {"name": "woken", "text": "again"})["text"] == "two"
+    # the new daemon opened the run's wake FIFO: the child dropped its watcher again
+    wait_until(lambda: inotify_instances(pid) == 0, "the adopted child is woken, not watching")
+    assert agentd.call("agent.ask", {"name": "woken", "text": "more"})["text"] == "three"
+    _check_log(agentd.events("woken"))
 
 
 def _wait_acked(agentd: AgentDaemon, name: str, seq: int) -> None:

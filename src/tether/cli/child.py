@@ -149,6 +149,12 @@ def _lifeline(env: dict[str, str]) -> int | None:
     return int(raw) if raw.isdigit() else None
 
 
+def _wake_fd(env: dict[str, str]) -> str | None:
+    """``TETHER_WAKE_FD`` as given (checked later), removed like the lifeline's variable."""
+    os.environ.pop("TETHER_WAKE_FD", None)
+    return env.pop("TETHER_WAKE_FD", None)
+
+
 def _options(pairs: list[str]) -> dict[str, str] | str:
     options: dict[str, str] = {}
     for pair in pairs:
@@ -181,6 +187,7 @@ def main(argv: list[str], prog: str) -> int:
     command = command or args.command
     env = dict(os.environ)
     lifeline = _lifeline(env)
+    wake = _wake_fd(env)
     control = read_wire_env(env, "CONTROL_PATH")
     events = read_wire_env(env, "EVENT_PATH")
     run = read_wire_env(env, "RUN_ID") or "run"
@@ -229,6 +236,7 @@ def main(argv: list[str], prog: str) -> int:
     log.emit(Ready)
 
     from tether.runtime.child import ChildOptions, run_child
+    from tether.transports.wake import inherited_wake_fd
     from tether.transports.watch import polling_forced
 
     async def factory(emit: EmitFn) -> TurnRunner:
@@ -256,6 +264,7 @@ def main(argv: list[str], prog: str) -> int:
         ready_sent=True,
         early_signals=early,
         lifeline_fd=lifeline,
+        wake_fd=inherited_wake_fd(wake),
         ack_notes=_ack_notes(agent),
     )
     return run_child(child, log)

@@ -57,6 +57,7 @@ from tether.runtime.rundir import RunDir, write_private_text
 from tether.runtime.supervise import Drain, Finish, RunWatch, Send, Terminate, Wait
 from tether.runtime.watchio import drain, end_group, read_slice, stderr_tail
 from tether.transports.tail import FileTail
+from tether.transports.wake import ControlWriter, WakePipe, open_wake_fifo
 from tether.wire import AnyEvent, ControlAck, Ready, Rejection, TurnComplete
 from tether.wire.session import ControlKind, RunStatus, State
 from tether.wire.usage import add_usage
@@ -86,7 +87,7 @@ class AgentRun:
         inbox: Any = None,
         popen: subprocess.Popen[bytes] | None = None,
         adopted: bool = False,
-        control: fsafe.AppendFile | None = None,
+        control: ControlWriter | None = None,
         watch: bool = True,
         on_inbox: Callable[[AgentRun, list[dict[str, Any]]], None] | None = None,
         on_end: Callable[[AgentRun], Any] | None = None,
@@ -127,6 +128,7 @@ class AgentRun:
         self._tail = FileTail(self.run.events, offset=record.event_offset)
         # Opened once, before the child started (else on the first send, after a restart).
         self._control = control
+        self._rewake: WakePipe | None = None  # an adopted child's wake FIFO (see start)
         self._persisted_at = 0.0
         self._wake = asyncio.Event()
         self._inbox_dirty = inbox is not None
@@ -186,6 +188,8 @@ class AgentRun:
             self._tokens.append((path, token))
         if not self._proc_done:
             self._watch_process(loop)
+            if self._control is None:
+                self._take_over_wake()
         if isinstance(self.mirror.state, State) and self.mirror.state is not State.STARTING:
             self._set_started()
         self._task = asyncio.create_task(self._pump(), name=f"tether-agent-{self.name}")
@@ -226,10 +230,19 @@ class AgentRun:
         self._wake.set()  # the watch has a new timer (its ack, a cancel's grace)
         return sent.seq
 
+    def _take_over_wake(self) -> None:
+        """An adopted child lost its wake-up pipe with the previous daemon and listens on
+        its run's wake FIFO instead: open it and say we are here (it drops its watcher)."""
+        self._rewake = open_wake_fifo(self.run.path)
+        if self._rewake is not None:
+            self._rewake.wake()
+
     def _append(self, line: bytes) -> None:
         try:
             if self._control is None:
-                self._control = fsafe.AppendFile(self.run.control)
+                file = fsafe.AppendFile(self.run.control)
+                self._control = ControlWriter(file, self._rewake, fifo_dir=self.run.path)
+                self._rewake = None
             self._control.append(line)
         except OSError as exc:  # the child swapped its control file (a FIFO, a symlink...)
             self.fail_soon("failed", f"cannot write the control file: {exc.strerror or exc}")
@@ -558,6 +571,9 @@ class AgentRun:
         if self._control is not None:
             self._control.close()
             self._control = None
+        if self._rewake is not None:
+            self._rewake.close()
+            self._rewake = None
         for path, token in self._tokens:
             self._hub.unsubscribe(path, token)
         self._tokens.clear()

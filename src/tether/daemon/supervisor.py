@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from tether import fsafe
 from tether.daemon.agent_run import DAEMON_TIMEOUTS, AgentRun
 from tether.daemon.agent_state import is_live_state, restore_mirror
 from tether.daemon.methods import RpcFailure
@@ -57,6 +56,7 @@ from tether.runtime.mirror import RunMirror
 from tether.runtime.outcome import Timeouts
 from tether.runtime.rundir import RunDir, append_line
 from tether.runtime.sidecars import InboxTail
+from tether.transports.wake import ControlWriter
 from tether.wire.session import State
 
 if TYPE_CHECKING:
@@ -246,7 +246,7 @@ class Supervisor:
             message = f"an agent named {p.name!r} already exists"
             raise RpcFailure(ErrorCode.AGENT_EXISTS, message) from None
         try:
-            popen, gate = await asyncio.to_thread(_launch, command, run, cwd, prepared.env)
+            popen, gate = await asyncio.to_thread(_launch, command, run, cwd, prepared.env, control)
         except (OSError, ValueError) as exc:
             control.close()
             self._forget_row(p.name)
@@ -338,7 +338,7 @@ class Supervisor:
         popen: subprocess.Popen[bytes] | None = None,
         adopted: bool = False,
         watch: bool = True,
-        control: fsafe.AppendFile | None = None,
+        control: ControlWriter | None = None,
     ) -> AgentRun:
         return AgentRun(
             record,
@@ -577,7 +577,7 @@ def _check_script(path: str) -> None:
 
 
 def _launch(
-    command: list[str], run: RunDir, cwd: str, env: dict[str, str]
+    command: list[str], run: RunDir, cwd: str, env: dict[str, str], control: ControlWriter
 ) -> tuple[subprocess.Popen[bytes], Gate]:
     """Start the child in its own session, waiting at a :class:`~tether.procs.Gate`.
 
@@ -585,6 +585,7 @@ def _launch(
     pid is recorded: a daemon killed in between leaves no child running unrecorded.
     (Not :func:`tether.runtime.launch.start_child`: the daemon watches every child with a
     pidfd, including those a previous daemon started, so it owns no asyncio child watcher.)
+    The child inherits ``control``'s wake-up pipe (``TETHER_WAKE_FD``).
     """
     fd = os.open(run.stderr, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     gate = Gate()
@@ -597,8 +598,9 @@ def _launch(
             stdout=fd,
             stderr=fd,
             cwd=cwd,
-            env=env,
+            env={**env, **control.child_env()},
             close_fds=True,
+            pass_fds=control.pass_fds(),
             start_new_session=True,
         )
     except OSError as exc:
@@ -607,5 +609,6 @@ def _launch(
         raise
     finally:
         os.close(fd)
+        control.started()
     gate.started()
     return popen, gate

@@ -3,9 +3,10 @@
 Theory of operation: the presenter builds its turn runner, writes ``ready``, and then
 reacts to three things, all on one asyncio loop (so no two reactions interleave):
 
-- a control line (the reader task tails the control file; one inotify watch wakes it
-  when the file grows, else it polls at 30 ms in a turn / 300 ms idle). Each line gets
-  exactly one ``control-ack``, written before anything the control causes: decode
+- a control line (the reader task tails the control file; the writer's byte on the
+  inherited wake-up pipe wakes it, else one inotify watch when the file grows, else it
+  polls at 30 ms in a turn / 300 ms idle: :class:`~tether.transports.wake.ControlWaiter`).
+  Each line gets exactly one ``control-ack``, written before anything the control causes: decode
   (rejections are acked with ``rejection_ack``; a version mismatch is fatal and gets no
   ack), ``decide_for_run``, ack, then the effect (start a turn, queue, interrupt,
   abort, finish);
@@ -51,7 +52,7 @@ from tether.runtime.child_io import (
     result_fields,
     utc_now,
 )
-from tether.transports.watch import FileWatcher
+from tether.transports.wake import ControlWaiter
 from tether.wire import (
     AnyControl,
     ControlAck,
@@ -105,6 +106,7 @@ class ChildOptions(NamedTuple):
     ready_sent: bool = False  # the caller already wrote `ready` (before importing asyncio)
     early_signals: list[int] | None = None  # signals caught before the loop took over
     lifeline_fd: int | None = None  # EOF on it: the parent process is gone
+    wake_fd: int | None = None  # checked TETHER_WAKE_FD: a byte on it means "read controls"
     # control kind -> what the agent really does with it, said in its accepted acks
     # (an external agent's capability that is not native; see `tether agents`)
     ack_notes: Mapping[str, str] | None = None
@@ -143,7 +145,7 @@ class Presenter:
         log.on_error = self._event_write_failed
         self.session = RunSession()  # the state and the final-turn flag, as the table says
         self.feed = ControlFeed(options.control_path)
-        self.watcher: FileWatcher | None = None
+        self.watcher: ControlWaiter | None = None
         self.runner: TurnRunner | None = None
         self.turn = 0
         self.turn_task: asyncio.Task[None] | None = None
@@ -181,10 +183,15 @@ class Presenter:
             self.log.close()
             return self.state
         loop = asyncio.get_running_loop()
-        self.watcher = FileWatcher(
-            poll_interval=POLL_IDLE_S, force_polling=self.options.force_polling
+        wake_fd = self.options.wake_fd
+        self.watcher = ControlWaiter(
+            self.options.control_path,
+            wake_fd,
+            poll_interval=POLL_IDLE_S,
+            force_polling=self.options.force_polling,
+            fifo_dir=None if wake_fd is None else self.options.control_path.parent,
         )
-        self.watcher.watch(self.options.control_path)
+        self.watcher.start(loop)
         if not self.options.ready_sent:
             self.log.emit(Ready)
         self.session.advance(Internal.STARTED)

@@ -22,6 +22,7 @@ from tether.errors import ControlRefused, SpawnError
 from tether.runtime.mirror import RunMirror
 from tether.runtime.rundir import RunDir, append_line, create_run_dir
 from tether.runtime.sidecars import InboxTail
+from tether.transports.wake import ControlWriter, WakePipe
 from tether.wire import Rejection
 from tether.wire.env import wire_env, without_wire_env
 
@@ -37,7 +38,10 @@ class PreparedRun:
     env: dict[str, str]
     created_at: float  # Unix time
     deadline: int | None  # Unix seconds, exactly as FEN_WIRE_DEADLINE carries it
-    control: fsafe.AppendFile  # opened before the child exists; close it when the run ends
+    # Opened before the child exists; close it when the run ends. It also holds the
+    # child's wake-up pipe: spawn with ``control.child_env()`` in the environment and
+    # ``control.pass_fds()`` inherited at the same numbers, then call ``control.started()``.
+    control: ControlWriter
 
 
 def prepare_run(
@@ -64,7 +68,8 @@ def prepare_run(
     run = create_run_dir(runs_root)
     mirror = RunMirror(run.run_id)
     first_seq = None
-    control = fsafe.AppendFile(run.control)  # a path the child swaps later changes nothing
+    # A path the child swaps later changes nothing; every append also wakes the child.
+    control = ControlWriter(fsafe.AppendFile(run.control), WakePipe())
     if task is not None:
         stamped = mirror.control("prompt", text=task)
         if isinstance(stamped, Rejection):
@@ -128,17 +133,24 @@ LIFELINE_ENV = "TETHER_LIFELINE_FD"
 
 
 async def start_child(
-    command: list[str], run: RunDir, cwd: str | os.PathLike[str] | None, env: dict[str, str]
+    command: list[str],
+    run: RunDir,
+    cwd: str | os.PathLike[str] | None,
+    env: dict[str, str],
+    control: ControlWriter | None = None,
 ) -> tuple[asyncio.subprocess.Process, int]:
     """Start the child in its own process group; returns it and the lifeline's write end.
 
     The lifeline is a pipe whose read end the child holds (``TETHER_LIFELINE_FD``): the
     parent keeps the write end open for the run's life, so if the parent process dies the
     kernel closes it, the child reads EOF and ends its run instead of waiting forever.
-    (The daemon starts its children without one: they must outlive it.)
+    (The daemon starts its children without one: they must outlive it.) The child also
+    inherits ``control``'s wake-up pipe (``TETHER_WAKE_FD``).
     """
     fd = os.open(run.stderr, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     lifeline_read, lifeline_write = os.pipe()
+    wake_env = {} if control is None else control.child_env()
+    wake_fds = () if control is None else control.pass_fds()
     try:
         proc = await asyncio.create_subprocess_exec(
             *command,
@@ -146,8 +158,8 @@ async def start_child(
             stdout=fd,
             stderr=fd,
             cwd=cwd,
-            env={**env, LIFELINE_ENV: str(lifeline_read)},
-            pass_fds=(lifeline_read,),
+            env={**env, LIFELINE_ENV: str(lifeline_read), **wake_env},
+            pass_fds=(lifeline_read, *wake_fds),
             **procs.NEW_GROUP,
         )
     except OSError as exc:
@@ -157,4 +169,6 @@ async def start_child(
     finally:
         os.close(fd)
         os.close(lifeline_read)
+        if control is not None:
+            control.started()
     return proc, lifeline_write

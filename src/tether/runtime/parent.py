@@ -488,7 +488,7 @@ async def spawn(
         )
         await recorder.start(row)
     try:
-        proc, lifeline = await start_child(command, run, cwd, prepared.env)
+        proc, lifeline = await start_child(command, run, cwd, prepared.env, prepared.control)
     except SpawnError as exc:
         prepared.control.close()
         if recorder is not None:

@@ -1,0 +1,62 @@
+"""What a live process waits on, read from ``/proc`` (for the wake-up tests).
+
+- :func:`inotify_instances`: how many inotify instances the process holds (descriptors
+  whose link reads ``anon_inode:inotify``);
+- :func:`blocked_without_timer`: its main thread sleeps in ``epoll_wait`` with no
+  timeout, so nothing but a descriptor can wake it (no polling, no timer);
+- :func:`wait_until`: a state check repeated until it holds (bounded), for states
+  that follow an event the test caused.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+# x86_64: epoll_wait, epoll_pwait, epoll_pwait2; aarch64 has only epoll_pwait (22)
+_EPOLL_WAITS = {"x86_64": {232, 281, 441}, "aarch64": {22, 441}}
+_NO_TIMEOUT = (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF)  # -1 as the kernel shows the int argument
+
+
+def fd_links(pid: int) -> list[str]:
+    out = []
+    base = Path(f"/proc/{pid}/fd")
+    for name in os.listdir(base):
+        try:
+            out.append(os.readlink(base / name))
+        except OSError:
+            continue
+    return out
+
+
+def inotify_instances(pid: int) -> int:
+    return sum(link == "anon_inode:inotify" for link in fd_links(pid))
+
+
+def blocked_without_timer(pid: int) -> bool:
+    """The main thread is in epoll_wait(..., timeout=-1) (epoll_pwait2: no timespec)."""
+    try:
+        fields = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        return False
+    if len(fields) < 5 or not fields[0].isdigit():
+        return False  # running, or not in a syscall
+    number = int(fields[0])
+    waits = _EPOLL_WAITS.get(os.uname().machine, set())
+    if number not in waits:
+        return False
+    if number == 441:  # epoll_pwait2(epfd, events, maxevents, timeout *)
+        return int(fields[4], 16) == 0
+    return int(fields[4], 16) in _NO_TIMEOUT
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout} s")
+        time.sleep(0.01)
