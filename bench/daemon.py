@@ -61,12 +61,16 @@ class _Echo(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        assert self._transport is not None
+        frame = self._decoder.single(data)  # the daemon's fast path too
+        if frame is not None:
+            self._transport.write(encode_frame(frame))
+            return
         self._decoder.feed(data)
         while True:
             frame = self._decoder.next_frame()
             if frame is NEED_DATA or isinstance(frame, ProtocolError):
                 return
-            assert self._transport is not None
             self._transport.write(encode_frame(frame))
 
 

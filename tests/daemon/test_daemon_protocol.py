@@ -132,6 +132,56 @@ def test_hostile_prefix_after_a_good_frame() -> None:
     assert isinstance(decoder.next_frame(), ProtocolError)
 
 
+def read_like_the_server(decoder: FrameDecoder, chunk: bytes) -> list[bytes | ProtocolError]:
+    """``single`` first (the server's fast path), else ``feed`` and drain."""
+    body = decoder.single(chunk)
+    if body is not None:
+        return [body]
+    decoder.feed(chunk)
+    return drain(decoder)
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        encode_frame(b'{"id":1}'),
+        encode_frame(b""),
+        encode_frame(b"{}") + encode_frame(b"[]"),  # two frames: not the fast path
+        encode_frame(b'{"id":1}')[:-1],  # short by one byte
+        encode_frame(b'{"id":1}') + b"\x00",  # trailing garbage
+        b"\x01\x00",  # part of a prefix
+        b"\xff\xff\xff\xff",  # hostile prefix, no body
+        prefix(3) + b"abcd",  # the prefix is not the chunk's length
+    ],
+)
+def test_single_agrees_with_feed_whole_and_byte_by_byte(chunk: bytes) -> None:
+    fast = read_like_the_server(FrameDecoder(), chunk)
+    whole = FrameDecoder()
+    whole.feed(chunk)
+    slow_whole = drain(whole)
+    byte_by_byte = FrameDecoder()
+    slow_bytes: list[bytes | ProtocolError] = []
+    for index in range(len(chunk)):
+        byte_by_byte.feed(chunk[index : index + 1])
+        slow_bytes += drain(byte_by_byte)
+    assert fast == slow_whole == slow_bytes
+
+
+def test_single_only_takes_a_whole_frame_with_nothing_buffered() -> None:
+    decoder = FrameDecoder()
+    decoder.feed(prefix(2) + b"a")
+    assert decoder.single(encode_frame(b"zz")) is None  # a partial frame is waiting
+    decoder.feed(b"b")
+    assert drain(decoder) == [b"ab"]
+    assert decoder.single(encode_frame(b"zz")) == b"zz"
+    assert decoder.buffered == 0
+    small = FrameDecoder(max_frame_bytes=4)
+    assert small.single(encode_frame(b"12345")) is None  # over the limit: feed refuses it
+    small.feed(encode_frame(b"12345"))
+    assert isinstance(small.next_frame(), ProtocolError)
+    assert small.single(encode_frame(b"1")) is None  # a dead decoder stays dead
+
+
 def test_encode_refuses_an_oversized_body() -> None:
     with pytest.raises(FrameTooLarge, match="16777217 > 16777216"):
         encode_frame(b"x" * (MAX_FRAME_BYTES + 1))

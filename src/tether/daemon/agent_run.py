@@ -46,6 +46,7 @@ from typing import Any, Final
 
 from tether import fsafe, procs
 from tether.daemon.agent_state import Follower
+from tether.daemon.fno_shapes import reference_base
 from tether.daemon.registry import AgentRecord, AgentRegistry
 from tether.daemon.turns import Outcome, TurnTracker
 from tether.runtime.finaltext import full_text
@@ -95,6 +96,7 @@ class AgentRun:
         self.record = record
         self.name = record.name
         self.run = RunDir(Path(record.run_dir).name, Path(record.run_dir))
+        self.reference = reference_base(record, self.run.run_id)  # the row never changes
         self.pid = record.pid
         self.timeouts = timeouts
         self.mirror = mirror
@@ -132,6 +134,9 @@ class AgentRun:
         self._persisted_at = 0.0
         self._wake = asyncio.Event()
         self._inbox_dirty = inbox is not None
+        # Bumped after every inbox drain: what the daemon caches of the inbox store (its
+        # open questions) is current while this is unchanged.
+        self.inbox_version = 0
         self._asks: dict[int, asyncio.Future[Outcome]] = {}
         self._acks: dict[int, asyncio.Future[ControlAck]] = {}
         self._proc_done = self.pid is None or not watch
@@ -499,6 +504,7 @@ class AgentRun:
         if self._inbox is None:
             return
         messages = [message for message, _ in await self._inbox.drain()]
+        self.inbox_version += 1
         if self._inbox.more:  # one bounded slice a pass: come back for the rest
             self._inbox_dirty = True
             self._wake.set()
@@ -563,6 +569,7 @@ class AgentRun:
             with contextlib.suppress(Exception):
                 await self._drain_inbox()
                 await self._inbox.close()
+            self.inbox_version += 1  # close() stored the rest
         if self._on_end is not None:
             with contextlib.suppress(Exception):
                 await self._on_end(self)

@@ -67,7 +67,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
@@ -105,7 +105,7 @@ STREAM_BATCH: Final = 512
 EVENT_METHOD: Final = "agent.event"
 
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
-Statuses = list[dict[str, Any]]
+Reply = dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]
 
 
 class NameParams(msgspec.Struct, frozen=True):
@@ -365,16 +365,24 @@ class AgentVerbs:
         status = await self.spawn(context, spawn)
         return {**status, "created": True}
 
-    async def list(self, context: CallContext, params: Any) -> dict[str, Any]:
+    # ``list`` and ``status`` are plain functions: answered inline from memory, and only
+    # when the questions of some run are not cached do they return a coroutine (the
+    # server awaits it in a task). Each agent's status is built once, with no SQLite.
+
+    def list(self, context: CallContext, params: Any) -> Reply:
         args = decode_params(params, ListParams)
         agents: list[AgentRun | PtyAgent] = [*self.sup.agents.values(), *self.ptys.agents.values()]
-        agents.sort(key=lambda a: (a.record.created_at, a.name))
-        rows = [with_reference(agent.status_dict(), agent) for agent in agents]
-        rows = await self._with_questions([row for row in rows if _matches(row, args)])
-        applied = {"cwd": args.cwd, "provider": args.provider, "status": args.status}
-        return {"agents": rows, "filters_applied": applied, "fields_omitted": list(FIELDS_OMITTED)}
+        agents.sort(key=_created)
+        rows = [(with_reference(agent.status_dict(), agent), agent) for agent in agents]
+        rows = [(row, agent) for row, agent in rows if _matches(row, args)]
+        reply = {
+            "agents": [row for row, _ in rows],
+            "filters_applied": {"cwd": args.cwd, "provider": args.provider, "status": args.status},
+            "fields_omitted": list(FIELDS_OMITTED),
+        }
+        return self._with_questions(rows, reply)
 
-    async def status(self, context: CallContext, params: Any) -> dict[str, Any]:
+    def status(self, context: CallContext, params: Any) -> Reply:
         name = decode_params(params, StatusParams).name
         if name is None:
             agents: list[AgentRun | PtyAgent] = [
@@ -382,23 +390,34 @@ class AgentVerbs:
                 *self.ptys.agents.values(),
             ]
             return daemon_status(context.daemon.statistics(), agents)
-        pty = self._pty(name)
+        pty = self.ptys.get(check_name(name))
         if pty is not None:
             return with_reference(pty.status_dict(), pty)
-        agent = self._agent(name)
+        agent = self.sup.require(name)
         data = agent.status_dict()
         if agent.ended and agent.final_text:  # the whole answer, once read (status only)
             data["final_text"] = agent.final_text
-        return (await self._with_questions([with_reference(data, agent)]))[0]
+        row = with_reference(data, agent)
+        questions = self.answers.cached_one(agent.run_id, agent.inbox_version)
+        if questions is None:
+            return self._with_questions([(row, agent)], row)
+        row["questions"] = questions
+        return row
 
-    async def _with_questions(self, statuses: Statuses) -> Statuses:
-        """Each wire agent's unanswered inbox questions as ``questions``."""
-        run_ids = [s["run_id"] for s in statuses if s.get("kind") != "pty"]
-        found = await self.answers.questions(run_ids)
-        for status in statuses:
-            if status.get("kind") != "pty":
-                status["questions"] = found.get(status["run_id"], [])
-        return statuses
+    def _with_questions(
+        self, rows: Sequence[tuple[dict[str, Any], AgentRun | PtyAgent]], reply: dict[str, Any]
+    ) -> Reply:
+        """``reply`` once each wire agent's row has its unanswered inbox questions as
+        ``questions``: at once when all are cached, else a coroutine that reads the rest."""
+        versions = {a.run_id: a.inbox_version for _, a in rows if type(a) is AgentRun}
+        found, missing = self.answers.cached(versions)
+        if not missing:
+            return _put_questions(rows, found, reply)
+
+        async def read() -> dict[str, Any]:
+            return _put_questions(rows, await self.answers.questions(versions), reply)
+
+        return read()
 
     async def answer(self, context: CallContext, params: Any) -> dict[str, Any]:
         args = decode_params(params, AnswerParams)
@@ -442,6 +461,8 @@ class AgentVerbs:
             result = await self.ptys.remove(args.name, force=args.force)
         else:
             result = await self.sup.remove(args.name, force=args.force)
+            if isinstance(agent, AgentRun):
+                self.answers.forget(agent.run_id)
         return {
             **result,
             "registry_removed": bool(result.get("removed")),
@@ -491,6 +512,21 @@ class AgentVerbs:
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+
+def _created(agent: AgentRun | PtyAgent) -> tuple[float, str]:
+    return agent.record.created_at, agent.name
+
+
+def _put_questions(
+    rows: Sequence[tuple[dict[str, Any], AgentRun | PtyAgent]],
+    found: dict[str, list[dict[str, Any]]],
+    reply: dict[str, Any],
+) -> dict[str, Any]:
+    for row, agent in rows:
+        if isinstance(agent, AgentRun):
+            row["questions"] = found.get(agent.run_id, [])
+    return reply
 
 
 def _matches(row: dict[str, Any], args: ListParams) -> bool:

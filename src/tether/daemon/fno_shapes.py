@@ -9,14 +9,28 @@ replacing a key of tether's own, so one answer serves both clients.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
-    from tether.daemon.agent_run import AgentRun
-    from tether.daemon.pty_agent import PtyAgent
+    from tether.daemon.registry import AgentRecord
+
+
+class Agent(Protocol):
+    """What these shapes read of an agent (a wire ``AgentRun`` or a ``PtyAgent``; the
+    optional ``run_id``, ``orphaned`` and ``reference`` are looked up by name)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def record(self) -> AgentRecord: ...
+
 
 SCHEMA_VERSION: Final = 1
 LANE: Final = "wire"  # tether drives every agent over the v1 wire
@@ -46,32 +60,42 @@ def harness(argv: Iterable[str] | None) -> str:
     return "tether"
 
 
-def agent_fields(agent: AgentRun | PtyAgent) -> dict[str, Any]:
-    """The reference's keys for one agent (``agent.list`` rows, spawn and stop results)."""
-    record = agent.record
-    run_id = getattr(agent, "run_id", agent.name)
-    status = wire_status(agent.state, orphaned=getattr(agent, "orphaned", False))
+def reference_base(record: AgentRecord, run_id: str) -> dict[str, Any]:
+    """The reference's keys that depend on the registry row only (not on the run's state);
+    an :class:`~tether.daemon.agent_run.AgentRun`, whose row never changes, keeps them as
+    ``reference``."""
     return {
         "short_id": run_id,
         "harness": harness(record.argv),
-        "status": status,
-        "live_status": status,
         "lane": LANE,
         "session_id": run_id,
         "cwd": record.cwd,
         "last_message_at": record.updated_at or None,
-        "log_path": str(Path(record.run_dir) / "events.jsonl"),
+        "log_path": os.path.join(record.run_dir, "events.jsonl"),  # run_dir: absolute
     }
 
 
-def with_reference(ours: Mapping[str, Any], agent: AgentRun | PtyAgent) -> dict[str, Any]:
-    """``ours`` plus the reference's keys that tether does not already use."""
-    return {**agent_fields(agent), **ours}
+def _base(agent: Agent) -> dict[str, Any]:
+    kept: dict[str, Any] | None = getattr(agent, "reference", None)
+    if kept is not None:
+        return kept
+    return reference_base(agent.record, getattr(agent, "run_id", agent.name))
 
 
-def daemon_status(
-    stats: Mapping[str, Any], agents: Iterable[AgentRun | PtyAgent]
-) -> dict[str, Any]:
+def agent_fields(agent: Agent) -> dict[str, Any]:
+    """The reference's keys for one agent (``agent.list`` rows, spawn and stop results)."""
+    status = wire_status(agent.state, orphaned=getattr(agent, "orphaned", False))
+    return {**_base(agent), "status": status, "live_status": status}
+
+
+def with_reference(ours: Mapping[str, Any], agent: Agent) -> dict[str, Any]:
+    """``ours`` plus the reference's keys that tether does not already use (one dict: this
+    is every ``agent.status`` and every row of ``agent.list``)."""
+    status = wire_status(agent.state, orphaned=getattr(agent, "orphaned", False))
+    return {**_base(agent), "status": status, "live_status": status, **ours}
+
+
+def daemon_status(stats: Mapping[str, Any], agents: Iterable[Agent]) -> dict[str, Any]:
     """``agent.status {}``: the daemon's own status, in the reference's ``status-v1`` shape
     (plus tether's ``daemon.status`` statistics inside ``daemon``)."""
     by_status: dict[str, int] = {}

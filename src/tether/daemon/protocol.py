@@ -233,6 +233,17 @@ class FrameDecoder:
             self._pos = end
         return frame
 
+    def single(self, data: bytes) -> bytes | None:
+        """The fast path for the common read: when nothing is buffered and ``data`` is
+        exactly one whole frame within the limit, its body (nothing is kept); else
+        ``None``, and nothing changed (``feed`` it as usual)."""
+        if self._pos or self._buf or self._error is not None:
+            return None
+        size = len(data) - PREFIX_BYTES
+        if size < 0 or size > self._max or int.from_bytes(data[:PREFIX_BYTES], "little") != size:
+            return None
+        return data[PREFIX_BYTES:]
+
     def take_buffered(self) -> bytes:
         """Hand out, and forget, the bytes received after the last whole frame (for a
         connection that stops speaking frames, such as an ``agent.drive`` upgrade)."""

@@ -6,7 +6,9 @@ Every whole frame is either a request from the client or a response to a request
 daemon sent (``channel.deliver``). Requests are routed through :class:`MethodRegistry`
 by their full method name:
 
-- a plain function handler runs inline and is answered at once (it must not block);
+- a plain function handler runs inline and is answered at once (it must not block); one
+  that returns a coroutine instead of a result (it found it must wait after all, e.g. for
+  a read it could not answer from memory) goes on like an ``async def`` handler;
 - an ``async def`` handler runs as its own task, so many requests are in flight on one
   connection and are answered by id in completion order. Whole frames are written with
   one ``transport.write`` each, so answers never interleave.
@@ -41,9 +43,10 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from types import CoroutineType
 from typing import Any, Protocol, cast
 
 import msgspec
@@ -168,6 +171,14 @@ class Connection(asyncio.Protocol):
         if self._closing:
             return
         decoder = self._decoder
+        single = decoder.single(data)
+        if single is not None:  # one whole frame in one read: the common case
+            self._on_frame(single)
+            if self._upgrade is not None and not self._closing:
+                self._switch(self._upgrade)
+            elif self._frame_timer is not None:
+                self._arm_frame_timer(restart=True)
+            return
         decoder.feed(data)
         completed = False
         while not self._closing:
@@ -367,8 +378,11 @@ class Connection(asyncio.Protocol):
         self.close()
 
 
-def _call_inline(handler: SyncHandler[CallContext], context: CallContext) -> bytes:
-    """Run an inline handler; its answer frame (errors mapped to codes here, once)."""
+def _call_inline(
+    handler: SyncHandler[CallContext], context: CallContext
+) -> bytes | Coroutine[Any, Any, Any]:
+    """Run an inline handler; its answer frame (errors mapped to codes here, once), or the
+    coroutine it returned to finish in a task."""
     request = context.request
     try:
         result = handler(context, request.params)
@@ -377,14 +391,16 @@ def _call_inline(handler: SyncHandler[CallContext], context: CallContext) -> byt
     except Exception as exc:
         log.exception("handler for %s failed", request.method)
         return _failure(request.id, ErrorCode.INTERNAL, _internal(exc))
+    if type(result) is CoroutineType:
+        return result
     return _ok(request.id, result)
 
 
-async def _call_async(handler: AsyncHandler[CallContext], context: CallContext) -> bytes:
-    """Await an async handler; its answer frame (cut by shutdown: ``shutting_down``)."""
+async def _call_async(awaitable: Awaitable[Any], context: CallContext) -> bytes:
+    """Await an async handler's call; its answer frame (cut by shutdown: ``shutting_down``)."""
     request = context.request
     try:
-        result = await handler(context, request.params)
+        result = await awaitable
     except asyncio.CancelledError:
         connection = context.connection
         if not context.daemon.stopping or (connection is not None and connection.closed):
@@ -522,14 +538,21 @@ class Daemon:
             message = "the daemon is shutting down; retry shortly"
             return _failure(request.id, ErrorCode.SHUTTING_DOWN, message)
         context = CallContext(self, connection, request)
-        if not entry.is_async:
+        if entry.is_async:
+            handler: AsyncHandler[CallContext] = entry.handler
+            awaitable: Awaitable[Any] = handler(context, request.params)
+        else:
             inline: SyncHandler[CallContext] = entry.handler
-            return _call_inline(inline, context)
+            step = _call_inline(inline, context)
+            if isinstance(step, bytes):
+                return step
+            awaitable = step  # it must wait after all
         busy = self._over_in_flight(connection)
         if busy is not None:
+            if isinstance(awaitable, Coroutine):
+                awaitable.close()
             return _failure(request.id, ErrorCode.BUSY, busy)
-        handler: AsyncHandler[CallContext] = entry.handler
-        return _call_async(handler, context)
+        return _call_async(awaitable, context)
 
     async def answer(self, request: Request) -> bytes:
         """Answer ``request`` from inside the process (a host link relaying another host's
