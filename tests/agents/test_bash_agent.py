@@ -1,16 +1,22 @@
-"""``--agent bash-agent`` against a double that behaves as the facts say, and the scripted
-model server: the task on stdin until EOF, stream-json with ``session_start`` first,
-``stop end_turn`` twice per answer, ``--session`` for follow-ups, SIGINT as its Ctrl-C.
+"""``--agent bash-agent`` against the scripted model server: the task on stdin until EOF,
+stream-json with ``session_start`` first, ``stop end_turn`` twice per answer,
+``--session`` for follow-ups, SIGINT as its Ctrl-C.
 
-The real bash-agent is not fetched here; ``tests/doubles/bash_agent_like.py`` has its
-outside behaviour (REFERENCE-FACTS §2), and :class:`BashAgentStream` is also fed the
-recorded shapes of a real session (``tests/framing/fixtures``).
+Every process test runs against ``tests/doubles/bash_agent_like.py`` (a double with the
+real program's outside behaviour), and ALSO against the real bash-agent when
+``TETHER_BASH_AGENT`` names its ``agent.sh`` (a checkout of lloydzhou/bash-agent, with its
+``awk/`` and ``tools.json`` beside it): those runs find the program through that variable,
+as a user's would, so they test the adapter's lookup too. CI has no copy of the real
+program (it is not packaged), so there the ``real`` cases skip and the double runs.
+:class:`BashAgentStream` is also fed the recorded shapes of a real session
+(``tests/framing/fixtures``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -34,6 +40,7 @@ from .cli_helpers import (
 from .test_claude import of, until
 
 DOUBLE = Path(__file__).parents[1] / "doubles" / "bash_agent_like.py"
+REAL = os.environ.get("TETHER_BASH_AGENT", "")
 SESSION = Path(__file__).parents[1] / "framing" / "fixtures" / "bash_agent_session.stream.jsonl"
 
 
@@ -42,28 +49,35 @@ def bash(command: str, text: str = "Running it.") -> dict[str, Any]:
 
 
 class World:
-    """One test's model server, HOME and process mark."""
+    """One test's model server, HOME and process mark, and which bash-agent runs: the
+    double (given as the command) or the real one (found through ``TETHER_BASH_AGENT``)."""
 
-    def __init__(self, root: Path, server: ModelServer) -> None:
+    def __init__(self, root: Path, server: ModelServer, program: str) -> None:
         self.root = root
         self.server = server
-        self.env = cli_env(root, sys.executable, ANTHROPIC_BASE_URL=f"{server.url}/v1")
+        # bash-agent runs under `set -u`: without a key it dies before calling the model
+        extra = {"ANTHROPIC_BASE_URL": f"{server.url}/v1", "ANTHROPIC_API_KEY": "test-key"}
+        if program == "real":
+            extra["TETHER_BASH_AGENT"] = REAL
+        self.env = cli_env(root, sys.executable, **extra)
         self.mark = self.env["TETHER_TEST_MARK"]
         self.work = root / "work"
         self.work.mkdir()
+        self.command = [sys.executable, str(DOUBLE)] if program == "double" else []
 
     def run_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "tether", "run", "--no-stdin", "--agent", "bash-agent"]
-        argv += [*args, "--", sys.executable, str(DOUBLE)]
+        argv += [*args, "--", *self.command] if self.command else [*args]
         return subprocess.run(
             argv, capture_output=True, text=True, env=self.env, cwd=self.work, timeout=120
         )
 
     async def spawn(self, task: str, **options: Any) -> tether.RunHandle:
+        if self.command:
+            options["argv"] = self.command
         return await tether.spawn(
             task,
             agent="bash-agent",
-            argv=[sys.executable, str(DOUBLE)],
             cwd=self.work,
             env=self.env,
             runs_root=self.root / "runs",
@@ -81,15 +95,20 @@ class World:
         return [json.dumps(r["body"]) for r in self.server.model_requests()]
 
 
-@pytest.fixture
-def make_world(tmp_path: Path) -> Iterator[Callable[[list[Any]], World]]:
+@pytest.fixture(params=["double", "real"])
+def make_world(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[[list[Any]], World]]:
+    program: str = request.param
+    if program == "real" and not REAL:
+        pytest.skip("the real bash-agent: set TETHER_BASH_AGENT=path/to/agent.sh")
     managers: list[Any] = []
     worlds: list[World] = []
 
     def make(script: list[Any]) -> World:
         manager = open_model_server(script, log=tmp_path / f"requests{len(managers)}.jsonl")
         managers.append(manager)
-        world = World(tmp_path / f"w{len(worlds)}", manager.__enter__())
+        world = World(tmp_path / f"w{len(worlds)}", manager.__enter__(), program)
         worlds.append(world)
         return world
 
@@ -134,7 +153,7 @@ def test_run_a_task_with_a_tool_call(make_world: Callable[[list[Any]], World]) -
     assert done.stdout.strip().endswith("The tool said hello.")
     runs = sorted((world.root / "tether-home").glob("runs/*/events.jsonl"))
     events = world.checked(runs[0].parent)
-    assert of(events, "tool-result")[0]["result"] == "hello from the tool\n"
+    assert of(events, "tool-result")[0]["result"] == "hello from the tool"  # as `$(...)` keeps it
     assert len(of(events, "turn-complete")) == 1  # one answer, though bash-agent stops twice
     result = events[-2]
     assert (result["final-text"], result["stop-reason"], result["context"]) == (
@@ -253,16 +272,30 @@ def test_a_model_error_fails_the_turn(make_world: Callable[[list[Any]], World]) 
     assert any("HTTP" in e.get("error", "") for e in of(events, "error")), done.stderr
 
 
+def test_without_a_key_it_dies_and_says_why(make_world: Callable[[list[Any]], World]) -> None:
+    world = make_world([{"text": "never asked"}])
+    del world.env["ANTHROPIC_API_KEY"]
+    done = world.run_cli("try")
+    runs = sorted((world.root / "tether-home").glob("runs/*/events.jsonl"))
+    events = world.checked(runs[0].parent)
+    assert of(events, "turn-complete")[0]["stop-reason"] == "error"
+    (error,) = of(events, "error")
+    assert "ANTHROPIC_API_KEY: unbound variable" in error["error"], done.stderr
+    assert "\x1b" not in error["error"]
+    assert not world.bodies()
+
+
 def test_the_daemon_spawns_bash_agent(make_world: Callable[[list[Any]], World]) -> None:
     world = make_world([{"text": "Daemon answer."}, {"text": "Asked again."}])
     with daemon_client(world.env) as client:
-        params = {
+        params: dict[str, Any] = {
             "name": "ba",
             "task": "hi",
             "agent": "bash-agent",
-            "argv": [sys.executable, str(DOUBLE)],
             "cwd": str(world.work),
         }
+        if world.command:
+            params["argv"] = world.command
         status = client.call("agent.spawn", params | {"wait": True, "timeout_s": 60})
         assert status["answer"]["text"] == "Daemon answer."
         assert status["harness"] == "bash-agent"

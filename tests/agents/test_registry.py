@@ -80,6 +80,14 @@ def test_find_command_looks_on_path_then_in_the_ci_cache(tmp_path: Path) -> None
     assert find_command(AGENTS["acp"], ["claude", "x"], env) == [str(program), "x"]
 
 
+def test_find_command_takes_the_program_its_variable_names() -> None:
+    env = {"PATH": "/nonexistent", "TETHER_BASH_AGENT": "/opt/bash-agent/src/agent.sh"}
+    kind = AGENTS["bash-agent"]
+    assert find_command(kind, (), env) == ["/opt/bash-agent/src/agent.sh"]
+    assert find_command(kind, ["/x/agent.sh", "-v"], env) == ["/x/agent.sh", "-v"]  # -- wins
+    assert find_command(kind, (), {"PATH": "/nonexistent"}) is None
+
+
 def test_docs_agents_md_holds_the_generated_table() -> None:
     assert markdown() in DOCS.read_text(), (
         "docs/agents.md is stale: paste `tether agents --markdown` between its BEGIN/END marks"

@@ -28,7 +28,14 @@ to the run directory, so the session's files stay private to the run.
   runs the note as one more input. Its tools cannot be turned off; the note asks.
 - **Cancel, deadline**: the process group is ended (SIGTERM, then SIGKILL).
 - A process that exits without an answer and with a non-zero status ends the turn
-  ``error`` with its stderr tail; so does an ``error`` line.
+  ``error`` with an ``error`` event: its stderr tail, without the terminal-title escapes
+  bash-agent writes there (e.g. ``ANTHROPIC_API_KEY: unbound variable``: it runs under
+  ``set -u``, so the key must be set, even to a dummy, for a local model server). An
+  ``error`` line ends the turn ``error`` too (bash-agent itself then exits 0).
+- An interrupted bash-agent writes nothing more (its event pipe is closed: no ``stop
+  interrupted`` line), so finalize's turn ends ``aborted`` on tether's side.
+- The program: the command after ``--``, else ``$TETHER_BASH_AGENT`` (a path to its
+  ``agent.sh``), else ``bash-agent`` on PATH.
 """
 
 from __future__ import annotations
@@ -259,10 +266,15 @@ class BashAgentRunner:
     async def _verdict(self, process: CliProcess) -> tuple[str, str | None]:
         stream = self.stream
         if stream.error is not None:
-            return "error", f"bash-agent: {stream.error}"
+            return "error", f"bash-agent: {stream.error}"  # its error line was shown
         code = process.returncode
         if stream.stop is None or (code not in (0, None) and not stream.final_text):
-            return "error", await process.death_note("before it answered")
+            # e.g. `ANTHROPIC_API_KEY: unbound variable` (it runs under `set -u`)
+            from tether.display.sanitize import sanitize  # its stderr has its title's OSC
+
+            note = sanitize(await process.death_note("before it answered"))
+            self.emit({"type": "error", "error": note, "source": "agent"})
+            return "error", note
         return _wire_stop(stream.stop), None
 
     async def aclose(self) -> None:

@@ -66,6 +66,9 @@ class AgentKind(NamedTuple):
     package: str | None = None  # the npm package@version CI installs
     controls: Mapping[str, Capability] = {}
     notes: str = ""
+    # An environment variable naming the program (a path) to run instead of `command`
+    # when no command follows `--`; "" = none.
+    command_env: str = ""
 
 
 class UnknownAgent(AgentError, ValueError):
@@ -264,6 +267,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             "--output-format stream-json on stdout, --session for the conversation",
             runner="tether.runtime.adapters.bash_agent:BashAgentRunner",
             command=("bash-agent",),
+            command_env="TETHER_BASH_AGENT",
             version_args=(),
             controls=_caps(
                 steer=(
@@ -281,7 +285,8 @@ AGENTS: Final[dict[str, AgentKind]] = {
                 deadline=(N, "its process group is ended"),
                 close=(N, "ends the run after the current turn (no process is left)"),
             ),
-            notes="-- bash path/to/agent.sh ARGS... runs a checkout; point it at a model "
+            notes="-- bash path/to/agent.sh ARGS... runs a checkout (or set "
+            "TETHER_BASH_AGENT=path/to/agent.sh); point it at a model "
             "with ANTHROPIC_BASE_URL=http://HOST:PORT/v1 (it appends /messages)",
         ),
     )
@@ -330,11 +335,15 @@ def search_path(env: Mapping[str, str] | None = None) -> str:
 def find_command(
     agent: AgentKind, command: Sequence[str] = (), env: Mapping[str, str] | None = None
 ) -> list[str] | None:
-    """The command that runs ``agent``: ``command`` if given, else its default, with the
-    program resolved to a path; None when it is not installed (or there is none)."""
+    """The command that runs ``agent``: ``command`` if given, else the program named by
+    its ``command_env`` variable, else its default, with the program resolved to a path;
+    None when it is not installed (or there is none)."""
     import shutil
 
-    argv = list(command) or list(agent.command)
+    named = (
+        (os.environ if env is None else env).get(agent.command_env) if agent.command_env else None
+    )
+    argv = list(command) or ([named] if named else list(agent.command))
     if not argv:
         return None
     if os.sep in argv[0]:
