@@ -193,6 +193,53 @@ def test_verbs_over_nats_are_answered_in_process_with_the_daemons_codes(
     asyncio.run(main())
 
 
+def test_hosts_with_their_own_credentials_serve_an_operator(tmp_path: Path) -> None:
+    """The roles of docs/scale-out.md on a server that requires them: hosts A and B log in
+    as host daemons (their own runs only), the operator's CLI spawns on B, follows its
+    events from JetStream and lists both hosts."""
+    from tests.transports.test_nats_auth import server_config
+
+    config = tmp_path / "server.conf"
+    config.write_text(server_config())
+    roots = [Path(tempfile.mkdtemp(dir="/tmp", prefix=f"ts{h}")) for h in "AB"]
+    daemons: dict[str, DaemonProcess] = {}
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"text": "from B"}]))
+    try:
+        with run_nats_server(tmp_path / "js", extra=["-c", str(config)]) as server:
+            for host, root in zip("AB", roots, strict=True):
+                env = make_env(root)
+                url = f"nats://host{host}:secret-{host}@127.0.0.1:{server.port}"
+                daemons[host] = DaemonProcess(root, Path(env["TETHER_SOCKET"]), env)
+                daemons[host].start("--nats", url, "--host", host)
+            operator = dict(daemons["A"].env)
+            operator["TETHER_NATS_URL"] = f"nats://operator:secret-op@127.0.0.1:{server.port}"
+            spawned = tether(
+                operator, "--host", "B", "spawn", "s1", "--task", "hi", "--script",
+                str(script), "--wait",
+            )  # fmt: skip
+            assert (spawned.returncode, spawned.stdout) == (0, "from B\n"), spawned.stderr
+            tether(operator, "--host", "B", "stop", "s1", "--mode", "close")
+            followed = tether(
+                operator, "--host", "B", "events", "s1", "--after-seq", "0", "--follow", "--json"
+            )
+            assert followed.returncode == 0, followed.stderr
+            assert json.loads(followed.stdout.splitlines()[-1])["type"] == "exit"
+            tether(daemons["A"].env, "--socket", str(daemons["A"].socket), "spawn", "a1",
+                   "--script", str(script))  # fmt: skip
+            _wait_listed(operator, {("A", "a1"), ("B", "s1")})
+            for daemon in daemons.values():  # nothing a host needs was refused
+                log = daemon.stderr().lower()
+                assert "permissions violation" not in log, log
+                assert "failed" not in log, log
+    finally:
+        for daemon in daemons.values():
+            daemon.stop(signal.SIGKILL)
+            kill_agents(Path(daemon.env["TETHER_HOME"]))
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
+
+
 def test_a_killed_host_daemon_resumes_forwarding_without_doubles(
     hosts: dict[str, DaemonProcess], nats: NatsServer, tmp_path: Path
 ) -> None:

@@ -21,29 +21,48 @@ USERS = ("A", "B")
 
 
 def host_permissions(host: str) -> str:
-    """The permissions block docs/scale-out.md gives a host (kept in step with it)."""
+    """The host daemon role docs/scale-out.md gives a host (kept in step with it): publish
+    its own runs' lines and registry rows, answer its own verbs, read its own replies; no
+    consumers, no message reads, so nothing of another host's runs."""
     return f"""{{
         publish: {{ allow: [
-          "tether.ch.h.{host}.>", "tether.host.*.rpc", "$JS.API.>",
+          "tether.ch.h.{host}.>",
           "$KV.tether_agents.{host}.>", "$KV.tether_agents.hosts.{host}",
-          "$KV.tether_offsets.>", "_INBOX.>"
+          "$KV.tether_offsets.*.h.{host}.>",
+          "$JS.API.STREAM.INFO.TETHER_TETHER", "$JS.API.STREAM.CREATE.TETHER_TETHER",
+          "$JS.API.STREAM.INFO.KV_tether_agents", "$JS.API.STREAM.CREATE.KV_tether_agents",
+          "$JS.API.STREAM.INFO.KV_tether_offsets", "$JS.API.STREAM.CREATE.KV_tether_offsets",
+          "$JS.API.STREAM.MSG.GET.KV_tether_offsets"
         ] }}
-        subscribe: {{ allow: ["tether.host.{host}.rpc", "_INBOX.>"] }}
+        subscribe: {{ allow: ["tether.host.{host}.rpc", "_INBOX_{host}.>"] }}
+        allow_responses: true
       }}"""
 
 
+# The operator role: the CLI and the Python API of whoever runs the cluster, driving any
+# host and reading any run (consumers on the stream and the registry).
+OPERATOR_PERMISSIONS = """{
+        publish: { allow: ["tether.host.*.rpc", "$JS.API.>"] }
+        subscribe: { allow: ["_INBOX.>"] }
+      }"""
+
+
 def server_config() -> str:
-    users = ",\n".join(
+    users = [
         f'{{ user: "host{h}", password: "secret-{h}", permissions: {host_permissions(h)} }}'
         for h in USERS
+    ]
+    users.append(
+        f'{{ user: "operator", password: "secret-op", permissions: {OPERATOR_PERMISSIONS} }}'
     )
+    joined = ",\n".join(users)
     return f"""
 jetstream: enabled
 accounts {{
   TETHER {{
     jetstream: enabled
     users: [
-      {users}
+      {joined}
     ]
   }}
 }}
@@ -60,9 +79,19 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
 
 
 def url_for(server: NatsServer, host: str | None) -> str:
+    """``host`` A or B: that host daemon's login; ``"op"``: the operator's; None: none."""
     if host is None:
         return server.url
+    if host == "op":
+        return f"nats://operator:secret-op@127.0.0.1:{server.port}"
     return f"nats://host{host}:secret-{host}@127.0.0.1:{server.port}"
+
+
+def host_options(host: str) -> dict[str, object]:
+    """What ``tether daemon --host`` connects with (its own reply-subject prefix)."""
+    from tether.daemon.hosts import host_inbox
+
+    return {"inbox_prefix": host_inbox(host)}
 
 
 def test_a_client_without_credentials_is_refused(secured: NatsServer) -> None:
@@ -85,7 +114,7 @@ def test_a_wrong_password_is_refused_and_not_echoed(secured: NatsServer) -> None
 
 def test_a_host_appends_to_its_own_runs_only(secured: NatsServer) -> None:
     async def main() -> None:
-        channel = await open_jetstream(url_for(secured, "A"))
+        channel = await open_jetstream(url_for(secured, "A"), connect_options=host_options("A"))
         try:
             offset = await channel.append("h.A.run.r1.events", b'{"seq":0}')
             assert offset >= 1
@@ -93,7 +122,7 @@ def test_a_host_appends_to_its_own_runs_only(secured: NatsServer) -> None:
                 await channel.append("h.B.run.r1.events", b'{"seq":0,"forged":true}')
         finally:
             await channel.aclose()
-        reader = await open_jetstream(url_for(secured, "B"))
+        reader = await open_jetstream(url_for(secured, "op"))
         try:
             info = await reader.js.stream_info(reader.stream)
             assert info.state.messages == 1  # the forged line never reached the stream
@@ -109,8 +138,8 @@ def test_a_host_cannot_answer_another_hosts_verbs(secured: NatsServer) -> None:
         from nats.aio.msg import Msg
         from nats.errors import NoRespondersError
 
-        impostor = await nats.connect(url_for(secured, "A"))
-        caller = await nats.connect(url_for(secured, "B"))
+        impostor = await nats.connect(url_for(secured, "A"), **host_options("A"))
+        caller = await nats.connect(url_for(secured, "op"))
         try:
 
             async def forge(message: Msg) -> None:
@@ -123,6 +152,85 @@ def test_a_host_cannot_answer_another_hosts_verbs(secured: NatsServer) -> None:
         finally:
             await impostor.close()
             await caller.close()
+
+    asyncio.run(main())
+
+
+def test_a_hosts_credentials_cannot_read_another_hosts_runs(secured: NatsServer) -> None:
+    """Host A holds its daemon's credentials: B's run lines are in the stream, yet A can
+    open no consumer on them (nor on its own), read no message by sequence, subscribe to
+    no channel subject and see no other client's replies; the operator reads them."""
+
+    async def main() -> None:
+        import nats
+        from nats.errors import Error as NatsError
+        from nats.js.api import ConsumerConfig
+
+        b_host = await open_jetstream(url_for(secured, "B"), connect_options=host_options("B"))
+        try:
+            await b_host.append("h.B.run.secret.events", b'{"seq":0,"text":"private"}')
+        finally:
+            await b_host.aclose()
+        denied: list[str] = []
+        reported = asyncio.Event()
+
+        async def on_error(error: Exception) -> None:
+            denied.append(str(error))
+            reported.set()
+
+        want = [
+            f"permissions violation for publish to {subject}"
+            for subject in (
+                '"$js.api.consumer.create.tether_tether"',  # the ordered consumer's create
+                '"$js.api.consumer.create.tether_tether.snoop.tether.ch.h.b.run.secret.events"',
+                '"$js.api.stream.msg.get.tether_tether"',
+                '"$js.api.direct.get.tether_tether"',
+            )
+        ] + [
+            f"permissions violation for subscription to {subject}"
+            for subject in ('"tether.ch.h.b.>"', '"_inbox.>"')
+        ]
+
+        a_host = await nats.connect(url_for(secured, "A"), error_cb=on_error, **host_options("A"))
+        try:
+            js = a_host.jetstream(timeout=1.0)
+            for subject in ("tether.ch.h.B.run.secret.events", "tether.ch.h.A.>"):
+                with pytest.raises(NatsError):
+                    await js.subscribe(subject, stream="TETHER_TETHER", ordered_consumer=True)
+                with pytest.raises(NatsError):
+                    await js.pull_subscribe(subject, "snoop", stream="TETHER_TETHER")
+                with pytest.raises(NatsError):
+                    await js.add_consumer(
+                        "TETHER_TETHER", ConsumerConfig(name="snoop", filter_subject=subject)
+                    )
+            with pytest.raises(NatsError):
+                await js.get_msg("TETHER_TETHER", seq=1)
+            with pytest.raises(NatsError):
+                await js.get_msg("TETHER_TETHER", seq=1, direct=True)
+            seen: list[bytes] = []
+
+            async def snoop(message: object) -> None:
+                seen.append(message.data)  # type: ignore[attr-defined]
+
+            await a_host.subscribe("tether.ch.h.B.>", cb=snoop)
+            await a_host.subscribe("_INBOX.>", cb=snoop)
+            await a_host.flush()
+            async with asyncio.timeout(20):  # the server reports each refusal on its own
+                while not all(any(w in e for e in denied) for w in want):
+                    reported.clear()
+                    await reported.wait()
+        finally:
+            await a_host.close()
+        operator = await open_jetstream(url_for(secured, "op"))
+        try:
+            tail = operator.tail("h.B.run.secret.events")
+            async with asyncio.timeout(20):
+                entry = await anext(tail)
+            await tail.aclose()
+            assert b"private" in entry.data  # type: ignore[union-attr]
+        finally:
+            await operator.aclose()
+        assert not seen  # a late delivery of B's line or of the operator's replies to A
 
     asyncio.run(main())
 

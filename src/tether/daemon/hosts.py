@@ -72,6 +72,7 @@ __all__ = [
     "check_host",
     "control_channel",
     "events_channel",
+    "host_inbox",
     "inbox_channel",
     "open_host_link",
     "rpc_subject",
@@ -122,7 +123,9 @@ class ClusterOptions:
     def connect_options(self) -> dict[str, Any]:
         from tether.transports.jetstream import connect_options
 
-        return connect_options(creds=self.creds, ca=self.ca)
+        options = connect_options(creds=self.creds, ca=self.ca)
+        options["inbox_prefix"] = host_inbox(self.host)
+        return options
 
 
 async def open_host_link(options: ClusterOptions, daemon: Daemon) -> HostLink:
@@ -146,6 +149,13 @@ def check_host(name: str) -> str:
     if not HOST_NAME.fullmatch(name):
         raise ValueError(f"bad host name {name!r}: 1-64 of [A-Za-z0-9_-]")
     return name
+
+
+def host_inbox(host: str) -> str:
+    """The reply-subject prefix of a host daemon's connection, ``_INBOX_<host>``: its
+    permissions may then let it subscribe to its own replies only (never ``_INBOX.>``,
+    which would show it every client's replies and consumer deliveries)."""
+    return f"_INBOX_{check_host(host)}"
 
 
 def rpc_subject(host: str, prefix: str = "tether") -> str:

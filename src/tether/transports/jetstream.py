@@ -216,6 +216,7 @@ class JetStreamChannel:
             try:
                 return await self.js.subscribe(
                     self.subject(name),
+                    stream=self.stream,  # known: no STREAM.NAMES round trip (nor permission)
                     ordered_consumer=True,
                     config=config,
                     pending_msgs_limit=TAIL_PENDING_MSGS,
