@@ -51,11 +51,17 @@ class NatsServer:
 
 @contextmanager
 def run_nats_server(
-    store: Path, *, timeout: float = 20.0, extra: list[str] | None = None, port: int = -1
+    store: Path,
+    *,
+    timeout: float = 20.0,
+    extra: list[str] | None = None,
+    port: int = -1,
+    address: str = "127.0.0.1",
 ) -> Iterator[NatsServer]:
-    """Start a JetStream-enabled server storing in ``store``; stop it on exit."""
+    """Start a JetStream-enabled server storing in ``store``, listening on ``address``
+    (``0.0.0.0`` for hosts in network namespaces); stop it on exit."""
     store.mkdir(parents=True, exist_ok=True)
-    argv = [server_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
+    argv = [server_binary(), "-js", "-a", address, "-p", str(port), "-sd", str(store)]
     process = subprocess.Popen(
         [*argv, *(extra or [])],
         stdin=subprocess.DEVNULL,

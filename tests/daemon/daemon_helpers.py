@@ -30,12 +30,13 @@ class DaemonProcess:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     log: Path = field(init=False)
+    wrapper: list[str] = field(default_factory=list)  # e.g. ip netns exec NS (which execs)
 
     def __post_init__(self) -> None:
         self.log = self.root / "daemon.stderr"
 
     def start(self, *extra: str, wait: bool = True) -> DaemonProcess:
-        argv = [sys.executable, "-m", "tether", "daemon", "--foreground", *extra]
+        argv = [*self.wrapper, sys.executable, "-m", "tether", "daemon", "--foreground", *extra]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
