@@ -202,6 +202,17 @@ def test_a_permission_prompt_becomes_an_inbox_approval_request(
     assert "no answer path" in world.model_texts(2)
 
 
+def test_tether_run_model_reaches_the_model_request(
+    make_claude: Callable[[list[Any]], Claude],
+) -> None:
+    world = make_claude([{"text": "Modelled."}])
+    done = world.run_cli("--model", "claude-run-model-5", "hi")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "Modelled."
+    world.checked(world.cli_run_dir())
+    assert [r["body"]["model"] for r in world.server.model_requests()] == ["claude-run-model-5"]
+
+
 def test_a_claude_that_cannot_start_fails_the_run(
     make_claude: Callable[[list[Any]], Claude],
 ) -> None:
@@ -426,8 +437,12 @@ def test_the_daemon_spawns_claude_by_provider_synonym(
         with client:
             client.settimeout(120)
             params = {"name": "cc", "task": "hi", "provider": "claude", "cwd": str(world.work)}
+            params["model"] = "claude-daemon-model-3"  # reaches Claude Code as --model
             status = client.call("agent.spawn", params | {"wait": True, "timeout_s": 90})
             assert status["answer"]["text"] == "Daemon answer."
+            assert [r["body"]["model"] for r in world.server.model_requests()] == [
+                "claude-daemon-model-3"
+            ]
             stopped = client.call("agent.stop", {"name": "cc", "mode": "close", "timeout_s": 30})
             assert stopped["ended"] is True
             run_dir = Path(client.call("agent.status", {"name": "cc"})["run_dir"])

@@ -10,6 +10,7 @@ may outlive it. Under CI=true a CLI that is not installed fails the test.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -25,7 +26,7 @@ from tether.modelserver import open_model_server
 from tether.runtime.adapters.registry import AGENTS, ack_notes
 
 from .agent_world import SETUPS, Setup, World, connect_daemon, of, shell, until
-from .cli_helpers import kill_marked, read_events, require_cli, survivors
+from .cli_helpers import cli_env, kill_marked, read_events, require_cli, survivors
 
 
 class Worlds:
@@ -283,6 +284,62 @@ def test_the_daemon_spawns_the_agent(make_world: Worlds) -> None:
             leftover.unlink()
         socket_dir.rmdir()
     world.checked(run_dir)
+
+
+MODEL = "tether-test-model-7"
+
+
+def requested_model(request: dict[str, Any]) -> str:
+    """The model a logged request asked for (Gemini names it in the path)."""
+    body = request["body"]
+    if isinstance(body, dict) and body.get("model"):
+        return str(body["model"])
+    path = str(request["path"])
+    return path.split("/models/", 1)[-1].split(":", 1)[0] if "/models/" in path else ""
+
+
+def without_model(args: list[str]) -> list[str]:
+    """A client's --agent-arg values without their own ``--model NAME``."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--model":
+            skip = True
+        else:
+            out.append(arg)
+    return out
+
+
+@each_cli
+def test_the_runs_model_reaches_the_model_request(make_world: Worlds) -> None:
+    world = make_world([{"text": "Hi."}])
+    world.agent_args = without_model(world.agent_args)
+    if make_world.name == "pi":  # pi knows only the models of its models.json
+        models = Path(world.env["HOME"], ".pi", "agent", "models.json")
+        config = json.loads(models.read_text())
+        config["providers"]["tether"]["models"].append({"id": MODEL, "reasoning": False})
+        models.write_text(json.dumps(config))
+
+    async def go() -> tether.Result:
+        handle = await world.spawn("hello", model=MODEL)
+        return await handle.wait()
+
+    result = asyncio.run(go())
+    assert result.status == "done", result.error
+    asked = [requested_model(r) for r in world.server.model_requests()]
+    assert asked, "no model request reached the server"
+    assert set(asked) == {MODEL}, asked
+
+
+def test_a_model_given_twice_fails_the_run(tmp_path: Path) -> None:
+    program = require_cli("pi")
+    env = cli_env(tmp_path, program)
+    argv = [sys.executable, "-m", "tether", "run", "--no-stdin", "--agent", "pi"]
+    argv += ["--model", "a", "--agent-arg=--model", "--agent-arg=b", "hi"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 4
+    assert "the model is given twice" in done.stderr
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from tether.cli.agents import markdown
+from tether.runtime.adapters.commands import ModelTwice, cli_launch
 from tether.runtime.adapters.registry import (
     AGENTS,
     CONTROLS,
+    AgentKind,
     Support,
     UnknownAgent,
     agent_child_args,
@@ -110,3 +112,41 @@ def test_tether_agents_json_lists_every_agent(tmp_path: Path) -> None:
     assert by_name["builtin"]["installed"] is True
     assert by_name["claude"]["installed"] is False  # an empty PATH
     assert by_name["claude"]["controls"]["cancel"]["support"] == "native"
+
+
+def test_every_agent_started_once_says_how_it_takes_the_model() -> None:
+    from tether.runtime.adapters.commands import LAUNCHES
+
+    for name in LAUNCHES:
+        assert AGENTS[name].model != AgentKind._field_defaults["model"], name
+
+
+def test_the_model_is_a_flag_of_the_clis_that_take_one() -> None:
+    claude = cli_launch("claude", ["/x/claude"], ["--allowedTools=Bash"], {}, "m1")
+    assert claude is not None
+    assert claude.argv[-3:] == ["--allowedTools=Bash", "--model", "m1"]
+    assert claude.env["DISABLE_NON_ESSENTIAL_MODEL_CALLS"] == "1"
+    pi = cli_launch("pi", ["/x/pi", "--mode", "rpc"], ["--provider", "p"], {}, "m2")
+    assert pi is not None
+    assert pi.argv == ["/x/pi", "--mode", "rpc", "--provider", "p", "--model", "m2"]
+    gemini = cli_launch("gemini", ["/x/gemini", "--acp"], [], {}, "m3")
+    assert gemini is not None
+    assert gemini.argv == ["/x/gemini", "--acp", "--model", "m3"]
+    # codex and ACP agents take it in their protocol: no flag
+    codex = cli_launch("codex", ["/x/codex", "app-server"], [], {}, "m4")
+    acp = cli_launch("acp", ["/x/agent"], ["--session-mode=plan"], {}, "m5")
+    assert codex is not None
+    assert acp is not None
+    assert "m4" not in codex.argv
+    assert acp.argv == ["/x/agent"]
+    assert cli_launch("resp", ["/x/prog"], [], {}, "m6") is None  # not started once
+
+
+@pytest.mark.parametrize(
+    ("agent", "args"),
+    [("claude", ["--model", "b"]), ("pi", ["--model=b"]), ("gemini", ["-m", "b"])],
+)
+def test_a_model_given_twice_is_refused(agent: str, args: list[str]) -> None:
+    with pytest.raises(ModelTwice, match="given twice"):
+        cli_launch(agent, ["/x/cli"], args, {}, "a")
+    assert cli_launch(agent, ["/x/cli"], args, {}, None) is not None  # one is fine

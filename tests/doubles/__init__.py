@@ -1,4 +1,5 @@
-"""Test doubles shared by every test package: ``hostile_child.py`` (one program, many modes)."""
+"""Test doubles shared by every test package: ``hostile_child.py`` (one program, many
+modes) and ``silent_cli.py`` (an agent CLI that never answers)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import sys
 from pathlib import Path
 
 HOSTILE = Path(__file__).parent / "hostile_child.py"
+SILENT_CLI = Path(__file__).parent / "silent_cli.py"
 
 
 def hostile(
@@ -23,3 +25,9 @@ def hostile(
     if count is not None:
         argv += ["--count", str(count)]
     return argv
+
+
+def silent_cli(*, pid_file: Path, env_file: Path | None = None) -> list[str]:
+    """argv of the silent agent CLI TEST DOUBLE (see ``silent_cli.py``), SIGTERM ignored."""
+    argv = [sys.executable, str(SILENT_CLI), "--ignore-term", "--pid-file", str(pid_file)]
+    return argv if env_file is None else [*argv, "--env-file", str(env_file)]

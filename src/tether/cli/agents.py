@@ -65,6 +65,7 @@ def status(agent: AgentKind, env: Mapping[str, str] | None = None) -> dict[str, 
         "path": found[0] if found else None,
         "version": version_of(agent, env) if found else None,
         "package": agent.package,
+        "model": agent.model,
         "controls": {
             k: {"support": c.support.value, "how": c.how} for k, c in agent.controls.items()
         },
@@ -85,8 +86,11 @@ def markdown() -> str:
             cells.append(f"**{cap.support.value}**: {cap.how}")
         lines.append(f"| {control} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("| agent | what it is | protocol | command | npm package (pinned in CI) | notes |")
-    lines.append("| --- | --- | --- | --- | --- | --- |")
+    lines.append(
+        "| agent | what it is | protocol | command | npm package (pinned in CI) "
+        "| the run's model | notes |"
+    )
+    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     for agent in AGENTS.values():
         command = f"`{' '.join(agent.command)}`" if agent.command else "after `--`"
         if agent.name == "builtin":
@@ -94,6 +98,6 @@ def markdown() -> str:
         package = f"`{agent.package}`" if agent.package else ""
         lines.append(
             f"| `{agent.name}` | {agent.title} | {agent.protocol} | {command} | {package} | "
-            f"{agent.notes} |"
+            f"{agent.model} | {agent.notes} |"
         )
     return "\n".join(lines) + "\n"

@@ -18,15 +18,15 @@ import argparse
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from tether.wire.env import read_wire_env
 
 if TYPE_CHECKING:
     import asyncio
 
     from tether.agent.runner import EmitFn, TurnControl, TurnOutcome, TurnRequest, TurnRunner
+    from tether.runtime.adapters.early import Early
     from tether.runtime.parent import RunHandle
 
 MISSING_ENV = "FEN_WIRE_CONTROL_PATH and FEN_WIRE_EVENT_PATH are required"
@@ -155,6 +155,37 @@ def _wake_fd(env: dict[str, str]) -> str | None:
     return env.pop("TETHER_WAKE_FD", None)
 
 
+def _start_timeout(env: dict[str, str]) -> float | None:
+    """The run's start timeout from ``TETHER_START_TIMEOUT_S`` (removed from ``env``: it
+    is this run's, not the agent CLI's or its tools')."""
+    from tether.runtime.adapters import START_TIMEOUT_ENV
+
+    raw = env.pop(START_TIMEOUT_ENV, "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def _start_early(args: argparse.Namespace, command: list[str], env: dict[str, str]) -> list[Early]:
+    """An external agent's CLI, started before anything heavy is imported (see
+    :mod:`tether.runtime.adapters.early`); [] when it is not started early."""
+    try:
+        agent = agent_name(args)
+    except ValueError:
+        return []
+    if agent is None:
+        return []
+    from tether.runtime.adapters.early import start_early
+
+    cwd = os.path.realpath(args.cwd or os.getcwd())
+    early = start_early(
+        agent, command=command, agent_args=args.agent_arg, cwd=cwd, env=env, model=args.model
+    )
+    return [] if early is None else [early]
+
+
 def _options(pairs: list[str]) -> dict[str, str] | str:
     options: dict[str, str] = {}
     for pair in pairs:
@@ -182,12 +213,46 @@ def _fail_early(event_path: str | None, run: str, error: str) -> int:
 
 
 def main(argv: list[str], prog: str) -> int:
+    started = time.monotonic()
     argv, command = _split_command(join_agent_args(argv))
     args = _build_parser(prog).parse_args(argv)
     command = command or args.command
     env = dict(os.environ)
     lifeline = _lifeline(env)
     wake = _wake_fd(env)
+    start_s = _start_timeout(env) if args.agent or args.adapter else None
+    early_cli = _start_early(args, command, env)  # the CLI boots while we import and set up
+    try:
+        return _main(
+            args,
+            command,
+            env,
+            lifeline=lifeline,
+            wake=wake,
+            start_s=start_s,
+            started=started,
+            early_cli=early_cli,
+        )
+    finally:
+        if early_cli:  # never adopted: the child failed before its adapter was built
+            from tether.runtime.adapters.early import stop_early
+
+            stop_early(early_cli.pop())
+
+
+def _main(
+    args: argparse.Namespace,
+    command: list[str],
+    env: dict[str, str],
+    *,
+    lifeline: int | None,
+    wake: str | None,
+    start_s: float | None,
+    started: float,
+    early_cli: list[Early],
+) -> int:
+    from tether.wire.env import read_wire_env
+
     control = read_wire_env(env, "CONTROL_PATH")
     events = read_wire_env(env, "EVENT_PATH")
     run = read_wire_env(env, "RUN_ID") or "run"
@@ -242,16 +307,26 @@ def main(argv: list[str], prog: str) -> int:
     async def factory(emit: EmitFn) -> TurnRunner:
         if agent not in (None, "builtin"):
             from tether.runtime.adapters import open_runner
+            from tether.runtime.adapters.early import stop_early
 
-            return open_runner(
-                agent,
-                emit,
-                command=command,
-                agent_args=args.agent_arg,
-                cwd=cwd,
-                env=env,
-                run_dir=Path(events).parent,
-            )
+            handed = early_cli.pop() if early_cli else None
+            try:
+                return open_runner(
+                    agent,
+                    emit,
+                    command=command,
+                    agent_args=args.agent_arg,
+                    cwd=cwd,
+                    env=env,
+                    run_dir=Path(events).parent,
+                    model=args.model,
+                    early=handed,
+                    start_s=start_s,
+                    started_at=started,
+                )
+            except BaseException:
+                stop_early(handed)
+                raise
         return _LazyAgent(args, emit, cwd=cwd, env=env, options=options)
 
     child = ChildOptions(

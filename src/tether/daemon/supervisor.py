@@ -315,7 +315,7 @@ class Supervisor:
             if values is not None and not all(isinstance(a, str) and a for a in values):
                 raise invalid(f"{name} must be a list of non-empty strings")
         command: list[str] = child_args(agent, p.agent_args or [], p.argv or [])
-        return [*default_argv(None, None), *command]
+        return [*default_argv(None, p.model), *command]  # the adapter passes the model on
 
     async def _spawn_failed(self, agent: AgentRun) -> None:
         if not agent.ended:

@@ -31,6 +31,7 @@ from typing import Any
 
 from tether import procs
 from tether.errors import ControlRefused, ParentError, RunEnded, SpawnError, TetherError
+from tether.runtime.adapters import START_TIMEOUT_ENV
 from tether.runtime.finaltext import full_text
 from tether.runtime.hub import WatchHub, shared_hub
 from tether.runtime.launch import (
@@ -445,10 +446,14 @@ async def spawn(
     state directory's database); ``follow_nested`` also hands out the updates of the
     runs it starts (subagents), with ``depth`` >= 1.
     """
+    timeouts = timeouts or Timeouts()
+    fixed_env = None
     if agent is not None or agent_args:
         child_args = [*child_args, *_agent_args(agent, agent_args, argv)]
         if agent not in (None, "builtin"):
             argv = None
+            # the agent CLI's hand-shake is bounded by the run's start timeout
+            fixed_env = {START_TIMEOUT_ENV: f"{timeouts.start_s:g}"}
     prepared = await asyncio.to_thread(
         prepare_run,
         task,
@@ -458,12 +463,13 @@ async def spawn(
         model=model,
         child_args=child_args,
         env=env,
+        fixed_env=fixed_env,
         deadline_s=deadline_s,
     )
     run, command, started = prepared.run, prepared.command, time.monotonic()
     watch = RunWatch(
         prepared.mirror,
-        timeouts or Timeouts(),
+        timeouts,
         now=started,
         deadline=None if prepared.deadline is None else monotonic_at(prepared.deadline),
         finalize_at=None if finalize_after_s is None else started + finalize_after_s,

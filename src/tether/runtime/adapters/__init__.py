@@ -25,20 +25,33 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from tether.runtime.adapters.registry import DEFAULT_AGENT, find_command, get_agent
 
 if TYPE_CHECKING:
-    from tether.agent.runner import EmitFn, TurnRunner
+    import subprocess
 
-__all__ = ["AdapterOptions", "open_runner"]
+    from tether.agent.runner import EmitFn, TurnRunner
+    from tether.runtime.adapters.early import Early
+
+__all__ = ["START_TIMEOUT_ENV", "AdapterOptions", "open_runner"]
+
+# The run's start timeout in seconds, set by the parent (``tether.spawn``): it bounds the
+# agent CLI's hand-shake (``AdapterOptions.start_s``); without it the default applies.
+START_TIMEOUT_ENV = "TETHER_START_TIMEOUT_S"
 
 
 class AdapterOptions(NamedTuple):
     """What an adapter is built from."""
 
     agent: str
-    argv: list[str]  # the CLI's command, program resolved to a path
+    # the CLI's command, program resolved to a path; for the agents in
+    # commands.LAUNCHES the whole command line (agent_args and the model included)
+    argv: list[str]
     agent_args: list[str]  # extra CLI arguments from --agent-arg, in order
     cwd: str
     env: dict[str, str]  # the CLI's environment (the child's: inbox paths included)
     run_dir: Path | None = None  # where the adapter may keep files (the run directory)
+    model: str | None = None  # the run's model (commands says how each CLI gets it)
+    process: subprocess.Popen[bytes] | None = None  # the CLI, started early (early.py)
+    start_s: float | None = None  # the run's start timeout: the hand-shake's bound
+    started_at: float | None = None  # time.monotonic() when the child started
 
 
 class _AdapterClass(Protocol):
@@ -54,14 +67,22 @@ def open_runner(
     cwd: str | os.PathLike[str],
     env: Mapping[str, str],
     run_dir: Path | None = None,
+    model: str | None = None,
+    early: Early | None = None,
+    start_s: float | None = None,
+    started_at: float | None = None,
 ) -> TurnRunner:
-    """The turn runner for ``agent``; raises ``RunnerSetupError`` when it cannot be built."""
+    """The turn runner for ``agent``; raises ``RunnerSetupError`` when it cannot be built.
+
+    ``early`` is the CLI :func:`~tether.runtime.adapters.early.start_early` started with
+    the same arguments: the runner adopts it. The caller ends it if this raises."""
     from tether.agent.runner import RunnerSetupError
+    from tether.runtime.adapters.commands import cli_launch
 
     kind = get_agent(agent)
     if agent == DEFAULT_AGENT or not kind.runner:
         raise RunnerSetupError(f"agent {agent!r} has no adapter")
-    argv = find_command(kind, command, env)
+    argv = early.launch.argv if early is not None else find_command(kind, command, env)
     if argv is None:
         wanted = shlex.join(command) if command else " ".join(kind.command)
         if not wanted:
@@ -73,5 +94,26 @@ def open_runner(
         cls: _AdapterClass = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise RunnerSetupError(f"agent {agent}: its adapter is not in this build ({exc})") from exc
-    options = AdapterOptions(agent, argv, list(agent_args), os.fspath(cwd), dict(env), run_dir)
+    cli_env = dict(env)
+    if early is not None:
+        cli_env = early.launch.env
+    else:
+        try:
+            launch = cli_launch(agent, argv, agent_args, env, model)
+        except ValueError as exc:  # the model given twice
+            raise RunnerSetupError(f"agent {agent}: {exc}") from exc
+        if launch is not None:
+            argv, cli_env = launch
+    options = AdapterOptions(
+        agent,
+        argv,
+        list(agent_args),
+        os.fspath(cwd),
+        cli_env,
+        run_dir,
+        model=model,
+        process=None if early is None else early.popen,
+        start_s=start_s,
+        started_at=started_at,
+    )
     return cls.for_agent(options, emit)

@@ -5,7 +5,9 @@ The hand-shake is ``initialize {protocolVersion: 1, clientCapabilities}`` (no fi
 no terminal: the agent uses its own tools) and ``session/new {cwd, mcpServers: []}``;
 the session id is the CLI's session id. With ``--agent-arg=--session-mode=ID`` the
 adapter then sends ``session/set_mode {modeId: ID}`` (e.g. ``bypassPermissions`` for
-claude-code-acp); the argument is the adapter's and is not passed to the agent.
+claude-code-acp); the argument is the adapter's and is not passed to the agent. With a
+run's model it then sends ``session/set_model {modelId}`` (unstable in the spec; Gemini
+CLI and claude-code-acp have it). A refused setting fails the run's set-up.
 
 A tether turn is one or more ``session/prompt {sessionId, prompt: [{type: text, text}]}``
 requests; the response's ``stopReason`` ends each (``end_turn`` -> ``stop``,
@@ -36,12 +38,12 @@ JSON-RPC "method not found" error.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from tether.agent.provider import Usage
 from tether.agent.runner import EmitFn, Injection, TurnRunner
+from tether.runtime.adapters.commands import MODE_ARG, split_mode_arg
 from tether.runtime.adapters.jsonrpc import (
     METHOD_NOT_FOUND,
     Notification,
@@ -78,9 +80,10 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION: Final = 1
-MODE_ARG: Final = "--session-mode="
 _STOPS: Final = {"end_turn": "stop", "max_tokens": "length", "cancelled": "aborted"}
 _DONE: Final = frozenset({"completed", "failed"})
+# The requests that follow session/new, and what each sets (for the error message).
+_SETTINGS: Final = {"session/set_mode": "session mode", "session/set_model": "model"}
 _CHUNKS: Final = {
     "agent_message_chunk": ("assistant-text-delta", "assistant-text"),
     "agent_thought_chunk": ("assistant-thinking-delta", "assistant-thinking"),
@@ -90,18 +93,6 @@ _CHUNKS: Final = {
 def wire_stop(reason: object) -> str:
     text = text_of(reason)
     return _STOPS.get(text, text.replace("_", "-") or "stop")
-
-
-def split_mode_arg(agent_args: list[str]) -> tuple[str | None, list[str]]:
-    """The adapter's ``--session-mode=ID`` (last wins) and the arguments for the agent."""
-    mode = None
-    rest = []
-    for arg in agent_args:
-        if arg.startswith(MODE_ARG):
-            mode = arg[len(MODE_ARG) :] or None
-        else:
-            rest.append(arg)
-    return mode, rest
 
 
 class _Call:
@@ -118,9 +109,14 @@ class _Tool:
 class AcpTranslator:
     """ACP client side <-> wire (see the module docstring)."""
 
-    def __init__(self, cwd: str, *, mode: str | None = None, version: str = "0") -> None:
+    def __init__(
+        self, cwd: str, *, mode: str | None = None, model: str | None = None, version: str = "0"
+    ) -> None:
         self.cwd = cwd
         self.mode = mode
+        self.model = model
+        self._setup: list[tuple[str, dict[str, Any]]] = []  # settings still to send
+        self._asked: dict[str, Any] = {}  # method -> the value it asked for
         self.version = version
         self.rpc = Outbox(jsonrpc=True)
         self.session: str | None = None
@@ -186,19 +182,35 @@ class AcpTranslator:
             self.session = text_of(field(got.result, "sessionId")) or None
             if failure is not None or self.session is None:
                 return [Broken(f"the ACP agent could not start a session: {failure or 'no id'}")]
-            if self.mode is not None:
-                params = {"sessionId": self.session, "modeId": self.mode}
-                return [Send(self.rpc.request("session/set_mode", params))]
-            return [Started(self.session)]
-        if method == "session/set_mode":
+            self._setup = self._settings()
+            return self._next_setting()
+        if method in _SETTINGS:
             if failure is not None:
-                return [Broken(f"the ACP agent refused session mode {self.mode!r}: {failure}")]
-            return [Started(self.session)]
+                what, value = _SETTINGS[method], self._asked.get(method)
+                return [Broken(f"the ACP agent refused {what} {value!r} ({method}): {failure}")]
+            return self._next_setting()
         if method == "session/prompt" and got.id == self._prompt:
             return self._prompt_done(got, failure)
         if failure is not None and method is not None:
             return [Show({"type": "error", "error": f"the ACP agent refused {method}: {failure}"})]
         return []
+
+    def _settings(self) -> list[tuple[str, dict[str, Any]]]:
+        """What follows session/new: the session mode, then the run's model."""
+        steps: list[tuple[str, dict[str, Any]]] = []
+        if self.mode is not None:
+            steps.append(("session/set_mode", {"sessionId": self.session, "modeId": self.mode}))
+        if self.model is not None:
+            steps.append(("session/set_model", {"sessionId": self.session, "modelId": self.model}))
+        return steps
+
+    def _next_setting(self) -> list[Action]:
+        """The next setting's request; once none is left, the session is up."""
+        if not self._setup:
+            return [Started(self.session)]
+        method, params = self._setup.pop(0)
+        self._asked[method] = params.get("modeId") or params.get("modelId")
+        return [Send(self.rpc.request(method, params))]
 
     def _prompt_done(self, got: Response, failure: str | None) -> list[Action]:
         self.turn_open, self._prompt = False, None
@@ -356,20 +368,10 @@ class AcpRunner:
     def for_agent(options: AdapterOptions, emit: EmitFn) -> TurnRunner:
         from tether.runtime.adapters.driver import Traits, TranslatingRunner
 
-        mode, args = split_mode_arg(options.agent_args)
-        env = dict(options.env)
-        if os.path.basename(options.argv[0]) == "claude-code-acp" and os.geteuid() == 0:
-            env["IS_SANDBOX"] = "1"  # anything else and session/new fails as root
+        mode, _ = split_mode_arg(options.agent_args)
         traits = Traits(options.agent, steer=False, follow_up=False)
-        return TranslatingRunner(
-            AcpTranslator(options.cwd, mode=mode),
-            traits,
-            emit,
-            argv=[*options.argv, *args],
-            cwd=options.cwd,
-            env=env,
-            run_dir=options.run_dir,
-        )
+        translator = AcpTranslator(options.cwd, mode=mode, model=options.model)
+        return TranslatingRunner(translator, traits, emit, options)
 
 
 def _quota_usage(value: object) -> Usage:

@@ -25,15 +25,17 @@ import asyncio
 import contextlib
 import os
 import shlex
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 import msgspec
 
 from tether import jsondepth, procs, reaper
 from tether.agent.runner import RunnerSetupError
+from tether.runtime.adapters.early import spawn_cli
 from tether.wire.limits import SUMMARY_BYTES
 from tether.wire.lines import Line, LineSplitter
 
@@ -42,6 +44,7 @@ __all__ = [
     "STDERR_TAIL_BYTES",
     "TERM_GRACE_S",
     "BadLine",
+    "CliChild",
     "CliProcess",
     "JsonLines",
     "wait_exit",
@@ -106,6 +109,110 @@ def _preview(data: bytes) -> str:
     return data[:80].decode("utf-8", "replace")
 
 
+class _Exiting(Protocol):
+    @property
+    def returncode(self) -> int | None: ...
+
+
+class CliChild:
+    """A started CLI process on the event loop: stdin a write transport, stdout and
+    stderr stream readers, its exit seen through a pidfd (polled where there is none).
+
+    :meth:`adopt` takes a :class:`subprocess.Popen` with three pipes, however it was
+    started (:func:`~tether.runtime.adapters.early.spawn_cli`, early or not), so a
+    CLI started before the event loop existed is driven like any other.
+    """
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        stdin: asyncio.WriteTransport,
+        stdout: asyncio.StreamReader,
+        stderr: asyncio.StreamReader,
+        transports: list[asyncio.BaseTransport],
+    ) -> None:
+        self._popen = popen
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+        self._transports = transports
+        self._exited = asyncio.Event()
+        self._pidfd: int | None = None
+        self._poller: asyncio.TimerHandle | None = None
+
+    @classmethod
+    async def adopt(cls, popen: subprocess.Popen[bytes]) -> CliChild:
+        loop = asyncio.get_running_loop()
+        assert popen.stdin is not None
+        assert popen.stdout is not None
+        assert popen.stderr is not None
+        stdin, _ = await loop.connect_write_pipe(asyncio.Protocol, popen.stdin)
+        readers: list[asyncio.StreamReader] = []
+        transports: list[asyncio.BaseTransport] = [stdin]
+        for pipe in (popen.stdout, popen.stderr):
+            reader = asyncio.StreamReader(limit=READ_CHUNK)
+            transport, _ = await loop.connect_read_pipe(_protocol_of(reader), pipe)
+            readers.append(reader)
+            transports.append(transport)
+        child = cls(popen, stdin, readers[0], readers[1], transports)
+        child._watch(loop)
+        return child
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            self._pidfd = os.pidfd_open(self.pid)
+        except (OSError, AttributeError):
+            self._poll()  # no pidfd (an old kernel): poll at EXIT_POLL_S
+            return
+        loop.add_reader(self._pidfd, self._check)
+
+    def _check(self) -> None:
+        """Reap the process if it has exited (waitpid for its pid only)."""
+        if self._popen.poll() is None:
+            return
+        self._exited.set()
+        self._unwatch()
+
+    def _poll(self) -> None:
+        self._check()
+        if not self._exited.is_set():
+            self._poller = asyncio.get_running_loop().call_later(EXIT_POLL_S, self._poll)
+
+    def _unwatch(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
+        if self._pidfd is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        code = self._popen.returncode
+        assert code is not None
+        return code
+
+    def close(self) -> None:
+        """Close the pipes and stop watching (the process is not signalled)."""
+        for transport in self._transports:
+            transport.close()
+        self._unwatch()
+
+
+def _protocol_of(reader: asyncio.StreamReader) -> Callable[[], asyncio.StreamReaderProtocol]:
+    return lambda: asyncio.StreamReaderProtocol(reader)
+
+
 class CliProcess:
     """One CLI process and its pumps; see the module docstring."""
 
@@ -118,15 +225,17 @@ class CliProcess:
         on_data: Callable[[bytes], None] | None = None,
         on_message: Callable[[dict[str, Any] | BadLine], None] | None = None,
         on_eof: Callable[[], None] | None = None,
+        started: subprocess.Popen[bytes] | None = None,
     ) -> None:
         self.argv = list(argv)
+        self._early = started  # started by `tether child` already: adopted by start()
         self.cwd = cwd
         self.env = dict(env)
         self._on_data = on_data
         self._on_message = on_message
         self._on_eof = on_eof
         self._lines = JsonLines() if on_message is not None else None
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: CliChild | None = None
         self.started_at: float | None = None
         self.eof = False
         self.stderr_tail = b""
@@ -142,27 +251,18 @@ class CliProcess:
         return None if self.proc is None else self.proc.returncode
 
     async def start(self) -> None:
-        """Start the CLI; a failure is a :class:`RunnerSetupError` naming the command."""
+        """Start the CLI (or adopt the one started early, ``started=``); a failure is a
+        :class:`RunnerSetupError` naming the command."""
         adopt_orphans()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=self.cwd,
-                env=reaper.marked_env(self.env),  # ended by the reaper if this process dies
-                limit=READ_CHUNK,
-                **procs.NEW_GROUP,
-            )
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise RunnerSetupError(f"cannot start {shlex.join(self.argv)}: {reason}") from exc
-        self.proc = proc
-        reaper.track(proc.pid)
+        popen, self._early = self._early, None
+        if popen is None:
+            try:
+                popen = spawn_cli(self.argv, self.cwd, self.env)
+            except OSError as exc:
+                reason = exc.strerror or str(exc)
+                raise RunnerSetupError(f"cannot start {shlex.join(self.argv)}: {reason}") from exc
+        proc = self.proc = await CliChild.adopt(popen)
         self.started_at = time.monotonic()
-        assert proc.stdout is not None
-        assert proc.stderr is not None
         self._pumps = [
             asyncio.create_task(self._pump_stdout(proc.stdout)),
             asyncio.create_task(self._pump_stderr(proc.stderr)),
@@ -187,6 +287,7 @@ class CliProcess:
     async def terminate(self, grace_s: float = TERM_GRACE_S) -> None:
         """SIGTERM the CLI's group, SIGKILL what is left after ``grace_s``."""
         if self.proc is None:
+            await self._drop_early()
             return
         try:
             await procs.terminate_group(self.proc, grace_s)
@@ -198,10 +299,10 @@ class CliProcess:
         """Close stdin, give the CLI ``exit_wait_s`` to leave, then end its whole group."""
         proc = self.proc
         if proc is None:
+            await self._drop_early()
             return
         try:
-            if proc.stdin is not None:
-                proc.stdin.close()
+            proc.stdin.close()
             await wait_exit(proc, exit_wait_s)
             await procs.terminate_group(proc, TERM_GRACE_S)
         except BaseException:
@@ -213,6 +314,16 @@ class CliProcess:
                 task.cancel()
             if self._pumps:
                 await asyncio.wait(self._pumps, timeout=DEATH_WAIT_S)
+            proc.close()
+
+    async def _drop_early(self) -> None:
+        """A CLI started early and never adopted (the run ended first): end its group."""
+        popen, self._early = self._early, None
+        if popen is not None:
+            try:
+                await procs.terminate_group(popen, TERM_GRACE_S)
+            finally:
+                reaper.untrack(popen.pid)
 
     async def death_note(self, when: str) -> str:
         """What happened to the CLI, with its exit status and the tail of its stderr."""
@@ -265,7 +376,7 @@ class CliProcess:
         finally:
             self._stderr_done.set()
 
-    async def _watch_exit(self, proc: asyncio.subprocess.Process) -> None:
+    async def _watch_exit(self, proc: CliChild) -> None:
         """The CLI exited: when its stdout stays open (a leftover process of its group
         holds it), its output counts as ended anyway after a short wait."""
         await wait_exit(proc, None)
@@ -296,7 +407,7 @@ def adopt_orphans() -> bool:
     return _adopted[0]
 
 
-async def wait_exit(proc: asyncio.subprocess.Process, seconds: float | None) -> bool:
+async def wait_exit(proc: _Exiting, seconds: float | None) -> bool:
     """Wait until the process itself has exited (at most ``seconds``); True when it has.
 
     Not ``proc.wait()``: on Python 3.11 that also waits for its pipes to close, which a

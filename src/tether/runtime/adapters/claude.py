@@ -46,12 +46,15 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from tether.agent.provider import Usage
 from tether.agent.runner import Injection
 from tether.runtime.adapters.claude_stream import ModelCall, tool_results, usage_of
+from tether.runtime.adapters.commands import CLAUDE_ARGS as BASE_ARGS
+from tether.runtime.adapters.commands import QUIET_ENV
+from tether.runtime.adapters.commands import claude_command as command
 from tether.runtime.adapters.translate import (
     Action,
     Ask,
@@ -78,20 +81,6 @@ __all__ = [
     "final_args",
 ]
 
-BASE_ARGS: Final = (
-    "-p",
-    "--input-format",
-    "stream-json",
-    "--output-format",
-    "stream-json",
-    "--verbose",
-    "--include-partial-messages",
-    "--replay-user-messages",
-)
-QUIET_ENV: Final = {
-    "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-}
 NO_ANSWER_PATH: Final = (
     "tether: this permission prompt was sent to the run's inbox as an approval_request, "
     "but there is no answer path yet, so it is denied. Start the run with "
@@ -99,21 +88,12 @@ NO_ANSWER_PATH: Final = (
     "--agent-arg=--allowedTools=TOOL to allow it."
 )
 INIT_ID: Final = "tether-initialize"
-_OWN_PROMPT_FLAGS: Final = ("--permission-prompt-tool", "--dangerously-skip-permissions")
 _USAGE_FIELDS: Final = {
     "input": "input",
     "output": "output",
     "cache-read": "cache_read",
     "cache-write": "cache_write",
 }
-
-
-def command(program: Sequence[str], agent_args: Sequence[str]) -> list[str]:
-    """Claude Code's command: the base flags, the prompt tool, the user's arguments."""
-    args = [*program, *BASE_ARGS]
-    if not any(a.split("=", 1)[0] in _OWN_PROMPT_FLAGS for a in agent_args):
-        args += ["--permission-prompt-tool", "stdio"]
-    return [*args, *agent_args]
 
 
 def final_args(session: str | None) -> list[str]:
@@ -293,15 +273,7 @@ class ClaudeRunner:
         from tether.runtime.adapters.driver import Traits, TranslatingRunner
 
         traits = Traits("claude", steer=True, follow_up=False, final_args=final_args)
-        return TranslatingRunner(
-            ClaudeTranslator(),
-            traits,
-            emit,
-            argv=command(options.argv, options.agent_args),
-            cwd=options.cwd,
-            env={**QUIET_ENV, **options.env},
-            run_dir=options.run_dir,
-        )
+        return TranslatingRunner(ClaudeTranslator(), traits, emit, options)
 
 
 def _stop_of(result: Mapping[str, Any]) -> tuple[str, str | None]:

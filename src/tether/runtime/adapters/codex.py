@@ -1,8 +1,9 @@
 """Codex (``codex app-server``): its JSON-RPC over stdio translated to the wire, sans-IO.
 
 Theory of operation (:class:`CodexTranslator`). The hand-shake is ``initialize``, the
-``initialized`` notification and ``thread/start {cwd}``; the thread id is the CLI's
-session id (``thread/resume`` takes it). A tether turn is one or more Codex turns:
+``initialized`` notification and ``thread/start {cwd, model?}`` (the run's model, when
+one is given); the thread id is the CLI's session id (``thread/resume`` takes it).
+A tether turn is one or more Codex turns:
 
 - the opening message: ``turn/start {threadId, input: [{type: text, text}]}``;
 - steer: ``turn/steer {threadId, expectedTurnId, input}``, native; shown as
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tether.agent.provider import Usage
 from tether.agent.runner import EmitFn, Injection, TurnRunner
+from tether.runtime.adapters.commands import approval_args
 from tether.runtime.adapters.jsonrpc import (
     METHOD_NOT_FOUND,
     Notification,
@@ -87,13 +89,6 @@ _APPROVALS: Final = {
 }
 
 
-def approval_args(agent_args: list[str]) -> list[str]:
-    """``-c approval_policy="never"`` unless the user's arguments set a policy."""
-    if any("approval_policy" in arg for arg in agent_args):
-        return []
-    return ["-c", 'approval_policy="never"']
-
-
 class _Call:
     """One model call as Codex reports it: its whole blocks until it is closed."""
 
@@ -104,9 +99,10 @@ class _Call:
 class CodexTranslator:
     """Codex app-server <-> wire (see the module docstring)."""
 
-    def __init__(self, cwd: str, version: str = "0") -> None:
+    def __init__(self, cwd: str, version: str = "0", *, model: str | None = None) -> None:
         self.cwd = cwd
         self.version = version
+        self.model = model  # the run's model: thread/start {model}
         self.rpc = Outbox(jsonrpc=False)
         self.thread: str | None = None
         self.turn: str | None = None  # the Codex turn in progress
@@ -182,6 +178,8 @@ class CodexTranslator:
             if failure is not None:
                 return [Broken(f"codex refused initialize: {failure}")]
             thread = {"cwd": self.cwd}
+            if self.model:
+                thread["model"] = self.model
             return [
                 Send(self.rpc.notify("initialized")),
                 Send(self.rpc.request("thread/start", thread)),
@@ -441,13 +439,5 @@ class CodexRunner:
         from tether.runtime.adapters.driver import Traits, TranslatingRunner
 
         traits = Traits("codex", steer=True, follow_up=False)
-        argv = [*options.argv, *approval_args(options.agent_args), *options.agent_args]
-        return TranslatingRunner(
-            CodexTranslator(options.cwd),
-            traits,
-            emit,
-            argv=argv,
-            cwd=options.cwd,
-            env=options.env,
-            run_dir=options.run_dir,
-        )
+        translator = CodexTranslator(options.cwd, model=options.model)
+        return TranslatingRunner(translator, traits, emit, options)

@@ -35,9 +35,11 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 from tether.agent.provider import Usage
 from tether.agent.runner import (
@@ -50,13 +52,17 @@ from tether.agent.runner import (
 )
 from tether.runtime.adapters.base import BadLine, CliProcess
 from tether.runtime.adapters.translate import Action, Ask, Broken, Ended, Send, Show, Started
+from tether.runtime.outcome import Timeouts
 from tether.wire.limits import POLL_BUSY_S
+
+if TYPE_CHECKING:
+    from tether.runtime.adapters import AdapterOptions
 
 __all__ = ["SESSION_FILE", "Traits", "TranslatingRunner", "Translator", "descendants"]
 
 SESSION_FILE: Final = "agent-session"
-# How long the hand-shake may take before the set-up fails.
-HANDSHAKE_S: Final = 60.0
+# The hand-shake's bound when the child was given no start timeout: the parent's default.
+START_S: Final = Timeouts().start_s
 
 
 class Translator(Protocol):
@@ -98,23 +104,19 @@ class TranslatingRunner:
     """See the module docstring."""
 
     def __init__(
-        self,
-        translator: Translator,
-        traits: Traits,
-        emit: EmitFn,
-        *,
-        argv: Sequence[str],
-        cwd: str,
-        env: dict[str, str],
-        run_dir: Path | None = None,
+        self, translator: Translator, traits: Traits, emit: EmitFn, options: AdapterOptions
     ) -> None:
         self.translator = translator
         self.traits = traits
         self.emit = emit
-        self.run_dir = run_dir
+        self.run_dir = options.run_dir
+        env = options.env
         self.inbox = env.get("TETHER_INBOX_PATH") or env.get("RUNEX_INBOX_PATH")
-        self._command = (list(argv), cwd, env)
-        self.process = self._new_process(argv)
+        self._command = (list(options.argv), options.cwd, env)
+        self._start_s = START_S if options.start_s is None else options.start_s
+        started_at = time.monotonic() if options.started_at is None else options.started_at
+        self._handshake_by = started_at + self._start_s
+        self.process = self._new_process(options.argv, options.process)
         self.session: str | None = None
         self._started = asyncio.Event()
         self._problem: str | None = None
@@ -126,13 +128,19 @@ class TranslatingRunner:
     # -- set-up -------------------------------------------------------------------------
 
     async def prepare(self) -> None:
+        """Start (or adopt) the CLI and run the hand-shake, bounded by the run's start
+        timeout counted from the child's start (from the restart for finalize's CLI)."""
         try:
             await self.process.start()
             self._perform(self.translator.handshake())
+            remaining = max(0.0, self._handshake_by - time.monotonic())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._started.wait(), HANDSHAKE_S)
+                await asyncio.wait_for(self._started.wait(), remaining)
             if self._problem is not None or not self._started.is_set():
-                why = self._problem or f"no answer to the hand-shake in {HANDSHAKE_S:.0f} s"
+                why = self._problem or (
+                    f"no answer to the hand-shake within {self._start_s:g} s "
+                    "(the run's start timeout)"
+                )
                 raise RunnerSetupError(await self._note(why))
         except BaseException as exc:
             self._setup_error = str(exc) or repr(exc)
@@ -140,7 +148,9 @@ class TranslatingRunner:
         finally:
             self._prepared.set()
 
-    def _new_process(self, argv: Sequence[str]) -> CliProcess:
+    def _new_process(
+        self, argv: Sequence[str], started: subprocess.Popen[bytes] | None = None
+    ) -> CliProcess:
         """A CLI process whose end is mourned only while it is the current one."""
 
         def on_eof() -> None:
@@ -148,7 +158,9 @@ class TranslatingRunner:
                 self._on_eof()
 
         _, cwd, env = self._command
-        process = CliProcess(argv, cwd=cwd, env=env, on_message=self._on_message, on_eof=on_eof)
+        process = CliProcess(
+            argv, cwd=cwd, env=env, on_message=self._on_message, on_eof=on_eof, started=started
+        )
         return process
 
     async def _restart(self, extra: Sequence[str]) -> None:
@@ -158,6 +170,7 @@ class TranslatingRunner:
         self._dead = self._problem = self._setup_error = None
         self._started.clear()
         self._prepared.clear()
+        self._handshake_by = time.monotonic() + self._start_s
         await self.prepare()
 
     async def _note(self, why: str) -> str:

@@ -333,13 +333,4 @@ class PiRunner:
         from tether.runtime.adapters.driver import Traits, TranslatingRunner
 
         traits = Traits("pi", steer=True, follow_up=True)
-        argv = [*options.argv, *options.agent_args]
-        return TranslatingRunner(
-            PiTranslator(),
-            traits,
-            emit,
-            argv=argv,
-            cwd=options.cwd,
-            env=options.env,
-            run_dir=options.run_dir,
-        )
+        return TranslatingRunner(PiTranslator(), traits, emit, options)

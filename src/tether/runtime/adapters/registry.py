@@ -8,7 +8,8 @@ adapts its machine protocol to the wire (``module:Class``, imported only when us
 control by control, what the adapter really does (:class:`Capability`): ``native`` when
 the CLI has the control itself, ``emulated`` when the adapter builds the closest honest
 equivalent from what the CLI has, ``rejected`` when the control is refused with an ack
-whose reason says why. ``docs/agents.md`` is generated from this table
+whose reason says why, and how the run's model reaches it (:attr:`AgentKind.model`).
+``docs/agents.md`` is generated from this table
 (``tether agents --markdown``) and a test keeps it current.
 
 Imports nothing heavy: ``tether child`` reads it before ``ready``.
@@ -69,6 +70,9 @@ class AgentKind(NamedTuple):
     # An environment variable naming the program (a path) to run instead of `command`
     # when no command follows `--`; "" = none.
     command_env: str = ""
+    # how the run's model (`tether run --model`, spawn(model=), agent.spawn {model})
+    # reaches it (see tether.runtime.adapters.commands)
+    model: str = "not passed on"
 
 
 class UnknownAgent(AgentError, ValueError):
@@ -114,6 +118,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             protocol="in-process agent loop",
             runner="",
             version_args=(),
+            model="the provider's model (`--model`)",
             controls=_caps(
                 steer=(N, "added as a user message before the next model call"),
                 follow_up=(N, "the next user message when the turn would end"),
@@ -130,6 +135,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             runner="tether.runtime.adapters.claude:ClaudeRunner",
             command=("claude",),
             package="@anthropic-ai/claude-code@2.1.197",
+            model="`--model NAME`",
             controls=_caps(
                 steer=(
                     N,
@@ -158,6 +164,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             runner="tether.runtime.adapters.codex:CodexRunner",
             command=("codex", "app-server"),
             package="@openai/codex@0.171.0",
+            model="`thread/start {model}`",
             controls=_caps(
                 steer=(
                     N,
@@ -196,6 +203,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             runner="tether.runtime.adapters.pi:PiRunner",
             command=("pi", "--mode", "rpc"),
             package="@mariozechner/pi-coding-agent@0.73.1",
+            model="`--model NAME` (a model of its --provider)",
             controls=_caps(
                 steer=(
                     N,
@@ -225,6 +233,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             runner="tether.runtime.adapters.acp:AcpRunner",
             command=("gemini", "--acp"),
             package="@google/gemini-cli@0.61.0",
+            model="`--model NAME`",
             controls=_caps(**_ACP_CONTROLS),
             notes="permission requests become inbox approval_request messages and are "
             "refused; choose a mode with --agent-arg=--yolo (or --approval-mode)",
@@ -236,6 +245,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             runner="tether.runtime.adapters.acp:AcpRunner",
             version_args=(),
             package="@zed-industries/claude-code-acp@0.16.2",
+            model="`session/set_model {modelId}` after session/new; refused, the run fails",
             controls=_caps(**_ACP_CONTROLS),
             notes="e.g. -- claude-code-acp, or -- gemini --acp; permission requests become "
             "inbox approval_request messages and are refused; --agent-arg=--session-mode=ID "
@@ -247,6 +257,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             protocol="RESP message frames on stdio",
             runner="tether.runtime.resp_runner:RespRunner",
             version_args=(),
+            model="not passed on: RESP frames name no model (the program chooses)",
             controls=_caps(
                 steer=(E, "written as a further USER_INPUT frame during the turn"),
                 follow_up=(N, "written as a USER_INPUT frame when every input is answered"),
@@ -269,6 +280,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             command=("bash-agent",),
             command_env="TETHER_BASH_AGENT",
             version_args=(),
+            model="not passed on (bash-agent reads its own configuration)",
             controls=_caps(
                 steer=(
                     E,
