@@ -282,9 +282,14 @@ class Gate:
         return ["/bin/sh", "-c", _GATE_SCRIPT, "tether-gate", *command]
 
     def started(self) -> None:
-        """The child holds its end now: close ours (call right after the fork)."""
-        with contextlib.suppress(OSError):
-            os.close(self.read_fd)
+        """The child holds its end now: close ours (call right after the fork).
+
+        Each end is closed once: a second ``close`` of the same number would close
+        whatever another thread opened there meanwhile (a concurrent spawn's pipe)."""
+        fd, self.read_fd = self.read_fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def open(self) -> None:
         """Let the child run its command."""
@@ -298,8 +303,10 @@ class Gate:
     def close(self) -> None:
         """Shut the gate for good (the child, if any, exits without running)."""
         self.started()
-        with contextlib.suppress(OSError):
-            os.close(self.write_fd)
+        fd, self.write_fd = self.write_fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def find_program(argv0: str, cwd: str, env: dict[str, str]) -> str | None:

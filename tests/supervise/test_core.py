@@ -191,3 +191,19 @@ def test_no_automatic_control_once_the_deadline_has_passed() -> None:
     child.says(m.TurnComplete, turn=1, stop_reason="aborted")  # idle, but past the deadline
     assert watch.mirror.idle
     assert not any(isinstance(a, Send) for a in watch.next(10.0))
+
+
+def test_without_a_safety_tick_an_idle_run_waits_for_events_only() -> None:
+    import math
+
+    untimed = Timeouts(start_s=10, ack_s=5, tick_s=None)
+    watch = RunWatch(RunMirror(RUN), untimed, now=0.0)
+    child = Child(watch)
+    assert _last(watch, 1.0) == Wait(10.0)  # ready is still due
+    child.says(m.Ready)
+    assert _last(watch, 2.0) == Wait(math.inf)  # nothing is due: no timer at all
+    sent = watch.send(ControlKind.STEER, 3.0, text="x")
+    assert isinstance(sent, Send)
+    assert _last(watch, 3.0) == Wait(8.0)  # its ack is due
+    child.acks(sent.seq)
+    assert _last(watch, 4.0) == Wait(math.inf)

@@ -10,7 +10,7 @@ verdict) are the sans-IO :class:`~tether.runtime.supervise.RunWatch`, the same o
 parent API uses; :class:`AgentRun` is its I/O driver. One pump task per agent loops:
 
 1. read a bounded slice of ``events.jsonl`` (woken by the process's shared
-   :class:`~tether.runtime.hub.WatchHub` and by a slow safety tick), validated and
+   :class:`~tether.runtime.hub.WatchHub`; an idle agent has no timer), validated and
    mirrored by the watch; resolve control acks and asks
    (:class:`~tether.daemon.turns.TurnTracker`), hand each event to live followers;
 2. drain the inbox into SQLite when it changed, and queue its messages for the agent's
@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import sqlite3
 import subprocess
@@ -67,8 +68,12 @@ log = logging.getLogger("tether.daemon.agents")
 
 MAX_NOTES: Final = 20
 PERSIST_EVERY_S: Final = 1.0  # persist the offset at most this often when only it moved
-# The daemon's agents wait for controls as long as they like; their safety tick is slow.
-DAEMON_TIMEOUTS: Final = Timeouts(tick_s=30.0)
+# The daemon's agents wait for controls as long as they like, and an idle one costs no
+# wake-up at all: its process is watched by a pidfd, its files by the shared hub (which
+# polls by itself when it must), so nothing is re-checked on a timer.
+DAEMON_TIMEOUTS: Final = Timeouts(tick_s=None)
+# Without a pidfd (an old kernel) the pid is looked at this often instead.
+PID_CHECK_S: Final = 5.0
 
 
 # -- the agent ----------------------------------------------------------------------------
@@ -211,11 +216,6 @@ class AgentRun:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._ended), timeout)
         return self.ended
-
-    def poke_if_changed(self) -> None:
-        """Wake the pump when the event file grew (a safety net under the watcher)."""
-        if not self.ended and self._tail.size_changed():
-            self._wake.set()
 
     def catch_up(self) -> None:
         """Read what the child wrote so far, so the mirror is current (before a decision)."""
@@ -363,7 +363,7 @@ class AgentRun:
         except ProcessLookupError:
             self._on_exit()
             return
-        except OSError as exc:  # no pidfds: the safety tick checks the pid instead
+        except OSError as exc:  # no pidfds: the pid is checked every PID_CHECK_S instead
             log.warning("agent %s: cannot watch pid %d: %s", self.name, self.pid, exc)
             return
         loop.add_reader(self._pidfd, self._on_exit)
@@ -431,6 +431,11 @@ class AgentRun:
             return
         if self._tail.offset != self._persisted[0]:
             until = min(until, self._persisted_at + PERSIST_EVERY_S)
+        if self._pidfd is None and not self._proc_done:
+            until = min(until, time.monotonic() + PID_CHECK_S)
+        if until == math.inf:  # nothing is due: only an event wakes this agent
+            await self._wake.wait()
+            return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(max(0.001, until - time.monotonic())):
                 await self._wake.wait()

@@ -64,7 +64,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tether.daemon.agents")
 
-SWEEP_S: Final = 5.0  # look for event-file changes the watcher missed this often
 MAX_OUTBOX: Final = 10_000  # inbox messages waiting for one channel
 _CONTENT_KEYS: Final = ("text", "q", "note", "summary", "reason")
 
@@ -137,7 +136,6 @@ class Supervisor:
         self._hub: WatchHub | None = None
         self._spawning: set[str] = set()
         self._forwarders: dict[str, _Forwarder] = {}
-        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def registry(self) -> AgentRegistry:
@@ -154,7 +152,6 @@ class Supervisor:
     async def start(self) -> None:
         """Open the registry and recover the agents a previous daemon left running."""
         report = await self.reconcile()
-        self._sweeper = asyncio.create_task(self._sweep(), name="tether-agents-sweep")
         if report["recovered"] or report["orphaned"] or report["errors"]:
             log.info(
                 "reconciled %d agents: %d recovered, %d orphaned, %d errors",
@@ -166,23 +163,12 @@ class Supervisor:
 
     async def shutdown(self) -> None:
         """Stop supervising; the children keep running and a later daemon recovers them."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
         for forwarder in self._forwarders.values():
             forwarder.close()
         await asyncio.gather(*(agent.detach() for agent in self.agents.values()))
         if self._registry is not None:
             self._registry.close()
             self._registry = None
-
-    async def _sweep(self) -> None:
-        """One cheap look (an fstat) at every agent's event file, every :data:`SWEEP_S`: the
-        watcher says "maybe changed" and is trusted, but a missed change costs at most this
-        long, and 200 idle agents cost one wake-up here instead of 200 timers."""
-        while True:
-            await asyncio.sleep(SWEEP_S)
-            for agent in list(self.agents.values()):
-                agent.poke_if_changed()
 
     def require(self, name: str) -> AgentRun:
         agent = self.agents.get(name)

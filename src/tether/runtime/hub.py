@@ -31,8 +31,10 @@ from tether.wire.limits import POLL_BUSY_S
 
 Callback = Callable[[Path], None]
 
-# How long the hub thread blocks when nothing happens (it also wakes on subscribe).
-_IDLE_WAIT_S: Final = 1.0
+# How long the hub thread blocks when nothing happens: for ever (None). It wakes on a
+# change, on (un)subscribe and on close (each calls the watcher's wake), and a polled
+# directory bounds the wait by the watcher's own poll interval.
+_IDLE_WAIT_S: Final = None
 
 
 class WatchHub:

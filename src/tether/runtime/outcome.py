@@ -21,7 +21,9 @@ class Timeouts:
     cancel_grace_s: float = 3.0  # cancel (or the deadline) -> exit, before SIGTERM
     kill_grace_s: float = 2.0  # SIGTERM -> SIGKILL of the process group
     exit_grace_s: float = 3.0  # exit event -> the process is gone
-    tick_s: float = 1.0  # re-check the files and the process at least this often
+    # Re-check the files and the process at least this often; None: only when something
+    # happens (a driver whose watchers cannot miss anything: the daemon with pidfds).
+    tick_s: float | None = 1.0
 
 
 @dataclass(frozen=True, slots=True)

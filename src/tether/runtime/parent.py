@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -300,6 +301,9 @@ class RunHandle:
     async def _wait(self, until: float, more: bool) -> None:
         if more:  # a backlog: yield to the loop, then read on
             await asyncio.sleep(0)
+            return
+        if until == math.inf:  # nothing is due (Timeouts.tick_s None): events only
+            await self._wake.wait()
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), max(0.0, until - time.monotonic()))

@@ -42,6 +42,7 @@ the tail of the child's stderr.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -90,7 +91,11 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Nothing to do until ``until`` (monotonic), or until the driver learns something."""
+    """Nothing to do until ``until`` (monotonic), or until the driver learns something.
+
+    ``until`` is ``math.inf`` when nothing is due at all (no timer runs and
+    ``Timeouts.tick_s`` is None): the driver waits for events only.
+    """
 
     until: float
 
@@ -328,7 +333,7 @@ class RunWatch:
 
     def _next_due(self, now: float) -> float:
         t = self.timeouts
-        due = [now + t.tick_s]
+        due = [] if t.tick_s is None else [now + t.tick_s]
         if self.ready_at is None:
             due.append(self.started + t.start_s)
         elif (oldest := self._oldest_pending()) is not None:
@@ -339,7 +344,7 @@ class RunWatch:
             due.append(self.deadline + t.cancel_grace_s)
         if self.finalize_at is not None and not self._finalize_sent:
             due.append(self.finalize_at)
-        return min(due)
+        return min(due, default=math.inf)
 
     # -- the verdict --------------------------------------------------------------------
 
