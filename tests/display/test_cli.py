@@ -111,6 +111,7 @@ def test_resp_frames_of_a_real_bash_agent_session() -> None:
     assert "» user: List the files here" in text
     assert text.count("· end_turn") == 1  # STOP end_turn twice per answer: drawn once
     assert '"timeout":1.50' in text  # the model's JSON as it came
+    assert "└ sub_20261201-101600-1a2b ok · 300 in · 40 out" in text  # AGENT_RESULT
 
 
 def test_resp_frames_of_bash_agent_as_stream_json() -> None:
@@ -127,6 +128,10 @@ def test_resp_frames_of_bash_agent_as_stream_json() -> None:
     assert any('"checklist":"- [x] list","summary":"1/1 done"}' in line for line in lines)
     assert any('"kind":"agent"' in line for line in lines)
     assert not any("SESSION_END" in line for line in lines)
+    assert any(
+        line.startswith('{"type":"sub_agent_result","session_id":"sub_20261201-101600-1a2b"')
+        for line in lines
+    )
 
 
 def test_stream_json_of_a_real_bash_agent_session() -> None:

@@ -46,6 +46,17 @@ SAMPLES: list[m.Message] = [
     m.UserMessage(text="what did we discuss?"),
     m.SessionEnd(),
     m.ImageDescribe(images="[Image #1] [Image #2]", description="a terminal\n$ ls"),
+    m.AgentResult(
+        session_id="sub_20261201-101500-3f2a",
+        status="ok",
+        thinking="checked\r\nit",
+        text="2 files",
+        input_tokens=300,
+        output_tokens=40,
+        cache_read_input_tokens=7,
+        cache_creation_input_tokens=1,
+        requests=2,
+    ),
 ]
 IDS = [f"{i}-{s.KIND}" for i, s in enumerate(SAMPLES)]
 
@@ -96,6 +107,8 @@ def test_usage_layout_and_lenient_counts() -> None:
         ([b"TOOL_CALL", b"n", b"i"], "invalid-payload", "name, id, input"),
         ([b"USER_MESSAGE"], "invalid-payload", "needs 1 field"),
         ([b"IMAGE_DESCRIBE"], "invalid-payload", "images"),
+        ([b"AGENT_RESULT", b"s", b"ok", b"thinking"], "invalid-payload", "thinking, text"),
+        ([b"AGENT_RESULT", b"s", b"ok", b"", b"", b"1x"], "invalid-payload", "input_tokens"),
         ([b"USAGE", b"1", b"-2", b"0", b"0"], "invalid-payload", "output_tokens"),
         ([b"USAGE", b"1", b"2x", b"0", b"0"], "invalid-payload", "output_tokens"),
         ([b"\xff\xfe", b"x"], "unknown-type", ""),
@@ -318,3 +331,70 @@ def test_bash_written_messages_decode() -> None:
         ),
         m.Retry(),
     ]
+
+
+def test_agent_result_as_bash_agents_sub_agent_writes_it() -> None:
+    # send_sub_result.awk: AGENT_RESULT session_id status thinking text in out cr cc reqs
+    written = [b"AGENT_RESULT", b"sub_1", b"ok", b"", b"The answer.", b"300", b"40"]
+    written += [b"0", b"0", b"2"]
+    frame = b"*10\r\n" + b"".join(b"$%d\r\n%s\r\n" % (len(f), f) for f in written)
+    reader = PureReader()
+    reader.feed(frame)
+    (fields,) = [f for f in reader if isinstance(f, tuple)]
+    result = m.from_fields(fields)
+    assert result == m.AgentResult(
+        session_id="sub_1",
+        status="ok",
+        text="The answer.",
+        input_tokens=300,
+        output_tokens=40,
+        requests=2,
+    )
+    assert m.to_frame(result) == frame  # written back as it came
+    (event,) = m.to_wire_events(result)  # shown as the SUB_AGENT_RESULT it becomes
+    assert event == m.to_wire_events(result.sub_agent_result())[0]
+    assert event["summary"] == "sub-agent sub_1 ok: The answer."
+    # a lenient frame: the counts left out read as 0 (its reader: ${REPLY_MESSAGE[5]:-0})
+    short = m.from_fields([b"AGENT_RESULT", b"sub_2", b"failed", b"", b""])
+    assert short == m.AgentResult(session_id="sub_2", status="failed")
+
+
+_text = st.text(max_size=40)
+_count = st.integers(min_value=0, max_value=2**63)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.builds(
+        m.AgentResult,
+        session_id=_text,
+        status=_text,
+        thinking=_text,
+        text=_text,
+        input_tokens=_count,
+        output_tokens=_count,
+        cache_read_input_tokens=_count,
+        cache_creation_input_tokens=_count,
+        requests=_count,
+    )
+)
+def test_agent_results_round_trip_and_show_bounded(result: m.AgentResult) -> None:
+    reader = PureReader()
+    reader.feed(m.to_frame(result))
+    frame = reader.next()
+    assert isinstance(frame, tuple)
+    assert m.from_fields(frame) == result
+    (event,) = m.to_wire_events(result)
+    assert event["type"] == "info"
+    assert "\n" not in event["summary"]
+    assert len(event["summary"].encode()) <= m.SUMMARY_BYTES
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=24), max_size=12))
+def test_agent_result_decoding_is_total(fields: list[bytes]) -> None:
+    result = m.from_fields([b"AGENT_RESULT", *fields])
+    assert isinstance(result, m.AgentResult | FrameRejection)
+    if isinstance(result, m.AgentResult):
+        assert len(fields) >= 4
+        assert m.from_fields(m.to_fields(result)) == result

@@ -232,7 +232,7 @@ class HumanRenderer:
             self.error(item.message, run=run, depth=depth)
         elif isinstance(item, kinds.Retry):
             self.retry(run=run, depth=depth)
-        elif isinstance(item, kinds.SubAgentResult):
+        elif isinstance(item, kinds.SubAgentResult | kinds.AgentResult):
             self.sub_agent_result(
                 item.session_id,
                 item.status,

@@ -95,7 +95,7 @@ class StreamJsonRenderer(SideLines):
     def item(self, item: Item, *, run: str, depth: int) -> None:
         if isinstance(item, Notice):
             self.notice(item.text, level=item.level)
-        elif depth > 0 and not isinstance(item, kinds.SubAgentResult):
+        elif depth > 0 and not isinstance(item, kinds.SubAgentResult | kinds.AgentResult):
             return
         elif isinstance(item, UserInput):
             self._emit(encode_line({"type": "user_input", "content": item.text}))

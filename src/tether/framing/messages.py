@@ -20,7 +20,17 @@ USER_INPUT     id (``0``), text: an input on bash-agent's input pipe
 USER_MESSAGE   text: the user's message, as bash-agent's replay shows it
 SESSION_END    code (``0``): the interactive session ends
 IMAGE_DESCRIBE images (``[Image #1] ...``), description
+AGENT_RESULT   session_id, status, thinking, text, input_tokens, output_tokens,
+               cache_read_input_tokens, cache_creation_input_tokens, requests: a finished
+               sub-agent's answer on its parent's input pipe
 ============== =====================================================================
+
+AGENT_RESULT is not in the message spec's list (a display kind): it is what bash-agent's
+sub-agents send back (``send_sub_result.awk``), and the parent turns it into the
+SUB_AGENT_RESULT its display shows (plus ``usage {kind: "sub_agent"}``,
+``sub_agent_result`` and ``sub_agent_end`` records). tether decodes it (its reader needs
+the four text fields, as bash-agent's does under ``set -u``; missing counts read as 0),
+writes it back as it came, and shows it as that SUB_AGENT_RESULT.
 
 Decoding is total: :func:`from_fields` returns a message or a
 :class:`~tether.framing.resp.FrameRejection` (codes ``empty-frame``, ``unknown-type``,
@@ -160,6 +170,32 @@ class SubAgentResult(_Message, frozen=True, kw_only=True):
     text: str = ""
 
 
+class AgentResult(_Message, frozen=True, kw_only=True):
+    """A sub-agent's answer on its parent's input pipe (see the module docstring)."""
+
+    KIND: ClassVar[str] = "AGENT_RESULT"
+    session_id: str
+    status: str
+    thinking: str = ""
+    text: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    requests: int = 0
+
+    def sub_agent_result(self) -> SubAgentResult:
+        """The SUB_AGENT_RESULT bash-agent's parent shows for it."""
+        return SubAgentResult(
+            session_id=self.session_id,
+            status=self.status,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            thinking=self.thinking,
+            text=self.text,
+        )
+
+
 class Stop(_Message, frozen=True, kw_only=True):
     """Why the model stopped (end_turn, tool_use, max_tokens, interrupted, ...)."""
 
@@ -233,6 +269,7 @@ Message: TypeAlias = (
     | UserMessage
     | SessionEnd
     | ImageDescribe
+    | AgentResult
 )
 
 # Fields each kind needs after the type, in frame order.
@@ -263,6 +300,17 @@ _LAYOUT: Final[dict[str, tuple[str, ...]]] = {
     "USER_MESSAGE": ("text",),
     "SESSION_END": ("code",),
     "IMAGE_DESCRIBE": ("images", "description"),
+    "AGENT_RESULT": (
+        "session_id",
+        "status",
+        "thinking",
+        "text",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+        "requests",
+    ),
 }
 # How many of the layout's fields a frame must carry; missing later ones read as empty
 # (bash-agent's reader tolerates them; see the module docstring).
@@ -274,6 +322,7 @@ _REQUIRED: Final[dict[str, int]] = {
     "USER_INPUT": 0,
     "SESSION_END": 0,
     "IMAGE_DESCRIBE": 1,
+    "AGENT_RESULT": 4,
 }
 # Kinds whose fields after the layout are kept (written back as they came).
 _KEEPS_EXTRA: Final = frozenset({"TOOL_CALL", "TOOL_RESULT"})
@@ -294,10 +343,17 @@ _CLASSES: Final[dict[str, type[Message]]] = {
         UserMessage,
         SessionEnd,
         ImageDescribe,
+        AgentResult,
     )
 }
 _INT_FIELDS: Final = frozenset(
-    {"input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"}
+    {
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+        "requests",
+    }
 )
 
 
@@ -408,6 +464,8 @@ def to_wire_events(message: Message) -> list[dict[str, Any]]:
             return [{"type": "error", "error": text, "source": "agent"}]
         case SubAgentResult():
             return [_sub_agent_info(message)]
+        case AgentResult():
+            return [_sub_agent_info(message.sub_agent_result())]
         case ContextUpdate(kind=kind, trigger=trigger):
             summary = f"context {kind}" + (f" ({trigger})" if trigger else "")
             return [{"type": "info", "summary": _summary(summary)}]

@@ -22,7 +22,8 @@ Two things make a line more than its decoded object:
   ``malformed``.
 
 TOOL_RESULT's extra pairs (``checklist``, ``summary``) travel as extra string members of
-``tool_result``, after the known ones.
+``tool_result``, after the known ones. AGENT_RESULT has no object of its own: it is
+written as the ``sub_agent_result`` bash-agent records for it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from tether.framing.messages import (
     INVALID_PAYLOAD,
     MALFORMED,
     UNKNOWN_TYPE,
+    AgentResult,
     ContextUpdate,
     Error,
     ImageDescribe,
@@ -163,6 +165,8 @@ def to_stream_json(entry: Entry) -> dict[str, Any] | None:
             return _usage(entry)
         case SubAgentResult():
             return {"type": "sub_agent_result", **msgspec.structs.asdict(entry)}
+        case AgentResult():  # it has no object: bash-agent records this one for it
+            return {"type": "sub_agent_result", **msgspec.structs.asdict(entry.sub_agent_result())}
         case Stop(reason=reason):
             return {"type": "stop", "reason": reason}
         case ContextUpdate(kind=kind, trigger=trigger):

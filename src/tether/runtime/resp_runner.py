@@ -87,6 +87,7 @@ from tether.agent.runner import (
 )
 from tether.framing.messages import (
     UNKNOWN_TYPE,
+    AgentResult,
     Error,
     Message,
     Retry,
@@ -258,8 +259,8 @@ class RespRunner:
             return
         message = from_fields(item)
         if isinstance(message, FrameRejection) and message.code == UNKNOWN_TYPE:
-            # A kind this side does not know (a newer writer's, or bash-agent's own
-            # AGENT_RESULT / SESSION_END) is skipped, as bash-agent's display does.
+            # A kind this side does not know (a newer writer's) is skipped, as
+            # bash-agent's display does.
             self.emit({"type": "info", "summary": f"skipped a frame: {message.reason}"})
         elif isinstance(message, FrameRejection):
             self._adapter_error(f"bad message from the program ({message.code}): {message.reason}")
@@ -287,7 +288,7 @@ class RespRunner:
             _add(self._usage, counts)
             _add(self._call_usage, counts)
             return  # shown with the model call's STOP, in one llm-end
-        elif isinstance(message, SubAgentResult):
+        elif isinstance(message, SubAgentResult | AgentResult):
             _add(self._usage, {"input": message.input_tokens, "output": message.output_tokens})
         elif isinstance(message, Error):
             self._last_error = message.message
