@@ -326,18 +326,9 @@ def main() -> None:
         return
 
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="tb"))
-    env = dict(os.environ, TETHER_HOME=str(root / "home"), XDG_RUNTIME_DIR=str(root / "rt"))
-    env["TETHER_SOCKET"] = str(root / "rt" / "d.sock")
-    daemon_path, echo_path = root / "rt" / "d.sock", root / "echo.sock"
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "tether", "daemon", "--foreground", "--log-level", "WARNING"],
-        env=env,
-    )
-    echo = subprocess.Popen([sys.executable, __file__, "--echo-server", str(echo_path)])
+    daemon, daemon_path, echo, echo_path = start_servers(root)
     method = ""
     try:
-        _wait_for(daemon_path, daemon)
-        _wait_for(echo_path, echo)
         method, params = _pick_method(daemon_path, root)
         servers = {"echo": (echo_path, echo.pid), "daemon": (daemon_path, daemon.pid)}
         _report(method, _measure(args, servers, encode_call(1, method, params)))
@@ -363,11 +354,44 @@ def main() -> None:
         if method == "agent.status":
             with contextlib.suppress(Exception):
                 _run(_remove_agents(daemon_path, ["bench"]))
-        for proc in (daemon, echo):
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(10)
-        _kill_leftover_agents(root)
-        shutil.rmtree(root, ignore_errors=True)
+        stop_servers(root, daemon, echo)
+
+
+def daemon_env(root: Path) -> dict[str, str]:
+    """The environment of a daemon (and its agents) kept entirely under ``root``."""
+    env = dict(os.environ, TETHER_HOME=str(root / "home"), XDG_RUNTIME_DIR=str(root / "rt"))
+    env["TETHER_SOCKET"] = str(root / "rt" / "d.sock")
+    return env
+
+
+def start_servers(
+    root: Path,
+) -> tuple[subprocess.Popen[bytes], Path, subprocess.Popen[bytes], Path]:
+    """A real daemon and the bare echo server, both listening: (daemon, its socket, echo,
+    its socket)."""
+    daemon_path, echo_path = root / "rt" / "d.sock", root / "echo.sock"
+    level = os.environ.get("BENCH_LOG", "WARNING")  # the daemon's log level
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "tether", "daemon", "--foreground", "--log-level", level],
+        env=daemon_env(root),
+    )
+    echo = subprocess.Popen([sys.executable, __file__, "--echo-server", str(echo_path)])
+    try:
+        _wait_for(daemon_path, daemon)
+        _wait_for(echo_path, echo)
+    except BaseException:
+        stop_servers(root, daemon, echo)
+        raise
+    return daemon, daemon_path, echo, echo_path
+
+
+def stop_servers(root: Path, *procs: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the servers, end any agent left behind, remove ``root``."""
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+    _kill_leftover_agents(root)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _kill_leftover_agents(root: Path) -> None:

@@ -1,0 +1,440 @@
+"""A fleet of idle built-in agents under one daemon: spawn, memory, idle CPU, latency, stop.
+
+    .venv/bin/python bench/fleet.py [--agents 1000] [--idle-seconds 30] [--sample 20]
+        [--parallel 16] [--acks 500] [--statuses 1000] [--lists 20]
+
+One real daemon (``python -m tether daemon --foreground``) and, for the baselines, the bare
+length-prefixed echo server of ``bench/daemon.py`` (whose helpers this script reuses).
+
+1. **spawn**: ``--agents`` built-in agents (``tether child --provider scripted``) through
+   ``agent.spawn``, ``--parallel`` calls in flight on one connection; each call answers
+   once its child is ready. Reported: the total time, the rate, per-call p50/p99.
+2. **memory**: RSS and PSS (``/proc/PID/smaps_rollup``: a page shared by k processes counts
+   1/k in each, so the sum counts shared pages once) of every child and of the daemon; the
+   daemon's growth per agent, and its descriptors and threads before and after.
+3. **idle**: utime+stime over ``--idle-seconds`` of the daemon and of all children, and
+   their context switches (each is a wake-up: a timer per idle agent would show here).
+4. **list/status**: ``agent.list`` (every agent, as the spec answers it) and ``agent.status``
+   of random agents, one client, closed loop; the baseline is the echo server carrying a
+   frame of the same size in the same run.
+5. **control-to-ack**: ``agent.follow_up`` to random agents (the daemon answers when the
+   child's ``control-ack`` is read back; the turn it starts then runs on its own); the
+   floors, same run: one echo round trip (the socket) and one pipe round trip to another
+   process (a child's wake-up and answer).
+6. **full turns**: ``agent.ask`` to ``--sample`` random agents (follow-up -> the scripted
+   answer), checked.
+7. **stop**: ``agent.stop`` (close) of every agent, then checked: no child process left, no
+   zombie, no registry row in a live state; then ``agent.rm`` of every row.
+
+Targets (issue 16): 1,000 agents spawned in <= 30 s, <= 4 GiB PSS in all, idle CPU (daemon
+and children) <= 0.5% of a core, ack p99 <= 5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from daemon import (  # bench/daemon.py: the servers, the round-trip client
+    _Client,
+    _cpu_seconds,
+    _run,
+    daemon_env,
+    start_servers,
+    stop_servers,
+)
+from tether.daemon.aclient import AsyncDaemonClient
+from tether.daemon.protocol import encode_call
+from tether.daemon.registry import AgentRegistry
+from tether.paths import db_path
+
+REPLY = "ok"
+SCRIPT_REPLIES = 64  # model calls each agent can answer (acks and the full turn use some)
+LIVE_STATES = frozenset({"starting", "ready", "running", "closing", "finalizing"})
+
+
+# -- /proc ----------------------------------------------------------------------------------------
+
+
+def memory_kib(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) in KiB; PSS is RSS where smaps_rollup is missing; (0, 0) once gone."""
+    fields: dict[str, int] = {}
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("Rss", "Pss"):
+            fields[name] = int(rest.split()[0])
+    if "Rss" not in fields:
+        rss = status_field(pid, "VmRSS")
+        return rss, rss
+    return fields["Rss"], fields.get("Pss", fields["Rss"])
+
+
+def status_field(pid: int, name: str) -> int:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith(name + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def wakeups(pid: int) -> int:
+    return status_field(pid, "voluntary_ctxt_switches") + status_field(
+        pid, "nonvoluntary_ctxt_switches"
+    )
+
+
+def fd_count(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def cpu_or_zero(pid: int) -> float:
+    try:
+        return _cpu_seconds(pid)
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def proc_state(pid: int) -> str | None:
+    """The process's state letter (``Z``: a zombie), None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def ms(values: list[float]) -> str:
+    return f"p50 {pct(values, 0.5) * 1000:.2f} ms, p99 {pct(values, 0.99) * 1000:.2f} ms"
+
+
+# -- the fleet ------------------------------------------------------------------------------------
+
+
+def write_script(root: Path) -> Path:
+    script = root / "fleet.json"
+    replies = [{"text": REPLY} for _ in range(SCRIPT_REPLIES)]
+    script.write_text(json.dumps(replies))
+    return script
+
+
+def spawn_params(name: str, root: Path, script: Path) -> dict[str, Any]:
+    return {"name": name, "provider": "scripted", "script": str(script), "cwd": str(root)}
+
+
+async def spawn_fleet(
+    path: Path, root: Path, names: list[str], parallel: int
+) -> tuple[float, list[float], dict[str, int]]:
+    """Spawn ``names``: (wall seconds, per-call latencies, name -> pid)."""
+    script = write_script(root)
+    client = await AsyncDaemonClient.open(path)
+    gate = asyncio.Semaphore(parallel)
+    latencies: list[float] = []
+    pids: dict[str, int] = {}
+
+    async def one(name: str) -> None:
+        async with gate:
+            began = time.perf_counter()
+            result = await client.call("agent.spawn", spawn_params(name, root, script))
+            latencies.append(time.perf_counter() - began)
+            if result["state"] != "ready":
+                raise SystemExit(f"agent {name} spawned as {result['state']}")
+            pids[name] = int(result["pid"])
+
+    began = time.perf_counter()
+    try:
+        await asyncio.gather(*(one(name) for name in names))
+    finally:
+        await client.close()
+    return time.perf_counter() - began, latencies, pids
+
+
+async def timed_calls(path: Path, payloads: list[bytes]) -> list[float]:
+    """One connection, one call at a time: each payload's round trip."""
+    loop = asyncio.get_running_loop()
+    _, conn = await loop.create_unix_connection(_Client, str(path))
+    await conn.round_trip(payloads[0])  # warm up
+    out = []
+    for payload in payloads:
+        began = time.perf_counter()
+        await conn.round_trip(payload)
+        out.append(time.perf_counter() - began)
+    assert conn.transport is not None
+    conn.transport.close()
+    return out
+
+
+def padded_frame(size: int) -> bytes:
+    """A request frame of about ``size`` bytes, for the echo server."""
+    filler = "x" * max(0, size - 60)
+    return encode_call(1, "echo.pad", {"pad": filler})
+
+
+async def answer_size(path: Path, method: str, params: Any) -> int:
+    client = await AsyncDaemonClient.open(path)
+    try:
+        result = await client.call(method, params)
+    finally:
+        await client.close()
+    return len(msgspec.json.encode(result))
+
+
+async def acks(path: Path, names: list[str], count: int) -> list[float]:
+    client = await AsyncDaemonClient.open(path)
+    out = []
+    try:
+        for index in range(count):
+            name = random.choice(names)
+            began = time.perf_counter()
+            result = await client.call("agent.follow_up", {"name": name, "text": f"ping {index}"})
+            out.append(time.perf_counter() - began)
+            if result["ack"] != "accepted":
+                raise SystemExit(f"follow-up to {name}: {result}")
+    finally:
+        await client.close()
+    return out
+
+
+async def full_turns(path: Path, names: list[str]) -> list[float]:
+    client = await AsyncDaemonClient.open(path)
+    out = []
+    try:
+        for name in names:
+            began = time.perf_counter()
+            params = {"name": name, "text": "one more", "timeout_s": 60}
+            answer = await client.call("agent.ask", params)
+            out.append(time.perf_counter() - began)
+            if answer.get("timed_out") or answer.get("text") != REPLY:
+                raise SystemExit(f"ask {name}: {answer}")
+    finally:
+        await client.close()
+    return out
+
+
+async def stop_fleet(path: Path, names: list[str], parallel: int) -> float:
+    client = await AsyncDaemonClient.open(path)
+    gate = asyncio.Semaphore(parallel)
+
+    async def one(name: str) -> None:
+        async with gate:
+            result = await client.call("agent.stop", {"name": name, "timeout_s": 30})
+            if not result.get("ended") and not result.get("already_exited"):
+                raise SystemExit(f"stop {name}: {result}")
+
+    began = time.perf_counter()
+    try:
+        await asyncio.gather(*(one(name) for name in names))
+    finally:
+        await client.close()
+    return time.perf_counter() - began
+
+
+async def remove_fleet(path: Path, names: list[str]) -> int:
+    client = await AsyncDaemonClient.open(path)
+    try:
+        results = await asyncio.gather(*(client.call("agent.rm", {"name": n}) for n in names))
+    finally:
+        await client.close()
+    return sum(bool(r.get("removed")) for r in results)
+
+
+def pipe_floor(samples: int) -> list[float]:
+    """Round trips to another process over two pipes (a wake-up and an answer)."""
+    code = "import os,sys\nwhile os.read(0,1):\n    os.write(1,b'x')\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    out = []
+    for _ in range(samples + 1):
+        began = time.perf_counter()
+        proc.stdin.write(b"x")
+        proc.stdout.read(1)
+        out.append(time.perf_counter() - began)
+    proc.stdin.close()
+    proc.wait(10)
+    return out[1:]
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def uptime() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--settle-seconds", type=float, default=5.0)
+    parser.add_argument("--sample", type=int, default=20, help="agents driven through a turn")
+    parser.add_argument("--parallel", type=int, default=16, help="spawns in flight")
+    parser.add_argument("--acks", type=int, default=500)
+    parser.add_argument("--statuses", type=int, default=1000)
+    parser.add_argument("--lists", type=int, default=20)
+    args = parser.parse_args()
+    n = args.agents
+    print(f"load average before: {uptime()}; {os.cpu_count()} CPUs")
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="tf"))
+    daemon, path, echo, echo_path = start_servers(root)
+    names = [f"a{i:04d}" for i in range(n)]
+    try:
+        run(args, root, daemon.pid, (path, echo_path), names)
+    finally:
+        stop_servers(root, daemon, echo)
+    print(f"load average after: {uptime()}")
+
+
+def run(
+    args: argparse.Namespace,
+    root: Path,
+    daemon_pid: int,
+    sockets: tuple[Path, Path],
+    names: list[str],
+) -> None:
+    path, echo_path = sockets
+    n = len(names)
+    before_rss, _ = memory_kib(daemon_pid)
+    before_fds, before_threads = fd_count(daemon_pid), status_field(daemon_pid, "Threads")
+
+    wall, latencies, pids = _run(spawn_fleet(path, root, names, args.parallel))
+    print(
+        f"spawn: {n} agents in {wall:.1f} s ({n / wall:.1f}/s, {args.parallel} in flight; "
+        f"target 1,000 in <= 30 s); agent.spawn {ms(latencies)}"
+    )
+    time.sleep(args.settle_seconds)  # each child builds its agent after `ready`
+
+    children = [memory_kib(pid) for pid in pids.values()]
+    rss = sum(r for r, _ in children)
+    pss = sum(p for _, p in children)
+    d_rss, d_pss = memory_kib(daemon_pid)
+    d_fds, d_threads = fd_count(daemon_pid), status_field(daemon_pid, "Threads")
+    total_gib = (pss + d_pss) / 1024 / 1024
+    print(
+        f"memory: children RSS {rss / 1024:.0f} MiB ({rss / 1024 / n:.1f} MiB each), "
+        f"PSS {pss / 1024:.0f} MiB ({pss / 1024 / n:.1f} MiB each); daemon RSS "
+        f"{d_rss / 1024:.0f} MiB (+{(d_rss - before_rss) / n:.0f} KiB per agent), PSS "
+        f"{d_pss / 1024:.0f} MiB; all PSS {total_gib:.2f} GiB (target <= 4 GiB)"
+    )
+    print(
+        f"daemon: {d_fds} descriptors ({before_fds} before: {(d_fds - before_fds) / n:.1f} "
+        f"per agent; RLIMIT_NOFILE soft {status_limit(daemon_pid)}), "
+        f"{d_threads} threads ({before_threads} before)"
+    )
+
+    idle(args, daemon_pid, list(pids.values()))
+    latency(args, path, echo_path, names)
+    ack_latency(args, path, echo_path, names)
+    sample = random.sample(names, min(args.sample, n))
+    turns = _run(full_turns(path, sample))
+    print(f"full turns (agent.ask -> the scripted answer): {len(turns)} agents, {ms(turns)}")
+
+    stop_s = _run(stop_fleet(path, names, args.parallel))
+    left = {name: proc_state(pid) for name, pid in pids.items()}
+    alive = [name for name, state in left.items() if state not in (None, "Z")]
+    zombies = [name for name, state in left.items() if state == "Z"]
+    registry = AgentRegistry.open(db_path(daemon_env(root)))
+    try:
+        live_rows = [row.name for row in registry.list() if row.state in LIVE_STATES]
+    finally:
+        registry.close()
+    removed = _run(remove_fleet(path, names))
+    print(
+        f"stop: {n} agents in {stop_s:.1f} s; left: {len(alive)} processes, {len(zombies)} "
+        f"zombies, {len(live_rows)} registry rows in a live state; {removed} rows removed"
+    )
+    if alive or zombies or live_rows or removed != n:
+        raise SystemExit(f"not clean: {alive[:5]} {zombies[:5]} {live_rows[:5]}")
+
+
+def status_limit(pid: int) -> str:
+    try:
+        for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+            if line.startswith("Max open files"):
+                soft, hard = line.split()[3:5]
+                return f"{soft}, hard {hard}"
+    except OSError:
+        pass
+    return "?"
+
+
+def idle(args: argparse.Namespace, daemon_pid: int, pids: list[int]) -> None:
+    seconds = args.idle_seconds
+    d_cpu, d_wake = cpu_or_zero(daemon_pid), wakeups(daemon_pid)
+    c_cpu = sum(cpu_or_zero(pid) for pid in pids)
+    c_wake = sum(wakeups(pid) for pid in pids)
+    time.sleep(seconds)
+    d_pct = (cpu_or_zero(daemon_pid) - d_cpu) / seconds * 100
+    c_pct = (sum(cpu_or_zero(pid) for pid in pids) - c_cpu) / seconds * 100
+    d_rate = (wakeups(daemon_pid) - d_wake) / seconds
+    c_rate = (sum(wakeups(pid) for pid in pids) - c_wake) / seconds
+    print(
+        f"idle {seconds:g} s: daemon {d_pct:.2f}% of a core ({d_rate:.1f} wake-ups/s), "
+        f"children {c_pct:.2f}% in all ({c_rate:.1f} wake-ups/s in all); together "
+        f"{d_pct + c_pct:.2f}% (target <= 0.5%; CPU is counted in clock ticks of "
+        f"{1000 / os.sysconf('SC_CLK_TCK'):.0f} ms)"
+    )
+
+
+def latency(args: argparse.Namespace, path: Path, echo_path: Path, names: list[str]) -> None:
+    n = len(names)
+    list_size = _run(answer_size(path, "agent.list", {}))
+    lists = _run(timed_calls(path, [encode_call(1, "agent.list", {})] * args.lists))
+    echo_lists = _run(timed_calls(echo_path, [padded_frame(list_size)] * args.lists))
+    print(
+        f"agent.list, {n} agents ({list_size / 1024:.0f} KiB): {ms(lists)}; echo of a frame "
+        f"that size: {ms(echo_lists)}"
+    )
+    status_size = _run(answer_size(path, "agent.status", {"name": names[0]}))
+    payloads = [
+        encode_call(1, "agent.status", {"name": random.choice(names)}) for _ in range(args.statuses)
+    ]
+    statuses = _run(timed_calls(path, payloads))
+    echo = _run(timed_calls(echo_path, [padded_frame(status_size)] * args.statuses))
+    ratio = statistics.median(echo) / statistics.median(statuses)
+    print(
+        f"agent.status of random agents ({status_size} B): {ms(statuses)}; echo of a frame "
+        f"that size: {ms(echo)}; rate ratio {ratio:.2f}x (p50 echo / p50 daemon)"
+    )
+
+
+def ack_latency(args: argparse.Namespace, path: Path, echo_path: Path, names: list[str]) -> None:
+    count = min(args.acks, len(names) * (SCRIPT_REPLIES // 4))
+    got = _run(acks(path, names, count))
+    pipe = pipe_floor(count)
+    echo = _run(timed_calls(echo_path, [encode_call(1, "echo", None)] * count))
+    print(
+        f"control-to-ack (agent.follow_up to random agents, {count}): {ms(got)} "
+        f"(target p99 <= 5 ms); floors: socket echo {ms(echo)}, pipe round trip {ms(pipe)}"
+    )
+
+
+if __name__ == "__main__":
+    main()
