@@ -12,8 +12,9 @@ length-prefixed echo server of ``bench/daemon.py`` (whose helpers this script re
 2. **memory**: RSS and PSS (``/proc/PID/smaps_rollup``: a page shared by k processes counts
    1/k in each, so the sum counts shared pages once) of every child and of the daemon; the
    daemon's growth per agent, and its descriptors and threads before and after.
-3. **idle**: utime+stime over ``--idle-seconds`` of the daemon and of all children, and
-   their context switches (each is a wake-up: a timer per idle agent would show here).
+3. **idle**: utime+stime (and schedstat run time) over ``--idle-seconds`` of the daemon and
+   of all children, and their context switches (each is a wake-up: a timer per idle agent
+   would show here), measured by ``bench/idle.py``.
 4. **list/status**: ``agent.list`` (every agent, as the spec answers it) and ``agent.status``
    of random agents, one client, closed loop; the baseline is the echo server carrying a
    frame of the same size in the same run.
@@ -46,10 +47,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from idle import idle_cpu  # bench/idle.py: CPU and wake-ups of idle processes
 
 from daemon import (  # bench/daemon.py: the servers, the round-trip client
     _Client,
-    _cpu_seconds,
     _run,
     daemon_env,
     start_servers,
@@ -96,24 +97,11 @@ def status_field(pid: int, name: str) -> int:
     return 0
 
 
-def wakeups(pid: int) -> int:
-    return status_field(pid, "voluntary_ctxt_switches") + status_field(
-        pid, "nonvoluntary_ctxt_switches"
-    )
-
-
 def fd_count(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return 0
-
-
-def cpu_or_zero(pid: int) -> float:
-    try:
-        return _cpu_seconds(pid)
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def proc_state(pid: int) -> str | None:
@@ -386,20 +374,14 @@ def status_limit(pid: int) -> str:
 
 
 def idle(args: argparse.Namespace, daemon_pid: int, pids: list[int]) -> None:
-    seconds = args.idle_seconds
-    d_cpu, d_wake = cpu_or_zero(daemon_pid), wakeups(daemon_pid)
-    c_cpu = sum(cpu_or_zero(pid) for pid in pids)
-    c_wake = sum(wakeups(pid) for pid in pids)
-    time.sleep(seconds)
-    d_pct = (cpu_or_zero(daemon_pid) - d_cpu) / seconds * 100
-    c_pct = (sum(cpu_or_zero(pid) for pid in pids) - c_cpu) / seconds * 100
-    d_rate = (wakeups(daemon_pid) - d_wake) / seconds
-    c_rate = (sum(wakeups(pid) for pid in pids) - c_wake) / seconds
+    got = idle_cpu({"daemon": [daemon_pid], "children": pids}, args.idle_seconds)
+    daemon, children = got["daemon"], got["children"]
     print(
-        f"idle {seconds:g} s: daemon {d_pct:.2f}% of a core ({d_rate:.1f} wake-ups/s), "
-        f"children {c_pct:.2f}% in all ({c_rate:.1f} wake-ups/s in all); together "
-        f"{d_pct + c_pct:.2f}% (target <= 0.5%; CPU is counted in clock ticks of "
-        f"{1000 / os.sysconf('SC_CLK_TCK'):.0f} ms)"
+        f"idle {daemon.seconds:.0f} s: daemon {daemon.cpu_pct:.2f}% of a core "
+        f"(schedstat {daemon.run_pct:.3f}%, {daemon.wake_ups_per_s:.2f} wake-ups/s), children "
+        f"{children.cpu_pct:.2f}% in all (schedstat {children.run_pct:.3f}%, "
+        f"{children.wake_ups_per_s:.2f} wake-ups/s in all); together "
+        f"{daemon.cpu_pct + children.cpu_pct:.2f}% (target <= 0.5%)"
     )
 
 
