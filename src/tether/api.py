@@ -16,6 +16,10 @@ Blocking::
 On another host of a cluster (see docs/scale-out.md)::
 
     handle = await tether.spawn_remote("run the tests", host="build1", provider="scripted")
+
+Both handles are a ``tether.RunHandle`` (the controls, acks, updates and result, typed
+once); ``tether.LocalRunHandle`` (``spawn``) adds the local process (``pid``, ``answer``),
+``tether.RemoteRunHandle`` (``spawn_remote``) its host and connections.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from tether.runtime.mirror import ChannelError, RunMirror
 from tether.runtime.parent import (
     ControlRefused,
     InboxItem,
+    LocalRunHandle,
     ParentError,
     RunEnded,
     RunEvent,
@@ -42,6 +47,7 @@ __all__ = [
     "ChannelError",
     "ControlRefused",
     "InboxItem",
+    "LocalRunHandle",
     "ParentError",
     "RemoteRunHandle",
     "RunEnded",

@@ -23,7 +23,9 @@ from daemon_helpers import DaemonProcess, make_env
 from test_agents_support import kill_agents
 from tests.nats_server import NatsServer, run_nats_server
 
+import tether as tether_api
 from tether.transports.channel import Entry
+from tether.wire import ControlAck, Exit
 
 
 @pytest.fixture(scope="module")
@@ -365,51 +367,62 @@ async def _read_all(channel: object, name: str, count: int) -> list[Entry]:
     return got
 
 
+async def _drive(handle: tether_api.RunHandle) -> tuple[tether_api.RunResult, list[int]]:
+    """One piece of user code for any run, local or remote: steer, follow up, close,
+    read the updates, wait for the result."""
+    seqs: list[int] = []
+
+    async def read() -> None:
+        async for update in handle.updates():
+            if isinstance(update, tether_api.RunEvent):
+                seqs.append(update.event.seq)
+
+    reader = asyncio.ensure_future(read())
+    steered = await handle.steer("also this")
+    assert isinstance(steered, ControlAck)
+    assert steered.status == "accepted"
+    followed = await handle.follow_up("then this")
+    assert followed.status == "accepted"
+    await handle.close()
+    async with asyncio.timeout(60):
+        result = await handle.wait()
+        await reader
+    return result, seqs
+
+
 def test_the_python_api_spawns_and_drives_a_run_on_another_host(
     hosts: dict[str, DaemonProcess], nats: NatsServer, tmp_path: Path
 ) -> None:
-    """``tether.spawn_remote``: a handle with RunHandle's methods for a child on host B:
-    steer and follow-up get the child's own acks (read back from JetStream), updates carry
-    the run's events in order, and the result is B's, a text too long for one line included."""
-    import tether
-    from tether.runtime.updates import RunEvent
-    from tether.wire import ControlAck, Exit
-
+    """``tether.spawn_remote`` returns a ``tether.RunHandle``, as ``tether.spawn`` does:
+    the same code drives both. Steer and follow-up get the child's own acks (read back
+    from JetStream), updates carry the run's events in order, and the result is B's, a
+    text too long for one line included."""
     long_text = "x" * 70_000  # over one wire line: the child writes final-text-path
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([{"text": long_text, "delay_ms": 200}] * 6))
 
     async def main() -> None:
-        handle = await tether.spawn_remote(
+        local = await tether_api.spawn(
+            "hi", provider="scripted", child_args=["--script", str(script)],
+            runs_root=tmp_path / "runs", db=tmp_path / "runs.db",
+        )  # fmt: skip
+        handle = await tether_api.spawn_remote(
             "hi", host="B", nats_url=nats.url, provider="scripted", script=str(script)
         )
+        assert isinstance(local, tether_api.LocalRunHandle)
+        assert isinstance(handle, tether_api.RemoteRunHandle)
         try:
-            seqs: list[int] = []
-
-            async def read() -> None:
-                async for update in handle.updates():
-                    if isinstance(update, RunEvent):
-                        seqs.append(update.event.seq)
-
-            reader = asyncio.ensure_future(read())
-            steered = await handle.steer("also this")
-            assert isinstance(steered, ControlAck)
-            assert steered.status == "accepted"
-            followed = await handle.follow_up("then this")
-            assert followed.status == "accepted"
-            await handle.close()
-            async with asyncio.timeout(60):
-                result = await handle.wait()
-                await reader
-            assert result.status == "done", result.error
-            assert result.final_text == long_text
-            assert not result.truncated
-            assert handle.state.value == "done"
-            assert seqs == sorted(seqs)
-            assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # none lost or doubled
-            assert isinstance(handle.mirror.exit, Exit)
+            for run in (local, handle):
+                result, seqs = await _drive(run)
+                assert result.status == "done", result.error
+                assert result.final_text == long_text
+                assert not result.truncated
+                assert run.state.value == "done"
+                assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # none lost or doubled
+                assert isinstance(run.mirror.exit, Exit)
         finally:
             await handle.release()
+            await local.aclose()
 
     asyncio.run(main())
 

@@ -13,10 +13,11 @@ and inbox lines into JetStream (:mod:`tether.daemon.hosts`). Here we
   verdict as a local parent does (a text the child had to cut comes from the host's
   ``agent.status``).
 
-The handle has :class:`~tether.runtime.parent.RunHandle`'s methods (``steer``,
-``follow_up``, ``finalize``, ``close``, ``cancel``, ``updates``, ``events``, ``wait``,
-``aclose``, ``state``, ``done``); what needs the local process (``pid``, ``kill``) is
-``kill`` through the host (``agent.rm --force``).
+The handle is a :class:`~tether.runtime.handle.RunHandle` (``tether.RunHandle``, the type
+a local run's handle is too): its controls, acks, updates and end are that class's; this
+driver provides ``send`` (the host's verbs), ``kill`` (``agent.rm --force`` through the
+host) and the reading above. What needs the local process (``pid``, the inbox database
+behind ``answer``) is a local handle's only.
 """
 
 from __future__ import annotations
@@ -26,21 +27,22 @@ import contextlib
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from tether import jsondepth
 from tether.daemon.client import DaemonCallError
 from tether.daemon.hosts import control_channel, events_channel, inbox_channel
+from tether.daemon.protocol import ErrorCode
 from tether.daemon.remote import call_host, connect
 from tether.errors import ControlRefused, RunEnded
+from tether.runtime.handle import RunHandle, result_of
 from tether.runtime.mirror import ChannelError, RunMirror
-from tether.runtime.outcome import RunResult, Timeouts
+from tether.runtime.outcome import Timeouts
 from tether.runtime.supervise import RunWatch
-from tether.runtime.updates import InboxItem, RunEvent, Update
+from tether.runtime.updates import InboxItem, Update
 from tether.transports.channel import Entry
 from tether.wire import AnyEvent, ControlAck
-from tether.wire.session import ControlKind, State
+from tether.wire.session import ControlKind
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -50,6 +52,14 @@ if TYPE_CHECKING:
 __all__ = ["RemoteRunHandle", "spawn_remote"]
 
 MAX_HELD_EVENTS = 4096  # events held behind an ack whose control line is unread
+VERBS = {
+    ControlKind.STEER: "agent.steer",
+    ControlKind.FOLLOW_UP: "agent.follow_up",
+    ControlKind.FINALIZE: "agent.finalize",
+    ControlKind.CANCEL: "agent.cancel",
+}
+# The host's answers to a cancel that mean the run is over (or gone) already.
+ENDED = frozenset({ErrorCode.INVALID_STATUS, ErrorCode.AGENT_NOT_FOUND})
 
 
 async def spawn_remote(
@@ -107,82 +117,37 @@ async def spawn_remote(
     return handle
 
 
-class RemoteRunHandle:
+class RemoteRunHandle(RunHandle):
     """See the module docstring. Make one with :func:`spawn_remote`."""
 
     def __init__(
         self, client: Client, channel: JetStreamChannel, host: str, name: str, run_id: str
     ) -> None:
+        super().__init__(run_id, RunMirror(run_id))
         self.client = client
         self.channel = channel
         self.host = host
         self.name = name
-        self.run_id = run_id
-        self.mirror = RunMirror(run_id)
         self._created = time.time()
-        self._acks: dict[int, ControlAck] = {}
-        self._ack_waiters: dict[int, asyncio.Future[ControlAck]] = {}
         self._held: deque[tuple[AnyEvent, bytes]] = deque()
         self._finishing = False
         self._controls_seen = 0
-        self._updates: asyncio.Queue[Update | None] = asyncio.Queue()
-        self._result: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
         self._tasks: list[asyncio.Task[Any]] = []
-        self._notes: list[str] = []
 
     def start(self) -> None:
         for coroutine in (self._follow_controls(), self._follow_events(), self._follow_inbox()):
             self._tasks.append(asyncio.ensure_future(coroutine))
 
-    # -- state --------------------------------------------------------------------------
-
-    @property
-    def state(self) -> State:
-        return self.mirror.state
-
-    @property
-    def done(self) -> bool:
-        return self._result.done()
-
-    @property
-    def notes(self) -> list[str]:
-        return list(self._notes)
-
-    # -- controls -----------------------------------------------------------------------
-
-    async def steer(self, text: str) -> ControlAck:
-        return await self._control("agent.steer", {"text": text})
-
-    async def follow_up(self, text: str) -> ControlAck:
-        return await self._control("agent.follow_up", {"text": text})
-
-    async def finalize(self, note: str | None = None) -> ControlAck:
-        return await self._control("agent.finalize", {} if note is None else {"note": note})
-
-    async def close(self) -> ControlAck:
-        return await self._control("agent.stop", {"mode": "close", "timeout_s": 0.1})
-
-    async def cancel(self) -> ControlAck | None:
-        if self.done:
-            return None
-        try:
-            return await self._control("agent.cancel", {})
-        except (ControlRefused, RunEnded):
-            return None
+    # -- controls: the host's verbs -----------------------------------------------------
 
     async def send(self, kind: ControlKind | str, **fields: Any) -> ControlAck:
-        verbs = {
-            ControlKind.STEER: "agent.steer",
-            ControlKind.FOLLOW_UP: "agent.follow_up",
-            ControlKind.FINALIZE: "agent.finalize",
-            ControlKind.CANCEL: "agent.cancel",
-        }
         kind = ControlKind(kind)
         if kind is ControlKind.CLOSE:
-            return await self.close()
-        if kind not in verbs:
+            return await self._control("agent.stop", {"mode": "close", "timeout_s": 0.1})
+        verb = VERBS.get(kind)
+        if verb is None:
             raise ControlRefused(f"{kind} is sent by the host's daemon, not from here")
-        return await self._control(verbs[kind], fields)
+        return await self._control(verb, fields)
 
     def kill(self, reason: str = "killed by the user") -> None:
         """End the run through its host now (``agent.rm`` with force)."""
@@ -193,24 +158,15 @@ class RemoteRunHandle:
         self._tasks.append(task)
 
     async def _control(self, verb: str, fields: dict[str, Any]) -> ControlAck:
-        if self.done:
+        if self._ended:
             raise RunEnded(f"run {self.run_id} has ended")
         try:
             answer = await call_host(self.client, self.host, verb, {"name": self.name, **fields})
         except DaemonCallError as error:
+            if verb == "agent.cancel" and error.code in ENDED:  # nothing left to cancel
+                raise RunEnded(f"{self.host}/{self.name}: {error}") from None
             raise ControlRefused(f"{self.host}/{self.name}: {error}") from None
         return await self.wait_ack(int(answer["seq"]))
-
-    async def wait_ack(self, seq: int) -> ControlAck:
-        """The ack for control ``seq`` as read from the run's event channel."""
-        if seq in self._acks:
-            return self._acks[seq]
-        if self.done:
-            raise RunEnded(f"run {self.run_id} ended before control seq {seq} was acknowledged")
-        waiter = self._ack_waiters.get(seq)
-        if waiter is None:
-            waiter = self._ack_waiters[seq] = asyncio.get_running_loop().create_future()
-        return await asyncio.shield(waiter)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -270,12 +226,7 @@ class RemoteRunHandle:
         problem = self.mirror.apply(event)
         if problem is not None:
             self._put(ChannelError(problem, run=self.run_id))
-        self._put(RunEvent(self.run_id, event, raw, self.mirror.state))
-        if isinstance(event, ControlAck) and isinstance(event.ref, int):
-            self._acks[event.ref] = event
-            waiter = self._ack_waiters.pop(event.ref, None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(event)
+        self._event(event, raw)
 
     async def _follow_inbox(self) -> None:
         async for item in self.channel.tail(inbox_channel(self.host, self.run_id)):
@@ -287,45 +238,22 @@ class RemoteRunHandle:
                     self._put(InboxItem(self.run_id, message))
 
     def _put(self, update: Update) -> None:
-        self._updates.put_nowait(update)
-
-    async def updates(self) -> AsyncIterator[Update]:
-        """Events, inbox messages and channel errors in order; ends when the run ends."""
-        while (item := await self._updates.get()) is not None:
-            yield item
-
-    async def events(self) -> AsyncIterator[AnyEvent]:
-        async for item in self.updates():
-            if isinstance(item, RunEvent):
-                yield item.event
+        self._updates.put(update)
 
     # -- the end ------------------------------------------------------------------------
 
     async def _finish(self) -> None:
         verdict = RunWatch(self.mirror, Timeouts(), now=time.monotonic()).verdict()
-        result = verdict.result
         elapsed = max(0.0, time.time() - self._created)
-        if result is None:
-            outcome = RunResult(verdict.status, error=verdict.error, run_id=self.run_id)
+        if verdict.result is None:
+            outcome = result_of(verdict, self.run_id, elapsed)
         else:
-            cut = result.final_text if isinstance(result.final_text, str) else ""
-            text, truncated = await self._full_text(cut, result.final_text_path)
-            outcome = RunResult(
-                verdict.status,
-                final_text=text,
-                stop_reason=result.stop_reason,
-                usage=result.usage if isinstance(result.usage, dict) else None,
-                truncated=truncated,
-                error=verdict.error,
-                run_id=self.run_id,
-                elapsed_s=elapsed,
-            )
-        for seq, waiter in self._ack_waiters.items():
-            if not waiter.done():
-                waiter.set_exception(RunEnded(f"run ended before seq {seq} was acknowledged"))
-        self._updates.put_nowait(None)
-        if not self._result.done():
-            self._result.set_result(outcome)
+            cut = verdict.result.final_text
+            cut = cut if isinstance(cut, str) else ""
+            text, truncated = await self._full_text(cut, verdict.result.final_text_path)
+            outcome = result_of(verdict, self.run_id, elapsed, text, truncated)
+        self._fail_waiters(outcome.status)
+        self._settle(outcome)
 
     async def _full_text(self, text: str, path: object) -> tuple[str, bool]:
         if not isinstance(path, str):
@@ -346,15 +274,8 @@ class RemoteRunHandle:
         self._notes.append("the host did not give the full text; this is the child's cut")
         return text, True
 
-    async def wait(self) -> RunResult:
-        return await asyncio.shield(self._result)
-
-    async def aclose(self) -> RunResult:
-        if not self.done:
-            await self.cancel()
-        result = await self.wait()
+    async def _release(self) -> None:
         await self.release()
-        return result
 
     async def release(self) -> None:
         """Stop following and close the connections (the run itself goes on if alive)."""
@@ -364,9 +285,3 @@ class RemoteRunHandle:
         await self.channel.aclose()
         with contextlib.suppress(Exception):
             await self.client.close()
-
-    async def __aenter__(self) -> RemoteRunHandle:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()

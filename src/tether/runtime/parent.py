@@ -6,7 +6,9 @@ in it, the environment, the deadline), then starts the child (default ``tether c
 in its own process group, its stderr and stdout kept in ``stderr.log``. The rules that
 supervise the run (ready, ack, cancel and exit grace, deadline, automatic finalize and
 close, the verdict) are the sans-IO :class:`~tether.runtime.supervise.RunWatch`, the same
-one the daemon uses; :class:`RunHandle` is its I/O driver. One pump task per run loops:
+one the daemon uses; :class:`LocalRunHandle` is its I/O driver (the common
+parts of a handle, shared with a run on another host, are
+:class:`~tether.runtime.handle.RunHandle`). One pump task per run loops:
 
 1. read a bounded slice of ``events.jsonl`` (woken by the process's one shared watcher,
    see :mod:`tether.runtime.hub`, and by a slow safety tick), validated and mirrored by
@@ -26,7 +28,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ from tether import procs
 from tether.errors import ControlRefused, ParentError, RunEnded, SpawnError, TetherError
 from tether.runtime.adapters import START_TIMEOUT_ENV
 from tether.runtime.finaltext import full_text
+from tether.runtime.handle import RunHandle, result_of
 from tether.runtime.hub import WatchHub, shared_hub
 from tether.runtime.launch import (
     PreparedRun,
@@ -43,23 +46,24 @@ from tether.runtime.launch import (
     prepare_run,
     start_child,
 )
-from tether.runtime.mirror import ChannelError, RunMirror
+from tether.runtime.mirror import ChannelError
 from tether.runtime.nested import NestedFollower
 from tether.runtime.outcome import RunResult, Timeouts
 from tether.runtime.rundir import RunDir, write_private_text
 from tether.runtime.sidecars import InboxTail, Recorder
 from tether.runtime.supervise import Drain, Finish, RunWatch, Send, Terminate, Verdict, Wait
-from tether.runtime.updates import InboxItem, RunEvent, Update, UpdateQueue
+from tether.runtime.updates import InboxItem, RunEvent, Update
 from tether.runtime.watchio import drain, end_group, read_slice, stderr_tail
 from tether.store.index import RunIndex, RunRecord
 from tether.transports.tail import FileTail
 from tether.wire import AnyEvent, ControlAck, Rejection
-from tether.wire.session import ControlKind, State
+from tether.wire.session import ControlKind
 
 __all__ = [
     "ChannelError",
     "ControlRefused",
     "InboxItem",
+    "LocalRunHandle",
     "ParentError",
     "RunEnded",
     "RunEvent",
@@ -73,12 +77,9 @@ __all__ = [
 ]
 
 
-class RunHandle:
-    """A live run: send controls, read its updates, wait for its :class:`RunResult`.
-
-    Create with :func:`spawn`. Every control method returns the ``control-ack`` the child
-    sent for it; :meth:`wait` never hangs (see the module docstring).
-    """
+class LocalRunHandle(RunHandle):
+    """A run whose child this process started and owns (:func:`spawn`); the controls,
+    acks, updates and the end are :class:`~tether.runtime.handle.RunHandle`'s."""
 
     def __init__(
         self,
@@ -94,12 +95,11 @@ class RunHandle:
         nested: RunIndex | None = None,
     ) -> None:
         run = prepared.run
-        self.run_id = run.run_id
+        super().__init__(run.run_id, watch.mirror)
         self.run_dir: RunDir = run
         self._control = prepared.control  # one fd: a child swapping the path cannot redirect it
         self.task = task
         self.watch = watch
-        self.mirror: RunMirror = watch.mirror
         self.timeouts: Timeouts = watch.timeouts
         self._proc = proc
         self._lifeline = lifeline  # closed when the run has ended (see launch.start_child)
@@ -109,12 +109,6 @@ class RunHandle:
         self._inbox = inbox
         self._tail = FileTail(run.events)
         self._wake = asyncio.Event()
-        self._updates = UpdateQueue(self.run_id)
-        self._acks: dict[int, ControlAck] = {}
-        self._ack_waiters: dict[int, asyncio.Future[ControlAck]] = {}
-        self._notes: list[str] = []
-        self._ended = False
-        self._result: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
         self._token = hub.subscribe_event(run.events, self._wake)
         self._nested = (
             None if nested is None else NestedFollower(run.run_id, nested, hub, self._wake)
@@ -129,47 +123,6 @@ class RunHandle:
     @property
     def pid(self) -> int:
         return self._proc.pid
-
-    @property
-    def state(self) -> State:
-        """The run state mirrored from the child's events."""
-        return self.mirror.state
-
-    @property
-    def done(self) -> bool:
-        """True once the run has ended and :meth:`wait` returns at once."""
-        return self._result.done()
-
-    async def steer(self, text: str) -> ControlAck:
-        """Inject ``text`` at the next turn boundary (starts a turn when ready)."""
-        return await self.send(ControlKind.STEER, text=text)
-
-    async def follow_up(self, text: str) -> ControlAck:
-        """Queue ``text`` for after the current turn (starts a turn when ready)."""
-        return await self.send(ControlKind.FOLLOW_UP, text=text)
-
-    async def finalize(self, note: str | None = None) -> ControlAck:
-        """Ask for one last tool-free turn and the result."""
-        fields = {} if note is None else {"note": note}
-        return await self.send(ControlKind.FINALIZE, **fields)
-
-    async def close(self) -> ControlAck:
-        """Finish cleanly after the current turn."""
-        return await self.send(ControlKind.CLOSE)
-
-    async def cancel(self) -> ControlAck | None:
-        """Abort the run. Returns the ack, or None when the child never acknowledged it.
-
-        A child that does not exit within ``cancel_grace_s`` has its process group ended
-        (SIGTERM, then SIGKILL) and the run fails.
-        """
-        if self._ended:
-            return None
-        seq = self._send_nowait(ControlKind.CANCEL, {})
-        try:
-            return await self.wait_ack(seq)
-        except RunEnded:
-            return None
 
     async def answer(
         self, message: str | Mapping[str, Any], text: str = "", *, decision: str | None = None
@@ -194,57 +147,12 @@ class RunHandle:
         """Send any control and wait for its ack."""
         return await self.wait_ack(self._send_nowait(ControlKind(kind), fields))
 
+    async def _release(self) -> None:
+        """Nothing more: the run's process, files and watch are let go when it ends."""
+
     def send_nowait(self, kind: ControlKind | str, **fields: Any) -> int:
         """Append a control to the control file; returns its seq (see :meth:`wait_ack`)."""
         return self._send_nowait(ControlKind(kind), fields)
-
-    async def wait_ack(self, seq: int) -> ControlAck:
-        """The ack for control ``seq``; raises :class:`RunEnded` if the run ends first."""
-        if seq in self._acks:
-            return self._acks[seq]
-        if self._ended:
-            raise RunEnded(f"run {self.run_id} ended before control seq {seq} was acknowledged")
-        waiter = self._ack_waiters.get(seq)
-        if waiter is None:
-            waiter = self._ack_waiters[seq] = asyncio.get_running_loop().create_future()
-        return await asyncio.shield(waiter)
-
-    async def updates(self) -> AsyncIterator[Update]:
-        """Everything that happens, in order: events, inbox messages, channel errors.
-
-        One consumer at a time; items are kept from the start of the run until read, up
-        to a bound (a reader that falls far behind is told how many were dropped; the
-        run's ``events.jsonl`` keeps every event). Ends when the run has ended.
-        """
-        while (item := await self._updates.get()) is not None:
-            yield item
-
-    async def events(self) -> AsyncIterator[AnyEvent]:
-        """The validated wire events only (see :meth:`updates`)."""
-        async for item in self.updates():
-            if isinstance(item, RunEvent):
-                yield item.event
-
-    async def wait(self) -> RunResult:
-        """Wait for the run to end and return its result. Never hangs."""
-        return await asyncio.shield(self._result)
-
-    async def aclose(self) -> RunResult:
-        """Cancel the run if it is still going, and wait for its result."""
-        if not self._result.done():
-            await self.cancel()
-        return await self.wait()
-
-    async def __aenter__(self) -> RunHandle:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    @property
-    def notes(self) -> list[str]:
-        """Problems noticed on the way (channel errors, index trouble), oldest first."""
-        return list(self._notes)
 
     # -- sending --------------------------------------------------------------------
 
@@ -309,15 +217,7 @@ class RunHandle:
             await asyncio.wait_for(self._wake.wait(), max(0.0, until - time.monotonic()))
 
     def _on_event(self, event: AnyEvent, raw: bytes) -> None:
-        self._updates.put(RunEvent(self.run_id, event, raw, self.mirror.state))
-        if isinstance(event, ControlAck) and isinstance(event.ref, int):
-            self._acked(event.ref, event)
-
-    def _acked(self, seq: int, ack: ControlAck) -> None:
-        self._acks[seq] = ack
-        waiter = self._ack_waiters.pop(seq, None)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(ack)
+        self._event(event, raw)  # the watch has mirrored it already
 
     def _channel_error(self, error: ChannelError) -> None:
         self._updates.put(error)
@@ -351,16 +251,7 @@ class RunHandle:
             self._nested.close()
         verdict = self.watch.verdict(stderr_tail(self.run_dir), str(self.run_dir.path))
         result = self._build_result(verdict)
-        for seq, waiter in list(self._ack_waiters.items()):
-            if not waiter.done():
-                waiter.set_exception(
-                    RunEnded(
-                        f"run {self.run_id} ended ({result.status}) before control "
-                        f"seq {seq} was acknowledged"
-                    )
-                )
-                waiter.exception()  # mark retrieved: nobody may be waiting any more
-        self._ack_waiters.clear()
+        self._fail_waiters(result.status)
         if self._inbox is not None:
             await self._inbox.close()
         if result.final_text:
@@ -370,28 +261,15 @@ class RunHandle:
             note = await self._recorder.finish(result)
             if note:
                 self._notes.append(note)
-        self._updates.close()
-        if not self._result.done():
-            self._result.set_result(result)
+        self._settle(result)
 
     def _build_result(self, verdict: Verdict) -> RunResult:
         # wall time, so that the index (created_at, ended_at) gives the same elapsed_s
         elapsed = max(0.0, time.time() - self._created_at)
-        result = verdict.result
-        if result is None:
-            status, error = verdict.status, verdict.error
-            return RunResult(status, error=error, run_id=self.run_id, elapsed_s=elapsed)
-        text, truncated = full_text(result, self.run_dir.path)
-        return RunResult(
-            verdict.status,
-            final_text=text,
-            stop_reason=result.stop_reason,
-            usage=result.usage if isinstance(result.usage, dict) else None,
-            truncated=truncated,
-            error=verdict.error,
-            run_id=self.run_id,
-            elapsed_s=elapsed,
-        )
+        if verdict.result is None:
+            return result_of(verdict, self.run_id, elapsed)
+        text, truncated = full_text(verdict.result, self.run_dir.path)
+        return result_of(verdict, self.run_id, elapsed, text, truncated)
 
 
 # -- spawn ----------------------------------------------------------------------------
@@ -433,7 +311,7 @@ async def spawn(
     inbox: bool = True,
     follow_nested: bool = False,
     hub: WatchHub | None = None,
-) -> RunHandle:
+) -> LocalRunHandle:
     """Start a child on ``task`` and return its live handle (see the module docstring).
 
     ``agent`` names the agent (see ``tether agents``: ``builtin``, the default,
@@ -506,7 +384,7 @@ async def spawn(
         raise
     if recorder is not None:
         await recorder.started(proc.pid)
-    return RunHandle(
+    return LocalRunHandle(
         prepared=prepared,
         task=task,
         proc=proc,

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from tether.runtime.hub import WatchHub
 from tether.runtime.outcome import Timeouts
-from tether.runtime.parent import RunHandle, RunResult, Update, spawn
+from tether.runtime.parent import LocalRunHandle, RunResult, Update, spawn
 from tether.wire import ControlAck
 from tether.wire.session import State
 
@@ -113,9 +113,9 @@ class _LoopThread:
 
 
 class SyncRunHandle:
-    """A live run with blocking methods; see :class:`~tether.runtime.parent.RunHandle`."""
+    """A live run with blocking methods; see :class:`~tether.runtime.handle.RunHandle`."""
 
-    def __init__(self, loop: _LoopThread, handle: RunHandle) -> None:
+    def __init__(self, loop: _LoopThread, handle: LocalRunHandle) -> None:
         self._loop = loop
         self._handle = handle
         self._final: RunResult | None = None
@@ -129,7 +129,7 @@ class SyncRunHandle:
         return self._handle.state
 
     @property
-    def handle(self) -> RunHandle:
+    def handle(self) -> LocalRunHandle:
         """The asyncio handle (use it only on the handle's own loop)."""
         return self._handle
 
@@ -145,7 +145,7 @@ class SyncRunHandle:
     def answer(
         self, message: str | Mapping[str, Any], text: str = "", *, decision: str | None = None
     ) -> ControlAck:
-        """See :meth:`RunHandle.answer`."""
+        """See :meth:`LocalRunHandle.answer`."""
         return self._loop.call(self._handle.answer(message, text, decision=decision))
 
     def close(self) -> ControlAck:
