@@ -15,8 +15,6 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from test_agents_support import AgentDaemon
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @dataclass
 class DashboardProcess:
@@ -70,8 +68,9 @@ def dashboard(agentd: AgentDaemon) -> Iterator[DashboardProcess]:
         yield dash
 
 
-def artifact_dir() -> Path:
-    """Where screenshots go: ``$TETHER_ARTIFACTS`` or ``artifacts/`` in the clone."""
-    path = Path(os.environ.get("TETHER_ARTIFACTS") or REPO / "artifacts")
+def artifact_dir(fallback: Path) -> Path:
+    """Where screenshots go: ``$TETHER_ARTIFACTS`` (CI sets it), else ``fallback`` (a tmp
+    dir): a test run never writes into the clone's tracked files."""
+    path = Path(os.environ.get("TETHER_ARTIFACTS") or fallback)
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -2,7 +2,7 @@
 
 Agents appear and change state, a steer is acked, a question is answered and the agent
 uses the answer, keys typed into a PTY agent's terminal echo back; a screenshot of three
-live agents is saved (``artifacts/dashboard.png``, or ``$TETHER_ARTIFACTS``). Needs
+live agents is saved (``$TETHER_ARTIFACTS/dashboard.png``, else in the test's tmp dir). Needs
 ``/usr/bin/chromium`` (installed by ``.ci/setup``): missing, the test fails under CI and
 is skipped elsewhere. Playwright never downloads a browser here.
 """
@@ -65,7 +65,7 @@ def browser_page() -> Iterator[Any]:
 
 
 def test_the_fleet_in_a_browser(
-    agentd: AgentDaemon, dashboard: DashboardProcess, browser_page: Any
+    agentd: AgentDaemon, dashboard: DashboardProcess, browser_page: Any, tmp_path: Path
 ) -> None:
     page = browser_page
     page.goto(dashboard.url)
@@ -107,4 +107,4 @@ def test_the_fleet_in_a_browser(
     page.keyboard.type("echo typed-$((6*7))\n")
     page.wait_for_selector("#terminal .xterm-rows:has-text('typed-42')")
     page.wait_for_selector("tr[data-name='planner'] td.state:has-text('ready')")
-    page.screenshot(path=str(artifact_dir() / "dashboard.png"))
+    page.screenshot(path=str(artifact_dir(tmp_path) / "dashboard.png"))
