@@ -151,7 +151,7 @@ def test_the_daemon_refuses_her_runtime_dir(tmp_path: Path, tether_env: dict[str
     runtime.chmod(0o700)
     env = {**tether_env, "XDG_RUNTIME_DIR": str(runtime)}
     done = _cli(env, "daemon", "--foreground")
-    assert done.returncode == 1, done  # the daemon CLI's code for "cannot start"
+    assert done.returncode == 2, done  # "cannot start": a set-up that cannot work
     assert "Traceback" not in done.stderr
     assert f"refusing to use {runtime}" in done.stderr
     assert not (runtime / "tether").exists()

@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the base: small helpers every layer may use
     (
         "tether.errors",
+        "tether.exits",
         "tether.fsafe",
         "tether.jsondepth",
         "tether.paths",

@@ -277,7 +277,7 @@ def test_adapter_and_command_go_together(make_child: Make, flags: list[str], err
     child = make_child()
     argv = [sys.executable, "-m", "tether", "child", *flags]
     done = subprocess.run(argv, env=child.env, capture_output=True, text=True, check=False)
-    assert done.returncode == 1
+    assert done.returncode == 4
     assert error in done.stderr
     assert child.events()[-1]["status"] == "failed"
 

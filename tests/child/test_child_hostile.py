@@ -92,7 +92,7 @@ def test_version_mismatch_gets_no_ack_and_fails(make_child: MakeChild) -> None:
     child.send_raw(b'{"v":2,"seq":1,"type":"prompt","run":"r","text":"x"}\n')
     code = child.wait_exit()
     events = child.events()
-    assert code == 1
+    assert code == 4
     assert types(events) == ["ready", "exit"]
     assert events[-1]["status"] == "failed"
     assert "version" in events[-1]["error"]
@@ -107,7 +107,7 @@ def test_version_mismatch_stops_the_channel_mid_batch(make_child: MakeChild) -> 
     )
     code = child.wait_exit()
     events = child.events()
-    assert code == 1
+    assert code == 4
     assert events[-1]["status"] == "failed"
     assert [e.get("ref") for e in events if e["type"] == "control-ack"] == [1]
     assert "result" not in types(events)
@@ -121,7 +121,7 @@ def test_truncated_control_file_is_fatal(make_child: MakeChild) -> None:
         handle.truncate(10)
     code = child.wait_exit()
     events = child.events()
-    assert code == 1
+    assert code == 4
     assert events[-1]["status"] == "failed"
     assert events[-1]["error"].startswith("control file truncated below offset ")
     assert "result" not in types(events)
@@ -151,7 +151,7 @@ def test_deadline_while_idle(make_child: MakeChild) -> None:
     child = make_child(script="hello.json", env={"FEN_WIRE_DEADLINE": f"{time.time() + 0.3:.3f}"})
     child.start()
     code, events = child.finish()
-    assert code == 1
+    assert code == 5
     assert events[-1] == {**events[-1], "status": "timed-out", "error": "run deadline exceeded"}
 
 
@@ -160,7 +160,7 @@ def test_deadline_already_passed(make_child: MakeChild) -> None:
     child.send("prompt", text="too late")
     child.start(wait_ready=False)
     code, events = child.finish()
-    assert code == 1
+    assert code == 5
     assert events[-1]["status"] == "timed-out"
     assert "turn-started" not in types(events)
 
@@ -176,7 +176,7 @@ def test_deadline_inside_a_sleeping_tool(make_child: MakeChild) -> None:
         time.sleep(0.01)
     pid = int(pid_file.read_text())
     code, events = child.finish()
-    assert code == 1
+    assert code == 5
     assert events[-1]["status"] == "timed-out"
     assert events[-2]["type"] == "turn-complete"
     assert events[-2]["stop-reason"] == "aborted"
@@ -187,7 +187,7 @@ def test_invalid_deadline_fails(make_child: MakeChild) -> None:
     child = make_child(script="hello.json", env={"FEN_WIRE_DEADLINE": "soon"})
     child.start(wait_ready=False)
     code, events = child.finish()
-    assert code == 1
+    assert code == 4  # as its exit line says
     assert types(events) == ["exit"]
     assert "FEN_WIRE_DEADLINE" in events[0]["error"]
 
@@ -197,7 +197,7 @@ def test_sigterm_fails_the_run(make_child: MakeChild) -> None:
     assert child.proc is not None
     child.proc.send_signal(signal.SIGTERM)
     code, events = child.finish()
-    assert code == 1
+    assert code == 4
     assert events[-1] == {**events[-1], "status": "failed", "error": "terminated by SIGTERM"}
 
 
@@ -217,7 +217,7 @@ def test_set_up_errors_exit_failed(make_child: MakeChild, args: list[str], fragm
     ]
     child.start(wait_ready=False)
     code, events = child.finish()
-    assert code == 1
+    assert code == 4
     assert events[-1]["status"] == "failed"
     assert fragment in events[-1]["error"], events[-1]
 
@@ -226,7 +226,7 @@ def test_bad_script_is_reported(make_child: MakeChild) -> None:
     child = make_child(script=[{"text": 5}])
     child.start(wait_ready=False)
     code, events = child.finish()
-    assert code == 1
+    assert code == 4
     assert "reply 1: text" in events[-1]["error"]
 
 
@@ -234,13 +234,13 @@ def test_missing_environment(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if "_WIRE_" not in k}
     argv = [sys.executable, "-m", "tether", "child", "--script", "x.json"]
     proc = subprocess.run(argv, env=env, capture_output=True, check=False, timeout=30)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert b"FEN_WIRE_CONTROL_PATH and FEN_WIRE_EVENT_PATH are required" in proc.stderr
     events = tmp_path / "events.jsonl"
     env["FEN_WIRE_EVENT_PATH"] = str(events)
     env["FEN_WIRE_RUN_ID"] = "solo"
     proc = subprocess.run(argv, env=env, capture_output=True, check=False, timeout=30)
-    assert proc.returncode == 1
+    assert proc.returncode == 4  # an exit line was written: failed
     (line,) = events.read_text().splitlines()
     assert json.loads(line) == {
         "v": 1,
@@ -259,7 +259,7 @@ def test_removed_control_file_ends_the_run(make_child: MakeChild) -> None:
     child.ack(child.send("prompt", text="hi"))  # the child has the file open now
     child.control.unlink()
     code, events = child.finish()
-    assert code == 1
+    assert code == 4
     assert events[-1] == {**events[-1], "type": "exit", "status": "failed"}
     assert events[-1]["error"] == "control file was removed"
 

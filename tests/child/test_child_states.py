@@ -81,7 +81,7 @@ def test_ready_cancel_exits_cancelled(make_child: MakeChild) -> None:
     child = make_child(script="hello.json").start()
     c = child.send("cancel")
     code, events = child.finish()
-    assert code == 1
+    assert code == 3
     assert types(events) == ["ready", "control-ack", "exit"]
     assert events[1]["ref"] == c
     assert events[1]["status"] == "accepted"
@@ -253,7 +253,7 @@ def test_finalizing_row_while_the_final_turn_runs(make_child: MakeChild) -> None
         assert ack["reason"] == "run is finalizing"
     c = child.send("cancel")
     code, events = child.finish()
-    assert code == 1
+    assert code == 3
     assert child.ack(c)["status"] == "accepted"
     assert events[-1]["status"] == "cancelled"
     assert types(events)[-2] == "turn-complete"
@@ -282,7 +282,7 @@ def test_terminal_row_rejects_lines_already_in_the_file(make_child: MakeChild) -
     )
     child.send_raw(lines)
     code, events = child.finish()
-    assert code == 1
+    assert code == 3
     acks = [e for e in events if e["type"] == "control-ack"]
     assert acks[0]["status"] == "accepted"
     assert all(a["status"] == "rejected" and a["reason"] == "run is cancelled" for a in acks[1:])
@@ -298,7 +298,7 @@ def test_cancel_during_a_turn_kills_the_tool_group(make_child: MakeChild) -> Non
     pid = int(pid_file.read_text())
     c = child.send("cancel")
     code, events = child.finish()
-    assert code == 1
+    assert code == 3
     assert child.ack(c)["status"] == "accepted"
     assert events[-1]["status"] == "cancelled"
     assert types(events)[-2] == "turn-complete"

@@ -246,7 +246,7 @@ def test_runs_and_show(tmp_path: Path) -> None:
     assert summary["turns"] == 1
     assert summary["controls"] == {"prompt": 1, "close": 1}
     missing = tether(tmp_path, "show", "nope")
-    assert missing.returncode == 1
+    assert missing.returncode == 2
     assert "no run matches 'nope'" in missing.stderr
 
 

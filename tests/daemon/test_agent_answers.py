@@ -49,7 +49,7 @@ def test_ask_tool_waits_for_the_cli_answer(agentd: AgentDaemon) -> None:
     assert any("answer: main, please" in text for text in tool_results(agentd, "asker"))
 
     again = tether(agentd, "answer", "asker", question["key"], "other")
-    assert again.returncode == 13
+    assert again.returncode == 2
     assert "answered" in again.stderr
     assert tether(agentd, "answer", "asker", question["key"]).returncode == 2
 

@@ -52,16 +52,16 @@ def test_agent_cli_round_trip_and_exit_codes(cli_env: dict[str, str], short_tmp:
     assert "spawned cli1" in spawned.stderr
 
     again = tether(cli_env, "spawn", "cli1", "--script", str(script))
-    assert (again.returncode, "agent_exists" in again.stderr) == (13, True)
+    assert (again.returncode, "agent_exists" in again.stderr) == (2, True)
     assert tether(cli_env, "spawn", "bad name").returncode == 2
-    assert tether(cli_env, "spawn", "x", "--provider", "nope").returncode == 14
-    assert tether(cli_env, "spawn", "p", "--", "/nonexistent/prog").returncode == 14
-    assert tether(cli_env, "status", "nobody").returncode == 13
+    assert tether(cli_env, "spawn", "x", "--provider", "nope").returncode == 4
+    assert tether(cli_env, "spawn", "p", "--", "/nonexistent/prog").returncode == 4
+    assert tether(cli_env, "status", "nobody").returncode == 2
 
     asked = tether(cli_env, "ask", "cli1", "again")
     assert (asked.returncode, asked.stdout) == (0, "two\n")
     slow = tether(cli_env, "ask", "cli1", "hurry", "--timeout", "0.05")
-    assert slow.returncode == 124
+    assert slow.returncode == 5
     assert "events cli1 --follow" in slow.stderr
 
     listed = json.loads(tether(cli_env, "list", "--json").stdout)
@@ -91,7 +91,7 @@ def test_agent_cli_round_trip_and_exit_codes(cli_env: dict[str, str], short_tmp:
 
     page = tether(cli_env, "events", "cli1", "--after-seq", "3", "--limit", "2", "--json")
     assert [json.loads(line)["seq"] for line in page.stdout.splitlines()] == [4, 5]
-    assert tether(cli_env, "ask", "cli1", "late").returncode == 13
+    assert tether(cli_env, "ask", "cli1", "late").returncode == 2
     removed = tether(cli_env, "rm", "cli1")
     assert (removed.returncode, removed.stdout.startswith("removed cli1")) == (0, True)
     assert "no agents" in tether(cli_env, "list").stdout

@@ -253,7 +253,7 @@ def test_channel_cli_register_push_unregister(daemon: DaemonProcess) -> None:
             gone = tether(daemon, "channel", "unregister", channel_id, "--json")
             assert (gone.returncode, json.loads(gone.stdout)) == (0, {"unregistered": True})
             unknown = tether(daemon, "channel", "push", channel_id, "--content", "x")
-            assert unknown.returncode == 13
+            assert unknown.returncode == 2
             assert "channel_unknown" in unknown.stderr
         finally:
             register.terminate()

@@ -258,7 +258,7 @@ def test_a_second_daemon_is_refused_by_the_lock(daemon: DaemonProcess) -> None:
     second = subprocess.run(
         argv, env=daemon.env, capture_output=True, text=True, timeout=30, check=False
     )
-    assert second.returncode == 1
+    assert second.returncode == 2
     assert f"already running (pid {daemon.pid})" in second.stderr
     assert_serving(daemon)
 
@@ -270,7 +270,7 @@ def test_a_shared_socket_directory_is_refused(daemon_env: DaemonProcess) -> None
     env = dict(daemon_env.env, TETHER_SOCKET=str(shared / "d.sock"))
     argv = [sys.executable, "-m", "tether", "daemon", "--foreground"]
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "has mode 0755; it must be 0700" in result.stderr
     assert not (shared / "d.sock").exists()
 
@@ -283,7 +283,7 @@ def test_a_symlinked_socket_directory_is_refused(daemon_env: DaemonProcess) -> N
     env = dict(daemon_env.env, TETHER_SOCKET=str(link / "d.sock"))
     argv = [sys.executable, "-m", "tether", "daemon", "--foreground"]
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "not a usable directory" in result.stderr
 
 
@@ -379,7 +379,7 @@ def test_a_socket_path_that_is_too_long_is_explained(daemon_env: DaemonProcess) 
     env = dict(daemon_env.env, TETHER_SOCKET=str(deep / "d.sock"))
     argv = [sys.executable, "-m", "tether", "daemon", "--foreground"]
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "Unix sockets allow at most 107" in result.stderr
     assert "Traceback" not in result.stderr
 

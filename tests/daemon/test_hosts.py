@@ -97,7 +97,7 @@ def test_a_host_drives_an_agent_on_another_host(
     assert spawned.returncode == 0, spawned.stderr
     assert spawned.stdout == "from B\n"
     local_a = tether(env_a, "--socket", str(hosts["A"].socket), "status", "w1")
-    assert local_a.returncode == 13  # the agent lives on B, not on A
+    assert local_a.returncode == 2  # the agent lives on B, not on A
 
     asked = tether(env_a, "--host", "B", "ask", "w1", "again")
     assert (asked.returncode, asked.stdout) == (0, "second\n"), asked.stderr
@@ -142,7 +142,7 @@ def test_unknown_host_and_follow_are_refused_clearly(hosts: dict[str, DaemonProc
     assert missing.returncode == 3
     assert "no daemon of host 'Z'" in missing.stderr
     no_agent = tether(env_a, "--host", "B", "status", "nobody")
-    assert no_agent.returncode == 13
+    assert no_agent.returncode == 2
     assert "nobody" in no_agent.stderr
 
 

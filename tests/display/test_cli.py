@@ -22,7 +22,7 @@ def test_wire_from_stdin_with_bad_lines(tmp_path: Path) -> None:
     bad = [b"not json\n", b'{"v":2,"seq":1,"type":"ready","run":"x"}\n', b"[]\n", b"\n"]
     data = b"".join(lines[:5] + bad + lines[5:]) + b"x" * 70000 + b"\n"
     done = tether("display", "--from", "wire", "--width", "80", "-", stdin=data)
-    assert done.returncode == 1
+    assert done.returncode == 2
     text = done.stdout.decode()
     assert "! line 6: malformed" in text
     assert "! line 7: version-mismatch" in text
@@ -62,7 +62,7 @@ def test_stream_json_of_a_run_renders(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     path.write_text(out + '{"type":"nope"}\nnot json\n', encoding="utf-8")
     done = tether("display", "--from", "stream-json", "--width", "80", str(path))
-    assert done.returncode == 1
+    assert done.returncode == 2
     text = done.stdout.decode()
     assert "» user: Summarise the repo." in text
     assert "→ bash" in text
@@ -74,7 +74,7 @@ def test_resp_garbage_is_reported_not_fatal() -> None:
         b"*1\r\n$4\r\nNOPE\r\n" + b"garbage\r\n" + b"*2\r\n$4\r\nTEXT\r\n$2\r\nok\r\n*2\r\n$4\r\nTE"
     )
     done = tether("display", "--from", "resp", stdin=data)
-    assert done.returncode == 1
+    assert done.returncode == 2
     text = done.stdout.decode()
     assert "ok" in text
     assert "truncated" in text

@@ -62,7 +62,7 @@ def test_drain_prints_a_summary(inbox: Path, tmp_path: Path) -> None:
 
 def test_drain_of_a_missing_file_fails_clearly(tmp_path: Path) -> None:
     result = tether("drain", str(tmp_path / "nope.jsonl"), "--db", str(tmp_path / "t.db"))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "no such file" in result.stderr
 
 
@@ -87,7 +87,7 @@ def test_read_as_json_and_as_text(inbox: Path, tmp_path: Path) -> None:
 
 def test_unknown_run_is_an_error(tmp_path: Path) -> None:
     result = tether("ghost", "--db", str(tmp_path / "t.db"))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "no inbox messages for run 'ghost'" in result.stderr
 
 

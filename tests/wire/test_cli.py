@@ -32,7 +32,7 @@ def test_validate_reports_codes_and_exits_1() -> None:
     controls = [e for e in entries if e["direction"] == "control" and e["line"].strip()]
     stdin = "".join(e["line"] + "\n" for e in controls).encode()
     proc = _tether("wire", "validate", "--direction", "control", "-", stdin=stdin)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     verdicts = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [v["code"] for v in verdicts] == [e["code"] for e in controls]
     assert all(v["reason"] for v in verdicts)
@@ -62,7 +62,7 @@ def test_validate_sequence_and_too_large_lines() -> None:
         "out-of-order",
         "ready",
     ]
-    assert proc.returncode == 1
+    assert proc.returncode == 2
 
 
 def test_missing_file_is_a_clear_error() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import Final
 
 # name -> (module, one-line help). The order is the order of ``tether --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -70,22 +69,77 @@ def main(argv: Sequence[str] | None = None) -> int:
     return result
 
 
-EXIT_STOPPED: Final = 3
-"""Ctrl-C, or a reader of the output that went away (``tether runs | head``): the exit
-status is 3, cancelled, as for a run; tether exits only with 0, 2, 3, 4 or 5, never
-with a shell's 128+N (130, 141)."""
-
-
 def entrypoint() -> None:
+    """``tether``: exit only with 0, 2, 3, 4 or 5 (:mod:`tether.cli.exits`), never with a
+    traceback, 1 or a shell's 128+N."""
+    from tether import exits
+
+    _stop_on_signals()
     try:
         code = main()
         sys.stdout.flush()
     except BrokenPipeError:
-        # the reader went away: stop quietly, as Unix tools do
+        # the reader went away (`tether runs | head`): stop quietly, as Unix tools do
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = EXIT_STOPPED
-    except KeyboardInterrupt:
-        code = EXIT_STOPPED
+        code = exits.CANCELLED
+    except SystemExit as exc:
+        code = _system_exit(exc)
+    except BaseException as exc:  # noqa: BLE001 - the one place that turns any error into a code
+        code = exits.for_exception(exc)
+        if code != exits.CANCELLED:
+            _report(exc)
     sys.exit(code)
+
+
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP before a command installed its own handling: stop as for
+    Ctrl-C (exit 3). A subclass of ``KeyboardInterrupt`` so that the cleanup each command
+    does for Ctrl-C runs for these signals too."""
+
+
+def _stop_on_signals() -> None:
+    import signal
+
+    def stop(signum: int, _frame: object) -> None:
+        raise _Stopped(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+
+def _system_exit(exc: SystemExit) -> int:
+    """``sys.exit(...)``/argparse inside a command: keep a contract code, print a message."""
+    from tether import exits
+
+    if exc.code is None:
+        return exits.OK
+    if isinstance(exc.code, int) and not isinstance(exc.code, bool):
+        allowed = (exits.OK, exits.USAGE, exits.CANCELLED, exits.FAILED, exits.TIMED_OUT)
+        return exc.code if exc.code in allowed else exits.FAILED
+    print(exc.code, file=sys.stderr)
+    return exits.USAGE
+
+
+def _report(exc: BaseException) -> None:
+    """One line on stderr; the traceback only with ``TETHER_DEBUG=1``."""
+    import os
+
+    from tether.errors import TetherError
+
+    name = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in COMMANDS else ""
+    prefix = f"tether {name}".rstrip()
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        text = f"{exc.strerror}{where}"
+    elif isinstance(exc, (TetherError, OSError)) or type(exc).__module__ == "sqlite3":
+        text = str(exc) or type(exc).__name__
+    else:
+        text = f"internal error ({type(exc).__name__}: {exc}); TETHER_DEBUG=1 shows where"
+    first = next((line for line in text.splitlines() if line.strip()), type(exc).__name__)
+    print(f"{prefix}: {first}", file=sys.stderr)
+    if os.environ.get("TETHER_DEBUG"):
+        import traceback
+
+        traceback.print_exception(exc)

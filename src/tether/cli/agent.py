@@ -27,22 +27,27 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from tether import exits
+
 if TYPE_CHECKING:
     from tether.daemon.client import DaemonClient
     from tether.daemon.protocol import Request
     from tether.daemon.remote import RemoteClient
 
-EXIT_TIMED_OUT: Final = 124
-EXIT_INTERRUPTED: Final = 130
 CALL_TIMEOUT_S: Final = 60.0
 
 EPILOG: Final = """\
-exit status:
-  0 ok; 2 bad arguments (invalid_params, unknown_method); 3 no daemon is running;
-  13 agent_not_found, agent_exists, invalid_status, channel_unknown; 14 spawn_failed;
-  15 lock_timeout; 18 busy; 19 the daemon shut down or the connection was lost;
-  124 ask (or spawn --wait) timed out: the message was delivered and the turn goes on;
-  1 anything else
+exit status (only these; the daemon's error code is printed, and with --json it is
+the "code" of {"error": {"code", "message"}} on stdout):
+  0 ok
+  2 bad arguments or input: invalid_params, unknown_method, malformed_frame,
+    agent_not_found, agent_exists, invalid_status, channel_unknown; a daemon that cannot
+    start or runs as another user
+  3 no daemon is running; it shut down (shutting_down) or the connection was lost; Ctrl-C
+  4 spawn_failed, busy, internal
+  5 lock_timeout; ask (or spawn --wait) timed out: the message was delivered and the
+    turn goes on
+(fno-agents' client exits 13/14/15/18/19/124 for these; tether keeps 0/2/3/4/5.)
 
 events --follow prints the recorded events after --after-seq, then live ones until the
 run ends; reconnecting with the last seq printed loses nothing and repeats nothing.
@@ -153,9 +158,23 @@ def main(argv: list[str], prog: str) -> int:
         return _run(args)
     except DaemonClientError as exc:
         print(f"tether agent: {exc}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"error": _error_json(exc)}))
         return exc.exit_code
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return exits.CANCELLED
+
+
+def _error_json(exc: Exception) -> dict[str, str]:
+    """The daemon's error code for scripts; ``unavailable``/``connection_lost``/... when
+    the daemon never answered."""
+    from tether.daemon.client import DaemonCallError
+
+    if isinstance(exc, DaemonCallError):
+        return {"code": exc.code.value, "message": exc.message}
+    kind = type(exc).__name__.removeprefix("Daemon")
+    code = "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")
+    return {"code": code, "message": str(exc)}
 
 
 def _connect(args: argparse.Namespace) -> DaemonClient | RemoteClient:
@@ -194,12 +213,12 @@ def _spawn(args: argparse.Namespace, child_argv: list[str] | None) -> int:
             ensure_running(args.socket)
     except DaemonSetupError as exc:
         print(f"tether agent: could not start the daemon: {exc}", file=sys.stderr)
-        return 1
+        return exits.USAGE
     if args.pty and not child_argv:
         print(
             "tether agent: --pty needs a program: spawn NAME --pty -- COMMAND...", file=sys.stderr
         )
-        return 2
+        return exits.USAGE
     params = _spawn_params(args, child_argv)
     with _connect(args) as client:
         client.settimeout(None)  # spawn waits for ready (bounded by the daemon)
@@ -300,7 +319,7 @@ def _answer_question(client: DaemonClient | RemoteClient, args: argparse.Namespa
         params["decision"] = "approve" if args.approve else "deny"
     elif not args.text:
         print("tether agent: answer needs TEXT, --approve or --deny", file=sys.stderr)
-        return 2
+        return exits.USAGE
     result = client.call("agent.answer", params)
     human = (
         f"{args.name}: answered {args.key} ({result['kind']}) as {result['sent_as']} "
@@ -337,7 +356,7 @@ def _timed_out(result: dict[str, Any], name: str) -> int:
         f"'tether agent events {name} --follow'",
         file=sys.stderr,
     )
-    return EXIT_TIMED_OUT
+    return exits.TIMED_OUT
 
 
 def _events(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:

@@ -7,7 +7,8 @@
         Exit 0 when delivered, 1 when routed but not delivered.
     tether channel unregister CHANNEL_ID [--json]
 
-Errors exit with the ErrorCode's exit code (channel_unknown is 13); no daemon is 3.
+Errors exit with the ErrorCode's exit status (channel_unknown is 2, see tether.exits); no
+daemon is 3; a push routed but not delivered is 4.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import sys
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tether import exits
 
 if TYPE_CHECKING:
     from tether.daemon.client import DaemonClient
@@ -98,7 +101,7 @@ def _push(client: DaemonClient, args: argparse.Namespace, envelope: Any) -> int:
         print(f"delivered to {args.channel_id}")
     else:
         print(f"routed to {args.channel_id} but not delivered: {result.get('reason')}")
-    return 0 if delivered else 1
+    return exits.OK if delivered else exits.FAILED
 
 
 def _unregister(client: DaemonClient, args: argparse.Namespace) -> int:

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether import exits
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -197,19 +199,24 @@ def _options(pairs: list[str]) -> dict[str, str] | str:
 
 
 def _fail_early(event_path: str | None, run: str, error: str) -> int:
-    """Report a start-up error on stderr and, when possible, as the run's exit line."""
-    print(f"tether child: {error}", file=sys.stderr)
-    if event_path:
-        from tether.runtime.child_io import EventLog, first_line
-        from tether.wire import Exit
+    """Report a start-up error on stderr and, when possible, as the run's exit line.
 
-        try:
-            log = EventLog(event_path, run)
-            log.emit(Exit, status="failed", error=first_line(error))
-            log.close()
-        except (OSError, ValueError) as exc:
-            print(f"tether child: cannot write the exit line: {exc}", file=sys.stderr)
-    return 1
+    The exit status follows the exit line (4, failed); without one it is 2 (set-up).
+    """
+    print(f"tether child: {error}", file=sys.stderr)
+    if not event_path:
+        return exits.USAGE
+    from tether.runtime.child_io import EventLog, first_line
+    from tether.wire import Exit
+
+    try:
+        log = EventLog(event_path, run)
+        log.emit(Exit, status="failed", error=first_line(error))
+        log.close()
+    except (OSError, ValueError) as exc:
+        print(f"tether child: cannot write the exit line: {exc}", file=sys.stderr)
+        return exits.USAGE
+    return exits.FAILED
 
 
 def main(argv: list[str], prog: str) -> int:
@@ -297,7 +304,7 @@ def _main(
         log = EventLog(events, run)
     except OSError as exc:
         print(f"tether child: cannot open event file {events}: {exc}", file=sys.stderr)
-        return 1
+        return exits.USAGE
     log.emit(Ready)
 
     from tether.runtime.child import ChildOptions, run_child

@@ -4,6 +4,10 @@ tether daemon --foreground [--max-connections N] ...
 tether daemon start [--json]      detach, wait until the socket answers
 tether daemon stop [--json] [--force]
 tether daemon status [--json]     exit 0 when running, 3 when not
+
+Exit statuses (:mod:`tether.cli.exits`): 0 ok; 2 bad arguments, or a daemon that cannot
+start (an unsafe socket directory, another daemon holding the lock); 3 not running
+(``status``), or stopped by a signal; 5 ``stop`` timed out (retry with ``--force``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tether import exits
 
 if TYPE_CHECKING:
     from tether.daemon.hosts import ClusterOptions
@@ -85,7 +91,7 @@ def main(argv: list[str], prog: str) -> int:
     if args.action == "status":
         return _status(args, socket_path)
     parser.print_help(sys.stderr)
-    return 2
+    return exits.USAGE
 
 
 def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
@@ -113,7 +119,7 @@ def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
         return run_daemon(config, use_uvloop=not args.no_uvloop, cluster=cluster)
     except (DaemonSetupError, ValueError) as exc:
         print(f"tether daemon: {exc}", file=sys.stderr)
-        return 1
+        return exits.USAGE
 
 
 def _cluster(args: argparse.Namespace) -> ClusterOptions | None:
@@ -159,7 +165,7 @@ def _start(args: argparse.Namespace, socket_path: Path) -> int:
         pid = start_detached(socket_path, timeout=args.timeout, extra=_cluster_flags(args))
     except DaemonSetupError as exc:
         print(f"tether daemon: could not start: {exc}", file=sys.stderr)
-        return 1
+        return exits.USAGE
     data = {
         "running": True,
         "answering": True,
@@ -178,10 +184,10 @@ def _stop(args: argparse.Namespace, socket_path: Path) -> int:
         pid = stop_daemon(socket_path, timeout=args.timeout, force=args.force)
     except TimeoutError as exc:
         print(f"tether daemon: {exc}; retry with --force", file=sys.stderr)
-        return 1
+        return exits.TIMED_OUT
     except PermissionError as exc:
         print(f"tether daemon: cannot signal the daemon: {exc}", file=sys.stderr)
-        return 1
+        return exits.USAGE
     if pid is None:
         _emit(
             args,
@@ -198,7 +204,7 @@ def _stop(args: argparse.Namespace, socket_path: Path) -> int:
 
 
 def _status(args: argparse.Namespace, socket_path: Path) -> int:
-    from tether.daemon.client import EXIT_NOT_RUNNING, DaemonClient, DaemonClientError
+    from tether.daemon.client import DaemonClient, DaemonClientError
     from tether.daemon.lifecycle import daemon_status
 
     state = daemon_status(socket_path)
@@ -223,4 +229,4 @@ def _status(args: argparse.Namespace, socket_path: Path) -> int:
         print(f"tether daemon (pid {state.pid}) is running but not answering on {socket_path}")
     else:
         print(f"tether daemon is not running ({socket_path}); start it with 'tether daemon start'")
-    return 0 if state.answering else EXIT_NOT_RUNNING
+    return exits.OK if state.answering else exits.CANCELLED

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from tether import exits
+
 SCENARIOS: Final = ("steered", "deadline", "cancelled")
 EXPECTED: Final = {"steered": "done", "deadline": "done", "cancelled": "cancelled"}
 TASKS: Final = {
@@ -122,7 +124,7 @@ async def _demo(
         display.close()
         if not keep:
             shutil.rmtree(scratch, ignore_errors=True)
-    return 0 if ok else 1
+    return exits.OK if ok else exits.FAILED
 
 
 async def _show(children: list[_Child], scratch: Path, display: Any, presenter: Any) -> bool:

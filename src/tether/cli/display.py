@@ -23,6 +23,8 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO, Final
 
+from tether import exits
+
 if TYPE_CHECKING:
     from tether.display import Display
     from tether.wire.lines import Line, TooLarge
@@ -176,12 +178,12 @@ def main(argv: list[str], prog: str) -> int:
     code = 0
     try:
         with stream:
-            code = 1 if reader(stream, display) else 0
+            code = exits.USAGE if reader(stream, display) else exits.OK
     except OSError as exc:
         display.notice(f"cannot read {args.file}: {exc.strerror or exc}", level="error")
         code = 2
     except KeyboardInterrupt:
-        code = 130
+        code = exits.CANCELLED
     finally:
         display.close()
         _settle_stdout()

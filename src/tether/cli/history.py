@@ -18,11 +18,10 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether import exits
+
 if TYPE_CHECKING:
     from tether.store.index import RunRecord
-
-EXIT_NOT_FOUND = 1
-EXIT_USAGE = 2
 
 
 def main(argv: list[str], prog: str = "tether runs") -> int:
@@ -33,7 +32,7 @@ def main(argv: list[str], prog: str = "tether runs") -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
-        return 0 if exc.code in (0, None) else EXIT_USAGE
+        return exits.OK if exc.code in (0, None) else exits.USAGE
     return handler(args)
 
 
@@ -92,7 +91,7 @@ def _runs(args: argparse.Namespace) -> int:
         records = RunIndex().recent(limit=args.limit, status=args.status)
     except Exception as exc:  # noqa: BLE001
         print(f"tether runs: cannot read the run index: {exc}", file=sys.stderr)
-        return EXIT_NOT_FOUND
+        return exits.USAGE  # a set-up problem (a full disk, an unsafe directory)
     if args.json:
         for record in records:
             print(json.dumps(_record_json(record), ensure_ascii=False))
@@ -134,7 +133,7 @@ def _show(args: argparse.Namespace) -> int:
     record, path, problem = find_run(args.run)
     if path is None:
         print(f"tether show: {problem}", file=sys.stderr)
-        return EXIT_NOT_FOUND
+        return exits.USAGE
     summary = summarise(record, path)
     if args.json:
         print(json.dumps(summary, ensure_ascii=False, indent=2))
@@ -244,7 +243,7 @@ def _replay(args: argparse.Namespace) -> int:
     record, path, problem = find_run(args.run)
     if path is None:
         print(f"tether replay: {problem}", file=sys.stderr)
-        return EXIT_NOT_FOUND
+        return exits.USAGE
     from tether.display import open_display
 
     display = open_display(args.output, stdout=sys.stdout, stderr=sys.stderr)

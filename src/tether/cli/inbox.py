@@ -16,6 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from tether import exits
+
 if TYPE_CHECKING:
     from tether.inbox.store import InboxStore, StoredMessage
 
@@ -57,13 +59,13 @@ def _read_main(argv: list[str], prog: str) -> int:
         store = open_store(args.db)
     except OSError as exc:
         print(f"{prog}: cannot open the database: {exc}", file=sys.stderr)
-        return 1
+        return exits.USAGE
     with store:
         last = _catch_up(store, args.run, inbox, args.json, sys.stdout)
         if last < 0 and not args.follow and store.offset_state(args.run) is None:
             where = f" (and no file at {inbox})" if inbox is not None else ""
             print(f"{prog}: no inbox messages for run {args.run!r}{where}", file=sys.stderr)
-            return 1
+            return exits.USAGE
         if not args.follow:
             return 0
         try:
@@ -182,10 +184,10 @@ def _drain_main(argv: list[str], prog: str) -> int:
             result = drain_file(store, args.file, run_id)
     except OSError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
-        return 1
+        return exits.USAGE
     if result.status == STATUS_MISSING:
         print(f"{prog}: no such file: {args.file}", file=sys.stderr)
-        return 1
+        return exits.USAGE
     if result.incident is not None:
         print(f"{prog}: warning: {result.incident}", file=sys.stderr)
     print(f"drained {result.summary()}")

@@ -21,8 +21,8 @@ import threading
 import time
 from typing import Any, Final
 
-EXIT_CODES: Final = {"done": 0, "cancelled": 3, "failed": 4, "timed-out": 5}
-EXIT_USAGE: Final = 2
+from tether import exits
+
 STDIN_LINE_BYTES: Final = 1024 * 1024
 """A steering line typed or piped on stdin is cut off (skipped) at this size."""
 
@@ -103,11 +103,11 @@ def main(argv: list[str], prog: str = "tether run") -> int:
         if args.deadline is not None and args.deadline <= 0:
             parser.error("--deadline must be positive")
     except SystemExit as exc:
-        return 0 if exc.code in (0, None) else EXIT_USAGE
+        return exits.OK if exc.code in (0, None) else exits.USAGE
     try:
         return asyncio.run(_main(args, task))
     except KeyboardInterrupt:
-        return EXIT_CODES["cancelled"]
+        return exits.CANCELLED
 
 
 def _agent_name(args: argparse.Namespace) -> str | None:
@@ -162,11 +162,11 @@ async def _main(args: argparse.Namespace, task: str) -> int:
     except SpawnError as exc:
         display.notice(str(exc), level="error")
         display.close()
-        return EXIT_CODES["failed"]
+        return exits.FAILED
     except OSError as exc:  # nothing could start: an unsafe directory, a full disk...
         display.notice(f"cannot start the run: {_os_error(exc)}", level="error")
         display.close()
-        return EXIT_USAGE
+        return exits.USAGE
     presenter = DisplayFeed(display)
     controls = _Controls(handle, display, read_stdin=not args.no_stdin)
     controls.install()
@@ -208,8 +208,8 @@ def exit_code(status: str, stop_reason: str | None) -> int:
     answer is missing, so a script must not mistake it for success.)
     """
     if status == "done" and stop_reason == "error":
-        return EXIT_CODES["failed"]
-    return EXIT_CODES.get(status, EXIT_CODES["failed"])
+        return exits.FAILED
+    return exits.for_status(status)
 
 
 class DisplayFeed:
@@ -298,8 +298,9 @@ class _Controls:
         for sig in self._installed:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 self.loop.remove_signal_handler(sig)
-        # The run is over: a late Ctrl-C or hangup must not turn its status into 130/129.
-        for sig in (signal.SIGINT, signal.SIGHUP):
+        # The run is over: a late Ctrl-C, SIGTERM or hangup must not turn its status into
+        # 130/143/129 (removing a loop's handler restores the default, which kills).
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
 
     def _read_stdin(self) -> None:

@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from tether import exits
+
 
 def library_path() -> Path:
     """Absolute path of ``tether.sh``, shipped inside the ``tether.framing`` package."""
@@ -31,6 +33,6 @@ def main(argv: list[str], prog: str) -> int:
             "reinstall tether",
             file=sys.stderr,
         )
-        return 1
+        return exits.USAGE
     print(path)
     return 0

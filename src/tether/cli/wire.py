@@ -9,6 +9,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from tether import exits
 from tether.wire import Receiver, Rejection, decode, tag_of
 from tether.wire.lines import Line, LineSplitter
 
@@ -18,9 +19,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser(
         "validate",
-        help="print one JSON verdict per input line; exit 1 if any line was rejected",
+        help="print one JSON verdict per input line; exit 2 if any line was rejected",
         description="Validate wire lines. Prints {line, ok, type} or {line, ok, code, reason} "
-        "per line and exits 1 if any line was rejected.",
+        "per line and exits 2 if any line was rejected.",
     )
     check.add_argument("--direction", choices=("control", "event"), default="event")
     check.add_argument(
@@ -69,7 +70,7 @@ def validate_stream(stream: BinaryIO, out: Any, *, direction: str, sequence: boo
         verdict = _verdict(number, result)
         rejected |= not verdict["ok"]
         out.write(encode(verdict) + b"\n")
-    return 1 if rejected else 0
+    return exits.USAGE if rejected else exits.OK
 
 
 def main(argv: list[str], prog: str = "tether wire") -> int:

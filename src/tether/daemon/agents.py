@@ -19,7 +19,7 @@ Verbs (params -> result; errors are ``RpcError`` codes):
   states are ``invalid_status``; so is a message the child refused or dropped unread.
   **Timeout**: when ``timeout_s`` passes first the call still succeeds, with ``{name, seq,
   turn, state, timed_out: true}``: the message was delivered and the turn goes on (follow
-  it with ``agent.events`` from ``last_seq``). The CLI exits 124 then.
+  it with ``agent.events`` from ``last_seq``). The CLI exits 5 (timed out) then.
 - ``agent.list {cwd?, provider?, status?}`` -> ``{agents: [status...], filters_applied,
   fields_omitted}``; ``agent.status {name}`` -> ``{name, state, turn, pid, run_id, run_dir,
   usage, created_at, started_at, last_seq, ...}``; ``agent.status {}`` is the daemon's own

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from tether import paths, peercred
+from tether import exits, paths, peercred
 from tether.daemon.protocol import (
     ErrorCode,
     FrameDecoder,
@@ -38,24 +38,22 @@ from tether.daemon.protocol import (
 from tether.errors import DaemonError
 from tether.wire.needdata import NEED_DATA
 
-EXIT_NOT_RUNNING: Final = 3
-"""CLI exit status when no daemon answers (not an ErrorCode: there was no answer)."""
-
 _RECV_BYTES: Final = 65536
 
 
 class DaemonClientError(DaemonError):
-    exit_code = 1
+    exit_code = exits.FAILED
 
 
 class DaemonUnavailable(DaemonClientError):
-    exit_code = EXIT_NOT_RUNNING
+    # not an ErrorCode: there was no answer; 3, as `tether daemon status` says "not running"
+    exit_code = exits.CANCELLED
 
 
 class UntrustedDaemon(DaemonClientError):
     """The socket's server runs as another uid (``SO_PEERCRED``); no request was sent."""
 
-    exit_code = 2
+    exit_code = exits.USAGE
 
 
 def check_server(sock: socket.socket, path: Path) -> None:

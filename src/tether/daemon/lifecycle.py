@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tether import jsondepth, paths
+from tether import exits, jsondepth, paths
 from tether.errors import DaemonError
 
 log = logging.getLogger("tether.daemon")
@@ -47,6 +47,8 @@ MAX_SOCKET_PATH_BYTES = 107  # sun_path is 108 bytes including the terminating N
 
 class DaemonSetupError(DaemonError):
     """The daemon cannot start; the message says why and what to do."""
+
+    exit_code = exits.USAGE  # a set-up that cannot work
 
 
 class UnsafeSocketDir(DaemonSetupError):

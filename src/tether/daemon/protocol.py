@@ -31,7 +31,7 @@ from typing import Annotated, Any, Final
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from tether import jsondepth
+from tether import exits, jsondepth
 from tether.errors import DaemonError
 from tether.wire.needdata import NEED_DATA, NeedData
 
@@ -84,23 +84,28 @@ class ErrorCode(enum.StrEnum):
 
     @property
     def exit_code(self) -> int:
-        """The client's process exit code for this error."""
+        """The CLI's exit status for this error (:mod:`tether.exits`); the code itself is
+        printed, and in ``--json`` output it is the ``error.code`` key."""
         return _EXIT_CODES[self]
 
 
+# The reference client (fno-agents) exits 13/14/15/18/19/1 for these (REFERENCE-FACTS §3):
+# the spec leaves that mapping to each client, and tether's commands exit only with
+# 0/2/3/4/5. What the numbers told a script, the error code (snake_case, on stderr and in
+# --json) tells it exactly.
 _EXIT_CODES: Final[dict[ErrorCode, int]] = {
-    ErrorCode.MALFORMED_FRAME: 2,
-    ErrorCode.UNKNOWN_METHOD: 2,
-    ErrorCode.INVALID_PARAMS: 2,
-    ErrorCode.AGENT_NOT_FOUND: 13,
-    ErrorCode.AGENT_EXISTS: 13,
-    ErrorCode.INVALID_STATUS: 13,
-    ErrorCode.CHANNEL_UNKNOWN: 13,
-    ErrorCode.SPAWN_FAILED: 14,
-    ErrorCode.LOCK_TIMEOUT: 15,
-    ErrorCode.BUSY: 18,
-    ErrorCode.INTERNAL: 1,
-    ErrorCode.SHUTTING_DOWN: 19,
+    ErrorCode.MALFORMED_FRAME: exits.USAGE,
+    ErrorCode.UNKNOWN_METHOD: exits.USAGE,
+    ErrorCode.INVALID_PARAMS: exits.USAGE,
+    ErrorCode.AGENT_NOT_FOUND: exits.USAGE,
+    ErrorCode.AGENT_EXISTS: exits.USAGE,
+    ErrorCode.INVALID_STATUS: exits.USAGE,
+    ErrorCode.CHANNEL_UNKNOWN: exits.USAGE,
+    ErrorCode.SPAWN_FAILED: exits.FAILED,
+    ErrorCode.LOCK_TIMEOUT: exits.TIMED_OUT,
+    ErrorCode.BUSY: exits.FAILED,
+    ErrorCode.INTERNAL: exits.FAILED,
+    ErrorCode.SHUTTING_DOWN: exits.CANCELLED,
 }
 
 

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
+from tether import exits
 from tether.agent.runner import (
     Injection,
     InjectionKind,
@@ -546,7 +547,8 @@ class Presenter:
 
 
 def run_child(options: ChildOptions, log: EventLog | None = None) -> int:
-    """Run a live child until its ``exit`` line; 0 only after ``exit done``.
+    """Run a live child until its ``exit`` line; the process's exit status is the exit
+    line's (:mod:`tether.exits`: 0 only after ``exit done``, 4 when none was written).
 
     ``log`` is the event log when the caller opened it already (to write ``ready``).
     """
@@ -556,11 +558,11 @@ def run_child(options: ChildOptions, log: EventLog | None = None) -> int:
         except OSError as exc:
             where = options.event_path
             print(f"tether child: cannot open event file {where}: {exc}", file=sys.stderr)
-            return 1
+            return exits.USAGE
     presenter = Presenter(options, log)
     try:
         state = asyncio.run(presenter.run())
     except (OSError, ValueError) as exc:
         print(f"tether child: {exc}", file=sys.stderr)
-        return 1
-    return 0 if state is State.DONE and log.closed else 1
+        return exits.FAILED
+    return exits.for_status(state.value) if log.closed else exits.FAILED

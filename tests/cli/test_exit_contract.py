@@ -1,0 +1,215 @@
+"""Every ``tether`` command exits only with 0, 2, 3, 4 or 5, and never with a traceback.
+
+Real processes: each subcommand's failure paths (bad flags, bad input, missing runs and
+agents, no daemon, unsafe directories, a broken index), then signals: SIGTERM and SIGHUP
+to commands blocked reading, and a SIGTERM after ``tether run`` has ended (its answer is
+still being written) must not kill it with the default action (-15, a shell's 143).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tether.cli import COMMANDS
+
+CONTRACT = {0, 2, 3, 4, 5}
+TIMEOUT = 60
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    keep = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "SYSTEMROOT")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env.update(
+        HOME=str(tmp_path),
+        TETHER_HOME=str(tmp_path / "home"),
+        XDG_RUNTIME_DIR=str(runtime),
+        TETHER_SOCKET=str(runtime / "d.sock"),
+        NO_COLOR="1",
+    )
+    return env
+
+
+def tether(
+    env: dict[str, str], *args: str, stdin: bytes = b"", cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", *args],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        cwd=cwd or env["HOME"],
+        timeout=TIMEOUT,
+        check=False,
+    )
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode()
+    )
+
+
+def assert_contract(done: subprocess.CompletedProcess[str], code: int | None = None) -> None:
+    assert done.returncode in CONTRACT, done
+    assert "Traceback" not in done.stderr, done.stderr
+    if code is not None:
+        assert done.returncode == code, done
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_an_unknown_flag_is_a_usage_error(env: dict[str, str], name: str) -> None:
+    assert_contract(tether(env, name, "--no-such-flag"), 2)
+
+
+def test_the_top_level(env: dict[str, str]) -> None:
+    assert_contract(tether(env), 2)
+    assert_contract(tether(env, "no-such-command"), 2)
+    assert_contract(tether(env, "--help"), 0)
+    assert_contract(tether(env, "--version"), 0)
+
+
+FAILURES: list[tuple[list[str], int]] = [
+    (["run"], 2),
+    (["run", "--deadline", "-1", "task"], 2),
+    (["run", "--agent", "resp", "task"], 2),
+    (["run", "--no-stdin", "--provider", "no-such-provider", "task"], 4),
+    (["child"], 2),  # no FEN_WIRE_* environment
+    (["runs", "--limit", "x"], 2),
+    (["show", "no-such-run"], 2),
+    (["replay", "no-such-run"], 2),
+    (["display", "/no/such/file"], 2),
+    (["display", "--width", "3", "-"], 2),
+    (["inbox", "no-such-run"], 2),
+    (["inbox", "drain", "/no/such/inbox.jsonl"], 2),
+    (["daemon"], 2),
+    (["daemon", "status"], 3),
+    (["daemon", "stop"], 0),  # nothing to stop
+    (["daemon", "--foreground", "start"], 2),
+    (["agent", "status", "nobody"], 3),  # no daemon runs
+    (["agent", "list"], 3),
+    (["agent", "--host", "b", "list"], 3),  # no cluster
+    (["agent", "spawn", "a", "--pty"], 2),
+    (["agent", "answer", "a"], 2),
+    (["channel", "push", "c1", "--content", "x"], 3),
+    (["dashboard"], 3),
+    (["wire", "validate", "/no/such/file"], 2),
+    (["model-server", "--script", "/no/such/script.json"], 2),
+]
+
+
+@pytest.mark.parametrize(("argv", "code"), FAILURES, ids=[" ".join(a) for a, _ in FAILURES])
+def test_failure_paths(env: dict[str, str], argv: list[str], code: int) -> None:
+    assert_contract(tether(env, *argv), code)
+
+
+def test_rejected_input_lines_are_bad_input(env: dict[str, str]) -> None:
+    assert_contract(tether(env, "wire", "validate", "-", stdin=b"not json\n"), 2)
+    assert_contract(tether(env, "display", "--from", "wire", "-", stdin=b"[]\n"), 2)
+
+
+def test_the_daemon_cannot_start_in_a_shared_directory(env: dict[str, str], tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    unsafe = {**env, "TETHER_SOCKET": str(shared / "d.sock")}
+    done = tether(unsafe, "daemon", "--foreground")
+    assert_contract(done, 2)
+    assert "0755" in done.stderr
+    assert_contract(tether(unsafe, "daemon", "start", "--timeout", "5"), 2)
+    assert_contract(tether(unsafe, "agent", "spawn", "a", "--task", "x"), 2)
+    assert_contract(tether(unsafe, "agent", "status", "a"), 3)  # nothing answers there
+
+
+def test_no_daemon_in_json_is_an_error_document(env: dict[str, str]) -> None:
+    done = tether(env, "agent", "status", "nobody", "--json")
+    assert_contract(done, 3)
+    assert json.loads(done.stdout)["error"]["code"] == "unavailable"
+
+
+def test_an_unreadable_run_index(env: dict[str, str], tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    (home / "tether.db").write_bytes(b"this is not a database" * 100)
+    (home / "tether.db").chmod(0o600)
+    for argv in (["runs"], ["show", "latest"], ["replay", "latest"], ["inbox", "r1"]):
+        done = tether(env, *argv)
+        assert_contract(done, 2)
+        assert done.stderr.count("\n") <= 2, done.stderr  # one line, not a traceback
+
+
+def test_a_home_that_is_a_file(env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "home").write_text("not a directory")
+    for argv in (["runs"], ["show", "latest"], ["run", "--no-stdin", "task"]):
+        assert_contract(tether(env, *argv), 2)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize(
+    "argv", [["wire", "validate", "-"], ["display", "--from", "wire", "-"]], ids=["wire", "display"]
+)
+def test_a_signal_stops_a_blocked_command_with_3(
+    env: dict[str, str], argv: list[str], sig: signal.Signals
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", *argv],
+        stdin=subprocess.PIPE,  # nobody writes: the command blocks reading it
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=env["HOME"],
+    )
+    assert proc.stdin is not None
+    assert proc.stderr is not None
+    try:
+        _wait_reading_stdin(proc)
+        proc.send_signal(sig)
+        assert proc.wait(TIMEOUT) == 3
+        assert b"Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdin.close()
+        proc.stderr.close()
+
+
+def _wait_reading_stdin(proc: subprocess.Popen[bytes]) -> None:
+    """Until the main thread sits in read(0, ...) (``/proc/PID/syscall``: nr 0, fd 0x0)."""
+    deadline = time.monotonic() + TIMEOUT
+    syscall = Path(f"/proc/{proc.pid}/syscall")
+    while not syscall.read_text().startswith("0 0x0 "):
+        assert proc.poll() is None, "the command ended before reading its stdin"
+        assert time.monotonic() < deadline, "the command never read its stdin"
+        time.sleep(0.01)
+
+
+def test_sigterm_after_the_run_ended_does_not_kill_it(env: dict[str, str], tmp_path: Path) -> None:
+    """The answer goes to stdout only once the run is over; a pipe nobody reads holds the
+    rest of a 1 MB answer back, so a SIGTERM lands after the run, while it is written."""
+    answer = "x" * 1_000_000
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": answer}]))
+    argv = ["run", "--no-stdin", "--provider", "scripted", "--script", str(script), "task"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.read(1)  # the run is over: its answer is being written
+    assert first == b"x"
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stdout.read()
+    proc.stdout.close()
+    assert proc.wait(TIMEOUT) == 0
+    assert (first + rest).decode().strip() == answer
