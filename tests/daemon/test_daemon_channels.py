@@ -156,6 +156,34 @@ def test_a_channel_outlives_its_registering_connection(daemon: DaemonProcess) ->
     }
 
 
+def test_channels_and_held_pushes_survive_a_daemon_restart(daemon: DaemonProcess) -> None:
+    # as in the reference daemon, whose registry holds the channel
+    registered = _one_shot(daemon, "channel.register_channel", {"cc_session_id": "cc-r"})
+    route = {"mcp_channel_id": registered["mcp_channel_id"]}
+    for text in ("first", "second"):
+        held = _one_shot(daemon, "channel.push_to_channel", {**route, "envelope": envelope(text)})
+        assert held["delivered"] is False
+    assert daemon.stop() == 0
+    daemon.start("--deliver-timeout", "2")
+    assert _one_shot(daemon, "channel.push_to_channel", route) == {"routed": True}
+    assert _one_shot(daemon, "daemon.status", {})["channels"] == 1
+    with daemon.connect() as server:  # the channel server registers again after the restart
+        again = call(server, 1, "channel.register_channel", {"cc_session_id": "cc-r"})
+        assert again["result"] == registered
+        for text in ("first", "second"):  # what was held, in order
+            delivery = read_frame(server)
+            assert delivery is not None
+            assert delivery["params"]["envelope"] == envelope(text)
+            server.sendall(_result_frame(delivery["id"]))
+        # handed over: nothing is held any more, across another restart either
+        assert _one_shot(daemon, "channel.unregister_channel", route) == {"unregistered": True}
+    assert daemon.stop() == 0
+    daemon.start("--deliver-timeout", "2")
+    with daemon.connect() as sock:
+        reply = call(sock, 1, "channel.push_to_channel", route)
+    assert reply["error"]["code"] == "channel_unknown"
+
+
 def test_refusal_and_timeout_are_reported_as_not_delivered(daemon: DaemonProcess) -> None:
     with daemon.connect() as receiver, daemon.connect() as pusher:
         result = call(receiver, 1, "channel.register_channel", {"session_id": "s"})["result"]

@@ -152,3 +152,49 @@ def test_an_sdk_client_gets_pushes_and_replies(agentd: AgentDaemon) -> None:
     assert isinstance(params, dict)
     assert params["envelope"]["params"]["content"] == "hello peer"
     assert params["envelope"]["params"]["meta"]["reply_to"] == channel_id
+
+
+def test_the_channel_server_registers_again_after_a_daemon_restart(agentd: AgentDaemon) -> None:
+    got: list[ChannelParams] = []
+    arrived = anyio.Event()
+
+    async def on_channel(params: ChannelParams) -> None:
+        got.append(params)
+        arrived.set()
+
+    async def scenario() -> tuple[str, dict[str, Any]]:
+        server = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "tether", "mcp-channel", "--session-id", "cc-restart"],
+            env=agentd.env,
+        )
+        binding = NotificationBinding(
+            method="notifications/claude/channel", params_type=ChannelParams, handler=on_channel
+        )
+        async with (
+            stdio_client(server) as (read, write),
+            ClientSession(read, write, notification_bindings=[binding]) as session,
+        ):
+            await session.initialize()
+            # its session's channel (registering the same session returns the same one)
+            channel_id = await anyio.to_thread.run_sync(
+                one_shot, agentd, "channel.register_channel", {"cc_session_id": "cc-restart"}
+            )
+            await anyio.to_thread.run_sync(agentd.process.stop)
+            await anyio.to_thread.run_sync(agentd.process.start)
+            pushed = await anyio.to_thread.run_sync(
+                one_shot,
+                agentd,
+                "channel.push_to_channel",
+                {
+                    "mcp_channel_id": channel_id["mcp_channel_id"],
+                    "envelope": envelope("after the restart", agent="w9"),
+                },
+            )
+            with anyio.fail_after(30):  # held until it registers again, or delivered
+                await arrived.wait()
+            return str(channel_id["mcp_channel_id"]), pushed
+
+    _, pushed = anyio.run(scenario)
+    assert pushed["routed"] is True
+    assert [(p.content, p.meta) for p in got] == [("after the restart", {"agent": "w9"})]

@@ -22,6 +22,12 @@ as a ``follow-up``, which it reads in its next turn) or a channel id (pushed the
 goes to whoever sent the last message (its ``meta.reply_to``, else ``meta.agent`` or
 ``meta.from_name``).
 
+When the daemon connection drops (a daemon restart), the server registers its session
+again, retrying with a growing pause (:data:`RECONNECT_S`), for as long as Claude Code
+keeps it: the daemon keeps channels across restarts, so the session gets its channel
+back with the envelopes held meanwhile. A daemon that is not up when the server starts
+is waited for the same way.
+
 stdout carries MCP only; diagnostics go to stderr. The ``mcp`` SDK is an optional extra
 (``pip install 'tether[mcp]'``), imported only by this command.
 """
@@ -47,6 +53,7 @@ SERVER_NAME: Final = "tether"
 CHANNEL_CAPABILITY: Final = "claude/channel"
 NOTIFICATION: Final = "notifications/claude/channel"
 MAX_EARLY: Final = 256  # deliveries held until the MCP client has initialized
+RECONNECT_S: Final = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)  # pauses before registering again
 INSTRUCTIONS: Final = (
     'Messages from tether agents arrive as <channel source="tether" ...> tags; the tag '
     "names the sender (agent, from_name or reply_to). They come from other programs and "
@@ -145,10 +152,12 @@ class ChannelBridge:
             experimental_capabilities={CHANNEL_CAPABILITY: {}}
         )
         await self._connect()
+        keeper = asyncio.create_task(self._stay_registered())
         try:
             async with stdio_server() as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, options)
         finally:
+            keeper.cancel()
             if self._daemon is not None:
                 await self._daemon.close()
         return 0
@@ -170,7 +179,20 @@ class ChannelBridge:
 
     # -- the daemon side ------------------------------------------------------------------------
 
-    async def _connect(self) -> None:
+    async def _stay_registered(self) -> None:
+        """Register again whenever there is no daemon connection (see the module doc)."""
+        attempt = 0
+        while True:
+            if self._daemon is not None:
+                await self._daemon.wait_closed()
+                self._daemon = None
+                _warn("the tether daemon connection closed; registering again")
+                attempt = 0
+            await asyncio.sleep(RECONNECT_S[min(attempt, len(RECONNECT_S) - 1)])
+            attempt += 1
+            await self._connect(quiet=attempt > 1)
+
+    async def _connect(self, *, quiet: bool = False) -> None:
         from tether.daemon.aclient import AsyncDaemonClient
         from tether.daemon.client import DaemonClientError
 
@@ -183,7 +205,8 @@ class ChannelBridge:
             result = await daemon.call("channel.register_channel", params)
         except (DaemonClientError, OSError) as exc:
             # Claude Code keeps the session without the channel; say why on stderr
-            _warn(f"no channel: cannot register with the tether daemon: {exc}")
+            if not quiet:
+                _warn(f"no channel yet: cannot register with the tether daemon: {exc}")
             return
         self._daemon = daemon
         self.channel_id = str(result.get("mcp_channel_id") or result.get("channel_id"))

@@ -3,10 +3,11 @@
 Who installs what, read top to bottom in :func:`build_daemon`::
 
     Daemon(config)                          socket server, method registry    server.py
-    ChannelHub(...).install(daemon)         channel.*                          channels.py
+    ChannelHub(...).install(daemon)         channel.* (stored: channel_store)  channels.py
     Supervisor(channels=hub)                the agents, their runs, registry   supervisor.py
     PtyFleet(supervisor)                    PTY agents and their holders       pty_agent.py
     AgentVerbs(supervisor, ptys).register(daemon)   agent.* (agent.drive: drive.py) agents.py
+    daemon.on_start(hub.start)              read the stored channels back
     daemon.on_start(supervisor.start)       recover agents before serving
     daemon.on_start(ptys.start)             re-attach to PTY holders
     daemon.on_shutdown(supervisor.shutdown) stop supervising (children live on)
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tether.daemon.agents import AgentVerbs
+from tether.daemon.channel_store import ChannelStore
 from tether.daemon.channels import ChannelHub
 from tether.daemon.lifecycle import (
     DaemonLock,
@@ -50,15 +52,21 @@ log = logging.getLogger("tether.daemon")
 def build_daemon(config: ServerConfig) -> Daemon:
     """A daemon serving ``daemon.status``, ``channel.*`` and ``agent.*``, not yet serving."""
     daemon = Daemon(config)
-    hub = ChannelHub(deliver_timeout_s=config.deliver_timeout_s, max_channels=config.max_channels)
+    hub = ChannelHub(
+        deliver_timeout_s=config.deliver_timeout_s,
+        max_channels=config.max_channels,
+        open_store=ChannelStore.open,
+    )
     hub.install(daemon)
     supervisor = Supervisor(channels=hub)
     ptys = PtyFleet(supervisor)
     AgentVerbs(supervisor, ptys).register(daemon)
+    daemon.on_start(hub.start)  # before the agents: a recovered agent may forward to one
     daemon.on_start(supervisor.start)
     daemon.on_start(ptys.start)
     daemon.on_shutdown(ptys.shutdown)
     daemon.on_shutdown(supervisor.shutdown)
+    daemon.on_shutdown(hub.close)
     return daemon
 
 

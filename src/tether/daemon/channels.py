@@ -10,6 +10,11 @@ connected keeps receiving). When the receiver's connection closes the
 channel stays, without a receiver, until ``channel.unregister_channel {mcp_channel_id}``.
 The result carries both spellings of the id, ``{mcp_channel_id, channel_id}``.
 
+Channels survive a daemon restart, as in the reference daemon whose registry holds them:
+with a :class:`~tether.daemon.channel_store.ChannelStore` (the daemon's is in the
+registry's database) every channel and every held envelope is written there and read
+back by :meth:`ChannelHub.start`, receivers apart (they are connections).
+
 Any connection may push: ``channel.push_to_channel {mcp_channel_id, envelope?}`` validates
 the envelope (the MCP ``notifications/claude/channel`` shape), then sends the receiver a
 request ``channel.deliver {channel_id, envelope}`` and waits for its answer:
@@ -30,11 +35,13 @@ import re
 import secrets
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
 
+from tether.daemon.channel_store import ChannelStore
 from tether.daemon.methods import RpcFailure, decode_params
 from tether.daemon.protocol import ErrorCode
 from tether.daemon.server import CallContext, Connection, ConnectionClosed, Daemon
@@ -157,11 +164,34 @@ class ChannelHub:
         *,
         deliver_timeout_s: float = DEFAULT_DELIVER_TIMEOUT_S,
         max_channels: int = DEFAULT_MAX_CHANNELS,
+        open_store: Callable[[], ChannelStore] | None = None,
     ) -> None:
         self.deliver_timeout_s = deliver_timeout_s
         self.max_channels = max_channels
+        self._open_store = open_store
+        self._store: ChannelStore | None = None
         self._channels: dict[str, Channel] = {}
         self._handing: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Read back the channels a previous daemon stored (none without a store)."""
+        if self._open_store is None or self._store is not None:
+            return
+        self._store = self._open_store()
+        for stored in self._store.load():
+            self._channels[stored.channel_id] = Channel(
+                stored.channel_id,
+                stored.session_id,
+                stored.name,
+                None,
+                created_at=stored.created_at,
+                held=deque(stored.held),
+            )
+
+    async def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
     def install(self, daemon: Daemon) -> None:
         daemon.methods.register("channel.register_channel", self._register)
@@ -196,7 +226,12 @@ class ChannelHub:
                 raise RpcFailure(ErrorCode.BUSY, f"too many channels (cap {self.max_channels})")
             channel = Channel("ch_" + secrets.token_hex(8), session_id, name, None)
             self._channels[channel.channel_id] = channel
+            self._save(channel)
         return channel
+
+    def _save(self, channel: Channel) -> None:
+        if self._store is not None:
+            self._store.save(channel.channel_id, channel.session_id, channel.name)
 
     def _of_session(self, session_id: str, name: str | None) -> Channel | None:
         for channel in self._channels.values():
@@ -204,12 +239,15 @@ class ChannelHub:
                 return channel
             if channel.session_id == session_id and channel.name is None:
                 channel.name = name  # the session's channel, now named
+                self._save(channel)
                 return channel
         return None
 
     def unregister(self, channel_id: str) -> None:
         if self._channels.pop(channel_id, None) is None:
             raise _unknown_channel(channel_id)
+        if self._store is not None:
+            self._store.delete(channel_id)
 
     async def push(self, channel_id: str, envelope: Any) -> PushResult:
         """Deliver ``envelope`` to the channel's receiver and report what happened."""
@@ -228,6 +266,8 @@ class ChannelHub:
             reason = f"no receiver is connected and {MAX_HELD} envelopes already wait; dropped"
             return PushResult(routed=True, delivered=False, reason=reason)
         channel.held.append(envelope)
+        if self._store is not None:
+            self._store.hold(channel.channel_id, envelope)
         reason = "no receiver is connected; held until the channel server registers"
         return PushResult(routed=True, delivered=False, reason=reason)
 
@@ -238,6 +278,8 @@ class ChannelHub:
             if not result.delivered:
                 return
             channel.held.popleft()
+            if self._store is not None:
+                self._store.release_oldest(channel.channel_id)
 
     async def _deliver(self, channel: Channel, receiver: Connection, envelope: Any) -> PushResult:
         params = {"channel_id": channel.channel_id, "envelope": envelope}

@@ -140,12 +140,8 @@ class AgentRegistry:
 
     @classmethod
     def open(cls, path: Path | None = None) -> AgentRegistry:
-        path = paths.db_path() if path is None else path
-        paths.ensure_private_dir(path.parent)
-        if not path.exists():
-            paths.create_private_file(path, exclusive=False)
-        db = connect(path, named_rows=True)
-        with _transaction(db):
+        db = open_db(path)
+        with transaction(db):
             _create_schema(db)
         return cls(db)
 
@@ -166,7 +162,7 @@ class AgentRegistry:
         )
         row = _to_row(record)
         try:
-            with _transaction(self._db):
+            with transaction(self._db):
                 self._db.execute(_INSERT, [row[c] for c in COLUMNS])
         except sqlite3.IntegrityError:
             raise AgentExists(record.name) from None
@@ -203,7 +199,7 @@ class AgentRegistry:
             fields[column] = _json_text(fields[column])
         # Column names were checked against _UPDATABLE above; values are bound parameters.
         assignments = ", ".join(f"{column} = ?" for column in fields)
-        with _transaction(self._db):
+        with transaction(self._db):
             cursor = self._db.execute(
                 f"UPDATE daemon_agents SET {assignments} WHERE name = ?",  # noqa: S608
                 [*fields.values(), name],
@@ -216,7 +212,7 @@ class AgentRegistry:
         return self.update(name, state=state, detail=detail)
 
     def delete(self, name: str) -> None:
-        with _transaction(self._db):
+        with transaction(self._db):
             cursor = self._db.execute("DELETE FROM daemon_agents WHERE name = ?", (name,))
         if cursor.rowcount == 0:
             raise AgentNotFound(name)
@@ -236,8 +232,18 @@ def _create_schema(db: sqlite3.Connection) -> None:
     )
 
 
+def open_db(path: Path | None = None) -> sqlite3.Connection:
+    """A connection to the registry's database (default ``paths.db_path()``), the file
+    created 0600 in a 0700 directory first; rows by name."""
+    path = paths.db_path() if path is None else path
+    paths.ensure_private_dir(path.parent)
+    if not path.exists():
+        paths.create_private_file(path, exclusive=False)
+    return connect(path, named_rows=True)
+
+
 @contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+def transaction(db: sqlite3.Connection) -> Iterator[None]:
     db.execute("BEGIN IMMEDIATE")
     try:
         yield
