@@ -1,24 +1,39 @@
 """What does the adapter cost? Start-up and control-to-ack, tether vs the bare CLI.
 
-For each agent CLI that is installed (Claude Code and pi; the table :data:`CLIS` says
-how to drive one directly), in the same run, against one scripted model server
-(``tether.modelserver``), alternating direct and tether rounds:
+For each agent CLI that is installed (:data:`CLIS`: Claude Code, Codex app-server, pi,
+Gemini CLI over ACP, claude-code-acp), in one run, against one scripted model server
+(``tether.modelserver``, each CLI pointed at it as ``tether.modelserver.clients`` says),
+alternating a direct round and a tether round (and a "before" round with ``--before``):
 
-- start-up: from starting the process to the CLI's first model call. Direct: spawning
-  the CLI with its first message already on stdin, until its first ``message_start``
-  stream event. Through tether: ``tether.spawn(task, agent=NAME)`` until the run's first
-  ``llm-start`` event reaches the parent (``tether child`` start-up, the adapter, the CLI,
-  the event file and the parent's tail all included). Also tether's spawn-to-``ready``.
-- control round trip: direct, one control request the CLI answers at once (Claude Code:
-  ``mcp_status`` -> ``control_response``; pi: ``get_state`` -> its ``response``)
-  written to its stdin while it is idle, until the answer is read from its stdout;
-  through tether, ``handle.follow_up(...)`` until its
-  ``control-ack`` arrives, while a turn runs (the model call is held by the server).
+- start-up to the first answer: from starting the process to the first text delta of
+  the CLI's first reply. Direct: a minimal harness speaking the CLI's own protocol
+  (:class:`Direct`) starts the CLI with exactly the command line and environment tether
+  gives it (:func:`tether.runtime.adapters.commands.cli_launch`), does the protocol's
+  hand-shake (Codex: ``initialize``, ``initialized``, ``thread/start``; ACP:
+  ``initialize``, ``session/new``, ``session/set_mode`` when the client sets a mode;
+  Claude Code and pi need none) and sends the prompt, until the first text delta
+  (Claude Code ``content_block_delta``, pi ``message_update`` ``text_delta``, Codex
+  ``item/agentMessage/delta``, ACP ``agent_message_chunk``). Through tether:
+  ``tether.spawn(task, agent=NAME)`` until the run's first ``assistant-text-delta``
+  reaches the parent (the parent's set-up, ``tether child``, the adapter and its
+  hand-shake, the CLI, the event file and the parent's tail). The overhead is the median
+  of the per-round ratios. Also tether's spawn-to-``ready``.
+- control round trip: direct, one request the CLI answers at once, written to its stdin
+  while it is idle after its first answer, until the answer is read from its stdout
+  (Claude Code ``control_request`` ``mcp_status``; pi ``get_state``; Codex and ACP
+  agents a JSON-RPC request for a method they do not have, answered with a "method not
+  found" error by their dispatcher); through tether, ``handle.follow_up(...)`` until its
+  ``control-ack``, while a turn runs (its model call held by the server).
+
+``--before SRC`` adds a third series: the same tether rounds with the child run from
+another source tree (``PYTHONPATH=SRC`` in its environment, e.g. ``git archive`` of the
+commit before a change), so a change is measured before and after in the same run.
 
 Targets (issue 12): the adapter adds under 5 ms to an ack and under 10 % to start-up.
 
-Usage: ``.venv/bin/python bench/agents.py [--rounds 3] [--acks 20]``
-(the CLIs are looked up on PATH and in ``$TETHER_CI_CACHE/npm``; see ``.ci/setup``).
+Usage: ``.venv/bin/python bench/agents.py [--rounds 3] [--acks 20] [--agent NAME]...
+[--before SRC]`` (the CLIs are looked up on PATH and in ``$TETHER_CI_CACHE/npm``; see
+``.ci/setup``). Keep it short on a shared machine: one agent takes 0.5-2 min.
 """
 
 from __future__ import annotations
@@ -31,73 +46,169 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import tether
 from tether.modelserver import open_model_server
-from tether.modelserver.clients import CLIENTS, PI_ARGS
-from tether.runtime.adapters.claude import QUIET_ENV, command
+from tether.modelserver.clients import CLIENTS
+from tether.runtime.adapters.commands import MODE_ARG, cli_launch
 from tether.runtime.adapters.registry import AGENTS, find_command
 from tether.runtime.updates import RunEvent
 from tether.wire import tag_of
 
-HOLD_MS = 6000  # how long the server holds tether's model call while acks are timed
+# How long the server holds tether's model call (after its first chunk) while acks are timed.
+HOLD_MS = 6000
+Message = dict[str, Any]
+
+
+class Direct:
+    """The CLI alone, driven over its stdin and stdout by this harness."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, jsonrpc: bool) -> None:
+        self.proc = proc
+        self.jsonrpc = jsonrpc
+        self.ids = 0
+        self.prompt_id: int | None = None
+
+    def send(self, message: Message) -> None:
+        assert self.proc.stdin is not None
+        base = {"jsonrpc": "2.0"} if self.jsonrpc else {}
+        self.proc.stdin.write(json.dumps(base | message).encode() + b"\n")
+
+    def request(self, method: str, params: Message) -> int:
+        self.ids += 1
+        self.send({"id": self.ids, "method": method, "params": params})
+        return self.ids
+
+    async def until(self, predicate: Callable[[Message], bool]) -> Message:
+        assert self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            message = json.loads(line)
+            if predicate(message):
+                return message
+        raise RuntimeError("the CLI ended early")
+
+    async def call(self, method: str, params: Message) -> Message:
+        ident = self.request(method, params)
+        answer = await self.until(lambda m: m.get("id") == ident and "method" not in m)
+        if "error" in answer:
+            raise RuntimeError(f"{method}: {answer['error']}")
+        return dict(answer.get("result") or {})
+
+
+async def _stdin_prompt(direct: Direct, text: str, home: Path, args: list[str]) -> None:
+    """Claude Code: a user message; ready as soon as it is written."""
+    direct.send({"type": "user", "message": {"role": "user", "content": text}})
+
+
+async def _pi_prompt(direct: Direct, text: str, home: Path, args: list[str]) -> None:
+    direct.send({"type": "prompt", "message": text})
+
+
+async def _codex_prompt(direct: Direct, text: str, home: Path, args: list[str]) -> None:
+    info = {"name": "bench", "title": "bench", "version": "0"}
+    await direct.call("initialize", {"clientInfo": info, "capabilities": {}})
+    direct.send({"method": "initialized"})
+    started = await direct.call("thread/start", {"cwd": str(home)})
+    thread = started["thread"]["id"]
+    params = {"threadId": thread, "input": [{"type": "text", "text": text}]}
+    direct.prompt_id = direct.request("turn/start", params)
+
+
+async def _acp_prompt(direct: Direct, text: str, home: Path, args: list[str]) -> None:
+    capabilities = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+    await direct.call("initialize", {"protocolVersion": 1, "clientCapabilities": capabilities})
+    session = (await direct.call("session/new", {"cwd": str(home), "mcpServers": []}))["sessionId"]
+    for arg in args:
+        if arg.startswith(MODE_ARG):
+            mode = {"sessionId": session, "modeId": arg[len(MODE_ARG) :]}
+            await direct.call("session/set_mode", mode)
+    prompt = {"sessionId": session, "prompt": [{"type": "text", "text": text}]}
+    direct.prompt_id = direct.request("session/prompt", prompt)
+
+
+def _acp_chunk(m: Message) -> bool:
+    update = m.get("params", {}).get("update", {})
+    return m.get("method") == "session/update" and (
+        update.get("sessionUpdate") == "agent_message_chunk"
+    )
+
+
+def _rpc_ping(n: int) -> Message:
+    return {"id": f"b{n}", "method": "tether/bench-ping", "params": {}}
 
 
 class Cli(NamedTuple):
-    env: Callable[[str, Path], dict[str, str]]  # server URL, HOME -> the CLI's env (and files)
-    argv: Callable[[str], list[str]]  # the program -> the direct command line
-    user_line: Callable[[str], dict[str, Any]]
-    is_first_call: Callable[[dict[str, Any]], bool]
-    is_idle: Callable[[dict[str, Any]], bool]  # the first answer is complete
-    control: Callable[[int], dict[str, Any]]  # a request answered at once
-    is_answer: Callable[[dict[str, Any], int], bool]
-
-
-AGENT_ARGS: dict[str, tuple[str, ...]] = {"pi": PI_ARGS}
-
-
-def _pi_home(url: str, home: Path) -> dict[str, str]:
-    """pi's provider config in ``home`` pointing at the server; its environment."""
-    return CLIENTS["pi"].configure(url, home)[0]
+    client: str  # its entry in tether.modelserver.clients.CLIENTS
+    jsonrpc: bool  # the harness adds "jsonrpc": "2.0" (ACP)
+    prompt: Callable[[Direct, str, Path, list[str]], Awaitable[None]]
+    is_answer: Callable[[Message], bool]  # the first text delta of a reply
+    is_idle: Callable[[Direct, Message], bool]  # the first reply is complete
+    control: Callable[[int], Message]  # a request answered at once
+    is_reply: Callable[[Message, int], bool]
 
 
 CLIS: dict[str, Cli] = {
     "claude": Cli(
-        env=lambda url, home: {
-            "ANTHROPIC_BASE_URL": url,
-            "ANTHROPIC_API_KEY": "bench",
-            "HOME": str(home),
-            **QUIET_ENV,
-        },
-        argv=lambda program: command([program], []),
-        user_line=lambda text: {"type": "user", "message": {"role": "user", "content": text}},
-        is_first_call=lambda m: (
-            m.get("type") == "stream_event" and m.get("event", {}).get("type") == "message_start"
+        "claude",
+        False,
+        _stdin_prompt,
+        is_answer=lambda m: (
+            m.get("type") == "stream_event"
+            and m.get("event", {}).get("type") == "content_block_delta"
+            and m["event"].get("delta", {}).get("type") == "text_delta"
         ),
-        is_idle=lambda m: m.get("type") == "result",
+        is_idle=lambda d, m: m.get("type") == "result",
         control=lambda n: {
             "type": "control_request",
             "request_id": f"b{n}",
             "request": {"subtype": "mcp_status"},
         },
-        is_answer=lambda m, n: (
+        is_reply=lambda m, n: (
             m.get("type") == "control_response"
             and m.get("response", {}).get("request_id") == f"b{n}"
         ),
     ),
+    "codex": Cli(
+        "codex",
+        False,
+        _codex_prompt,
+        is_answer=lambda m: m.get("method") == "item/agentMessage/delta",
+        is_idle=lambda d, m: m.get("method") == "turn/completed",
+        control=_rpc_ping,
+        is_reply=lambda m, n: m.get("id") == f"b{n}" and "method" not in m,
+    ),
     "pi": Cli(
-        env=_pi_home,
-        argv=lambda program: [program, "--mode", "rpc", *PI_ARGS],
-        user_line=lambda text: {"type": "prompt", "message": text},
-        is_first_call=lambda m: (
-            m.get("type") == "message_start" and m.get("message", {}).get("role") == "assistant"
+        "pi",
+        False,
+        _pi_prompt,
+        is_answer=lambda m: (
+            m.get("type") == "message_update"
+            and m.get("assistantMessageEvent", {}).get("type") == "text_delta"
         ),
-        is_idle=lambda m: m.get("type") == "agent_end",
+        is_idle=lambda d, m: m.get("type") == "agent_end",
         control=lambda n: {"type": "get_state", "id": f"b{n}"},
-        is_answer=lambda m, n: m.get("type") == "response" and m.get("id") == f"b{n}",
+        is_reply=lambda m, n: m.get("type") == "response" and m.get("id") == f"b{n}",
+    ),
+    "gemini": Cli(
+        "gemini",
+        True,
+        _acp_prompt,
+        is_answer=_acp_chunk,
+        is_idle=lambda d, m: m.get("id") == d.prompt_id and "method" not in m,
+        control=_rpc_ping,
+        is_reply=lambda m, n: m.get("id") == f"b{n}" and "method" not in m,
+    ),
+    "claude-code-acp": Cli(
+        "claude-code-acp",
+        True,
+        _acp_prompt,
+        is_answer=_acp_chunk,
+        is_idle=lambda d, m: m.get("id") == d.prompt_id and "method" not in m,
+        control=_rpc_ping,
+        is_reply=lambda m, n: m.get("id") == f"b{n}" and "method" not in m,
     ),
 }
 
@@ -111,76 +222,88 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def direct(name: str, cli: Cli, url: str, home: Path, acks: int) -> dict[str, Any]:
-    """The CLI alone: start-up to its first model call, then control round trips."""
-    program = find_command(AGENTS[name], AGENTS[name].command[:1])
+def program_of(name: str) -> list[str] | None:
+    """The CLI's program and fixed arguments (its agent's command, or the client's)."""
+    client = CLIENTS[CLIS[name].client]
+    kind = AGENTS[client.agent]
+    return find_command(kind, client.command or kind.command)
+
+
+async def direct(name: str, url: str, home: Path, acks: int) -> dict[str, Any]:
+    """The CLI alone: start-up to its first answer, then control round trips."""
+    cli = CLIS[name]
+    client = CLIENTS[cli.client]
+    env, args = client.configure(url, home)
+    program = program_of(name)
     assert program is not None
-    env = {**os.environ, **cli.env(url, home)}
+    launch = cli_launch(client.agent, program, args, {**os.environ, **env})
+    assert launch is not None
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
-        *cli.argv(program[0]),
+        *launch.argv,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
-        env=env,
+        env=launch.env,
         cwd=home,
         limit=16 * 1024 * 1024,
+        start_new_session=True,
     )
-    assert proc.stdin is not None
-    assert proc.stdout is not None
-    proc.stdin.write(json.dumps(cli.user_line("hello")).encode() + b"\n")
-
-    async def until(predicate: Callable[[dict[str, Any]], bool]) -> None:
-        assert proc.stdout is not None
-        while line := await proc.stdout.readline():
-            if predicate(json.loads(line)):
-                return
-        raise RuntimeError(f"{name} ended early")
-
-    await until(cli.is_first_call)
-    first_call = time.perf_counter() - started
-    await until(cli.is_idle)
-    trips = []
-    for n in range(acks):
-        sent = time.perf_counter()
-        proc.stdin.write(json.dumps(cli.control(n)).encode() + b"\n")
-        await until(lambda m, n=n: cli.is_answer(m, n))
-        trips.append(time.perf_counter() - sent)
-    proc.stdin.close()
+    harness = Direct(proc, cli.jsonrpc)
     try:
-        await asyncio.wait_for(proc.wait(), 10)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-    return {"first_call": first_call, "trips": trips}
+        await cli.prompt(harness, "hello", home, args)
+        await harness.until(cli.is_answer)
+        first = time.perf_counter() - started
+        await harness.until(lambda m: cli.is_idle(harness, m))
+        trips = []
+        for n in range(acks):
+            sent = time.perf_counter()
+            harness.send(cli.control(n))
+            await harness.until(lambda m, n=n: cli.is_reply(m, n))
+            trips.append(time.perf_counter() - sent)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 3)
+        except TimeoutError:  # claude-code-acp never leaves on EOF
+            os.killpg(proc.pid, 9)
+            await proc.wait()
+    return {"first": first, "trips": trips}
 
 
-async def through_tether(name: str, cli: Cli, url: str, home: Path, acks: int) -> dict[str, Any]:
-    """The same CLI as a tether child: start-up to the first llm-start, then acks."""
-    runs = home / "runs"
+async def through_tether(
+    name: str, url: str, home: Path, acks: int, src: str | None = None
+) -> dict[str, Any]:
+    """The same CLI as a tether child: start-up to the first text delta, then acks."""
+    client = CLIENTS[CLIS[name].client]
+    env, args = client.configure(url, home)
+    if src is not None:
+        env["PYTHONPATH"] = src  # the child (and only it) runs that source tree
     started = time.perf_counter()
     handle = await tether.spawn(
         "hello",
-        agent=name,
-        agent_args=list(AGENT_ARGS.get(name, ())),
-        env=cli.env(url, home),
+        agent=client.agent,
+        agent_args=args,
+        argv=list(client.command) or None,
+        env=env,
         cwd=home,
-        runs_root=runs,
+        runs_root=home / "runs",
         db=home / "runs.db",
         close_when_idle=False,
     )
-    spawned = time.perf_counter() - started
-    ready = first_call = None
-    updates = handle.updates()
-    async for update in updates:
+    ready = first = None
+    async for update in handle.updates():
         if not isinstance(update, RunEvent):
             continue
         kind = tag_of(type(update.event))
         if kind == "ready" and ready is None:
             ready = time.perf_counter() - started
-        if kind == "llm-start":
-            first_call = time.perf_counter() - started
+        if kind == "assistant-text-delta":
+            first = time.perf_counter() - started
             break
+        if kind == "exit":
+            raise RuntimeError(f"{name}: the run ended first: {update.raw!r}")
     trips = []
     for n in range(acks):
         sent = time.perf_counter()
@@ -189,48 +312,58 @@ async def through_tether(name: str, cli: Cli, url: str, home: Path, acks: int) -
         assert ack.status == "accepted", ack
     await handle.cancel()
     await handle.wait()
-    return {"spawn": spawned, "ready": ready, "first_call": first_call, "trips": trips}
+    return {"ready": ready, "first": first, "trips": trips}
 
 
-async def bench(name: str, rounds: int, acks: int) -> dict[str, Any]:
-    cli = CLIS[name]
+async def bench(name: str, rounds: int, acks: int, before: str | None) -> dict[str, Any]:
+    series = ["direct", "tether"] + (["before"] if before else [])
     script = []
     for _ in range(rounds):
-        script += [{"text": "hi"}, {"text": "held", "delay_ms": HOLD_MS}]
-    out: dict[str, list[Any]] = {"direct": [], "tether": []}
+        # the same first chunk for all; the tether runs' replies are held after it
+        script += [{"text": ["hi", " there"], "chunk_ms": 1}]
+        script += [{"text": ["hi", " held"], "chunk_ms": HOLD_MS}] * (len(series) - 1)
+    out: dict[str, list[Any]] = {s: [] for s in series}
     with (
         tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp,
         open_model_server(script) as server,
     ):
         for r in range(rounds):
-            home = Path(tmp) / f"r{r}"
-            home.mkdir()
-            # the script alternates: a direct reply, then tether's held one
-            out["direct"].append(await direct(name, cli, server.url, home, acks))
-            out["tether"].append(await through_tether(name, cli, server.url, home, acks))
+            for s in series:
+                home = Path(tmp) / f"r{r}-{s}"
+                home.mkdir()
+                if s == "direct":
+                    out[s].append(await direct(name, server.url, home, acks))
+                else:
+                    src = before if s == "before" else None
+                    out[s].append(await through_tether(name, server.url, home, acks, src))
     return out
 
 
 def report(name: str, data: dict[str, Any]) -> dict[str, Any]:
-    direct_start = [d["first_call"] for d in data["direct"]]
-    tether_start = [t["first_call"] for t in data["tether"]]
-    ready = [t["ready"] for t in data["tether"]]
+    direct_start = [d["first"] for d in data["direct"]]
     direct_trips = [x for d in data["direct"] for x in d["trips"]]
-    tether_trips = [x for t in data["tether"] for x in t["trips"]]
-    ratios = [t / d for t, d in zip(tether_start, direct_start, strict=True)]
-    row = {
+    row: dict[str, Any] = {
         "agent": name,
         "rounds": len(direct_start),
-        "direct_start_ms": [ms(x) for x in direct_start],
-        "tether_start_ms": [ms(x) for x in tether_start],
-        "start_overhead_pct": round((statistics.median(ratios) - 1) * 100, 1),
-        "tether_ready_ms_p50": ms(statistics.median(ready)),
+        "direct_first_answer_ms": [ms(x) for x in direct_start],
         "direct_trip_ms_p50": ms(statistics.median(direct_trips)),
         "direct_trip_ms_p99": ms(pct(direct_trips, 0.99)),
-        "tether_ack_ms_p50": ms(statistics.median(tether_trips)),
-        "tether_ack_ms_p99": ms(pct(tether_trips, 0.99)),
     }
-    row["ack_added_ms_p50"] = round(row["tether_ack_ms_p50"] - row["direct_trip_ms_p50"], 2)
+    for series in ("tether", "before"):
+        if series not in data:
+            continue
+        runs = data[series]
+        start = [t["first"] for t in runs]
+        trips = [x for t in runs for x in t["trips"]]
+        ratios = [t / d for t, d in zip(start, direct_start, strict=True)]
+        row[f"{series}_first_answer_ms"] = [ms(x) for x in start]
+        row[f"{series}_start_overhead_pct"] = round((statistics.median(ratios) - 1) * 100, 1)
+        row[f"{series}_ready_ms_p50"] = ms(statistics.median(t["ready"] for t in runs))
+        row[f"{series}_ack_ms_p50"] = ms(statistics.median(trips))
+        row[f"{series}_ack_ms_p99"] = ms(pct(trips, 0.99))
+        row[f"{series}_ack_added_ms_p50"] = round(
+            row[f"{series}_ack_ms_p50"] - row["direct_trip_ms_p50"], 2
+        )
     return row
 
 
@@ -240,20 +373,19 @@ def main() -> int:
     parser.add_argument("--acks", type=int, default=20)
     parser.add_argument("--json", action="store_true", help="one JSON object per agent")
     parser.add_argument("--agent", action="append", choices=sorted(CLIS), help="only these")
+    parser.add_argument("--before", metavar="SRC", help="also run the child from SRC")
     args = parser.parse_args()
-    env = dict(os.environ)
-    env.setdefault("TETHER_CI_CACHE", "/var/cache/tether-ci")
-    os.environ.update(TETHER_CI_CACHE=env["TETHER_CI_CACHE"])
+    os.environ.setdefault("TETHER_CI_CACHE", "/var/cache/tether-ci")
     for name in args.agent or list(CLIS):
-        if find_command(AGENTS[name], AGENTS[name].command[:1]) is None:
+        if program_of(name) is None:
             print(f"{name}: not installed, skipped", file=sys.stderr)
             continue
-        row = report(name, asyncio.run(bench(name, args.rounds, args.acks)))
+        row = report(name, asyncio.run(bench(name, args.rounds, args.acks, args.before)))
         if args.json:
-            print(json.dumps(row))
+            print(json.dumps(row), flush=True)
             continue
         for key, value in row.items():
-            print(f"{key:>22}: {value}")
+            print(f"{key:>28}: {value}", flush=True)
     return 0
 
 

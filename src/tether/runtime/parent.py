@@ -374,15 +374,18 @@ async def spawn(
             argv=command,
             deadline=prepared.deadline,
         )
-        await recorder.start(row)
+    # The child starts before its row is written: the index write (tens of ms, a thread
+    # and SQLite) then overlaps the child's own start-up instead of delaying it.
     try:
         proc, lifeline = await start_child(command, run, cwd, prepared.env, prepared.control)
     except SpawnError as exc:
         prepared.control.close()
         if recorder is not None:
+            await recorder.start(row)
             await recorder.finish(RunResult("failed", error=str(exc), run_id=run.run_id))
         raise
     if recorder is not None:
+        await recorder.start(row)
         await recorder.started(proc.pid)
     return LocalRunHandle(
         prepared=prepared,
