@@ -343,6 +343,13 @@ class AgentRun:
     def _threadsafe_poke(
         self, loop: asyncio.AbstractEventLoop, inbox: bool
     ) -> Callable[[Path], None]:
+        if self._hub.loop is loop:  # the hub dispatches on our loop: poke directly
+
+            def poke_here(_: Path) -> None:
+                self._poke(inbox)
+
+            return poke_here
+
         def poke(_: Path) -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(self._poke, inbox)
@@ -414,6 +421,8 @@ class AgentRun:
                     with contextlib.suppress(LookupError):  # the run fails on the next turn
                         self._append(action.line)
                 elif isinstance(action, Wait):
+                    if self._urgent:  # the calls this read answered write their answers first
+                        await asyncio.sleep(0)
                     self._persist()
                     await self._wait(action.until, more)
                 elif isinstance(action, Terminate):

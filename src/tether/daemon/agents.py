@@ -573,7 +573,10 @@ async def _control(agent: AgentRun, kind: ControlKind, fields: dict[str, Any]) -
     except LookupError as exc:  # its control file is unusable: the run is ending
         raise invalid_status(f"agent {agent.name!r}: {exc}") from None
     try:
-        ack = await asyncio.wait_for(asyncio.shield(agent.ack_future(seq)), ACK_TIMEOUT_S)
+        # Awaited directly (no shield, no wait_for): only this call waits on this seq, and
+        # its answer is written on the loop pass right after the pump reads the ack.
+        async with asyncio.timeout(ACK_TIMEOUT_S):
+            ack = await agent.ack_future(seq)
     except LookupError as exc:
         raise invalid_status(f"agent {agent.name!r}: {exc}") from None
     except TimeoutError:

@@ -145,8 +145,14 @@ class Supervisor:
 
     @property
     def hub(self) -> WatchHub:
+        """The agents' file watcher. On the daemon's loop it dispatches on that loop (no
+        thread hand-off between a child's write and its agent's pump); else it is the
+        process's shared hub."""
         if self._hub is None:
-            self._hub = shared_hub()
+            try:
+                self._hub = WatchHub(loop=asyncio.get_running_loop())
+            except RuntimeError:
+                self._hub = shared_hub()
         return self._hub
 
     async def start(self) -> None:
@@ -166,6 +172,9 @@ class Supervisor:
         for forwarder in self._forwarders.values():
             forwarder.close()
         await asyncio.gather(*(agent.detach() for agent in self.agents.values()))
+        if self._hub is not None and self._hub.loop is not None:
+            self._hub.close()
+            self._hub = None
         if self._registry is not None:
             self._registry.close()
             self._registry = None

@@ -11,6 +11,12 @@ asyncio users subscribe with :meth:`WatchHub.subscribe_event`, which sets an
 hub independent of event loops: ``tether.run`` (one ``asyncio.run`` per call), the sync
 handle (a loop in its own thread) and an application's loop all share it.
 
+A process that runs one event loop for its whole life (the daemon) builds its hub with
+``WatchHub(loop=loop)`` instead: the same dispatch then runs as a task on that loop and
+the callbacks run on the loop's thread, so a change reaches its subscriber with no thread
+hand-off (no GIL hand-over between two busy threads, no wake-up of the loop from outside).
+(Un)subscribe on that loop's thread then.
+
 Readers must cope with spurious wake-ups and should still re-check on a slow timer: the
 watcher reports "maybe changed" and a polled directory is seen at the poll interval.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -30,6 +37,7 @@ from tether.transports.watch import FileWatcher
 from tether.wire.limits import POLL_BUSY_S
 
 Callback = Callable[[Path], None]
+log = logging.getLogger("tether.runtime.hub")
 
 # How long the hub thread blocks when nothing happens: for ever (None). It wakes on a
 # change, on (un)subscribe and on close (each calls the watcher's wake), and a polled
@@ -40,8 +48,12 @@ _IDLE_WAIT_S: Final = None
 class WatchHub:
     """Dispatch file changes from one shared watcher to many subscribers."""
 
-    def __init__(self, watcher: FileWatcher | None = None) -> None:
+    def __init__(
+        self, watcher: FileWatcher | None = None, *, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
         self.watcher = watcher if watcher is not None else FileWatcher(poll_interval=POLL_BUSY_S)
+        self.loop = loop  # set: dispatch on this loop, callbacks on its thread
+        self._task: asyncio.Task[None] | None = None
         self._lock = threading.Lock()
         self._subs: dict[Path, dict[int, Callback]] = {}
         self._ids = itertools.count(1)
@@ -50,7 +62,8 @@ class WatchHub:
         self._closed = False
 
     def subscribe(self, path: str | os.PathLike[str], callback: Callback) -> int:
-        """Call ``callback(path)`` (on the hub thread) whenever ``path`` may have changed."""
+        """Call ``callback(path)`` (on the hub thread, or on :attr:`loop`'s thread) whenever
+        ``path`` may have changed."""
         key = Path(os.path.abspath(path))
         token = next(self._ids)
         with self._lock:
@@ -90,39 +103,64 @@ class WatchHub:
             return sum(len(s) for s in self._subs.values())
 
     def _start_locked(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
+        if self.loop is not None:
+            if self._task is None or self._task.done():
+                self._task = self.loop.create_task(self._run_on_loop(), name="tether-watch")
+        elif self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._loop, name="tether-watch", daemon=True)
             self._thread.start()
 
     def _loop(self) -> None:
-        while True:
-            with self._lock:
-                if self._closed:
-                    self.watcher.close()
-                    return
-                ops, self._ops = self._ops, []
-            added = set()
-            for watch, path in ops:
-                with contextlib.suppress(KeyError, OSError):
-                    if watch:
-                        self.watcher.watch(path)
-                        added.add(path)  # report once: it may have changed before the watch
-                    else:
-                        self.watcher.unwatch(path)
+        while (added := self._apply_ops()) is not None:
             try:
                 changed = added | self.watcher.wait_sync(0 if added else _IDLE_WAIT_S)
             except (RuntimeError, OSError):
                 return  # the watcher was closed under us
-            for path in changed:
-                with self._lock:
-                    callbacks = list(self._subs.get(Path(os.path.abspath(path)), {}).values())
-                for callback in callbacks:
+            self._dispatch(changed)
+
+    async def _run_on_loop(self) -> None:
+        while (added := self._apply_ops()) is not None:
+            try:
+                changed = added or await self.watcher.wait(_IDLE_WAIT_S)
+            except (RuntimeError, OSError):
+                return
+            self._dispatch(changed)
+
+    def _apply_ops(self) -> set[Path] | None:
+        """Apply the queued (un)watches; the newly watched paths (None once closed)."""
+        with self._lock:
+            if self._closed:
+                self.watcher.close()
+                return None
+            ops, self._ops = self._ops, []
+        added = set()
+        for watch, path in ops:
+            with contextlib.suppress(KeyError, OSError):
+                if watch:
+                    self.watcher.watch(path)
+                    added.add(path)  # report once: it may have changed before the watch
+                else:
+                    self.watcher.unwatch(path)
+        return added
+
+    def _dispatch(self, changed: set[Path]) -> None:
+        for path in changed:
+            with self._lock:
+                callbacks = list(self._subs.get(Path(os.path.abspath(path)), {}).values())
+            for callback in callbacks:
+                try:
                     callback(path)
+                except Exception:  # one subscriber must not stop the others' wake-ups
+                    log.exception("a watch callback for %s failed", path)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
         self.watcher.wake()
+        if self.loop is not None:
+            if self._task is None or self._task.done():
+                self.watcher.close()
+            return  # the task closes the watcher when it wakes
         thread = self._thread
         if thread is None or not thread.is_alive():
             self.watcher.close()
