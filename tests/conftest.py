@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -8,6 +9,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
+
+# A suite started as a background job of a script (`scripts/check &`, CI wrappers) inherits
+# SIGINT ignored, and so would every tether process a test starts: Ctrl-C sent by a test
+# would then do nothing and the test hang. Handled here, SIGINT is default in children.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -226,6 +226,9 @@ def attach_wire(socket_path: Path | None, name: str) -> int:
 
     lock = threading.Lock()
     display = open_display("human", stdout=sys.stdout, stderr=sys.stderr)
+    # Ctrl-C detaches, and so does the end of stdin (the steering thread signals SIGINT):
+    # also when started with SIGINT ignored (a background job of a script inherits SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     _say(f"watching {name}: a line steers it, +line is a follow-up; Ctrl-C or Ctrl-D detaches")
     typing = threading.Thread(
         target=_steer_lines, args=(socket_path, name, display, lock), daemon=True
