@@ -10,9 +10,11 @@ the group being dead when the call returns). A leader that exits early does not 
 group is watched until it is empty (or the grace runs out), so a grandchild that
 ignores SIGTERM is still killed.
 
-``target`` is a pid/pgid (``int``), a :class:`subprocess.Popen`, or an
-:class:`asyncio.subprocess.Process`. For the process objects the leader is reaped
-(Popen) or its return code read (asyncio), so no zombie is left behind.
+``target`` is a pid/pgid (``int``), a :class:`subprocess.Popen`, an
+:class:`asyncio.subprocess.Process`, or a child of the fork server
+(``runtime.forkserver.ForkedChild``: ``exited`` also when its status is unknown). For the
+process objects the leader is reaped (Popen) or its return code read (asyncio, forked), so
+no zombie is left behind.
 
 Errors: signalling a group that is already gone is not an error (``False``);
 PermissionError is treated the same (the pid was reused by someone else's process).
@@ -100,7 +102,8 @@ def _leader_done(target: Target) -> bool:
         return True
     if isinstance(target, subprocess.Popen):
         return target.poll() is not None
-    return target.returncode is not None
+    exited = getattr(target, "exited", None)  # a forked child whose status may be unknown
+    return exited if isinstance(exited, bool) else target.returncode is not None
 
 
 def _gone(target: Target) -> bool:

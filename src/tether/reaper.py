@@ -85,6 +85,19 @@ class _Owner:
 _owner = _Owner()
 
 
+def _new_owner_after_fork() -> None:
+    """A forked process (a fork server's child) is a new owner: its own token, and not
+    the write end of its parent's reaper pipe (which would keep that reaper waiting)."""
+    if _owner.fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(_owner.fd)
+    _owner.token = secrets.token_hex(12)
+    _owner.fd = None
+
+
+os.register_at_fork(after_in_child=_new_owner_after_fork)
+
+
 def marked_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """``env`` (default: this process's) with its reap token, the reaper started first.
 

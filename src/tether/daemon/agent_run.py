@@ -51,6 +51,7 @@ from tether.daemon.fno_shapes import reference_base
 from tether.daemon.registry import AgentRecord, AgentRegistry
 from tether.daemon.turns import Outcome, TurnTracker
 from tether.runtime.finaltext import full_text
+from tether.runtime.forkserver import ForkedChild
 from tether.runtime.hub import WatchHub
 from tether.runtime.launch import monotonic_at
 from tether.runtime.mirror import ChannelError, RunMirror
@@ -91,7 +92,7 @@ class AgentRun:
         timeouts: Timeouts,
         mirror: RunMirror,
         inbox: Any = None,
-        popen: subprocess.Popen[bytes] | None = None,
+        popen: subprocess.Popen[bytes] | ForkedChild | None = None,
         adopted: bool = False,
         control: ControlWriter | None = None,
         watch: bool = True,
@@ -149,6 +150,7 @@ class AgentRun:
         if self._proc_done:
             self.watch.process_exited(None)
         self._pidfd: int | None = None
+        self._exit_task: asyncio.Task[None] | None = None
         self._urgent = False
         self._persisted = (record.event_offset, mirror.state, mirror.turn)
         self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -365,6 +367,9 @@ class AgentRun:
         if self.pid is None:
             self._proc_done = True
             return
+        if isinstance(self._popen, ForkedChild):  # its status comes from the fork server
+            self._exit_task = loop.create_task(self._wait_forked(self._popen))
+            return
         try:
             self._pidfd = os.pidfd_open(self.pid)
         except ProcessLookupError:
@@ -374,6 +379,11 @@ class AgentRun:
             log.warning("agent %s: cannot watch pid %d: %s", self.name, self.pid, exc)
             return
         loop.add_reader(self._pidfd, self._on_exit)
+
+    async def _wait_forked(self, child: ForkedChild) -> None:
+        await child.wait()
+        if not self._proc_done:
+            self._on_exit()
 
     def _on_exit(self) -> None:
         if self._pidfd is not None:
@@ -390,6 +400,8 @@ class AgentRun:
     def _check_pid(self) -> None:
         """Fallback without a pidfd: is our process still there?"""
         if self._pidfd is None and not self._proc_done and self.pid is not None:
+            if isinstance(self._popen, ForkedChild):
+                return  # _wait_forked
             if self._popen is not None:
                 if self._popen.poll() is not None:
                     self._on_exit()
@@ -598,6 +610,8 @@ class AgentRun:
         for path, token in self._tokens:
             self._hub.unsubscribe(path, token)
         self._tokens.clear()
+        if self._exit_task is not None:
+            self._exit_task.cancel()
         if self._pidfd is not None:
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_reader(self._pidfd)

@@ -50,8 +50,10 @@ from tether.daemon.registry import (
 )
 from tether.errors import ControlRefused
 from tether.procs import Gate, find_program, nul_problem, proc_start_time, process_matches
+from tether.runtime import forkserver
+from tether.runtime.forkserver import ForkedChild
 from tether.runtime.hub import WatchHub, shared_hub
-from tether.runtime.launch import default_argv, make_inbox, prepare_run
+from tether.runtime.launch import default_argv, fork_child, make_inbox, prepare_run
 from tether.runtime.mirror import RunMirror
 from tether.runtime.outcome import Timeouts
 from tether.runtime.rundir import RunDir, append_line
@@ -157,6 +159,8 @@ class Supervisor:
 
     async def start(self) -> None:
         """Open the registry and recover the agents a previous daemon left running."""
+        if forkserver.enabled():  # the template imports while the daemon reconciles
+            forkserver.shared_forkserver().warm()
         report = await self.reconcile()
         if report["recovered"] or report["orphaned"] or report["errors"]:
             log.info(
@@ -330,7 +334,7 @@ class Supervisor:
         mirror: RunMirror,
         *,
         inbox: Any,
-        popen: subprocess.Popen[bytes] | None = None,
+        popen: subprocess.Popen[bytes] | ForkedChild | None = None,
         adopted: bool = False,
         watch: bool = True,
         control: ControlWriter | None = None,
@@ -573,31 +577,31 @@ def _check_script(path: str) -> None:
 
 def _launch(
     command: list[str], run: RunDir, cwd: str, env: dict[str, str], control: ControlWriter
-) -> tuple[subprocess.Popen[bytes], Gate]:
+) -> tuple[subprocess.Popen[bytes] | ForkedChild, Gate]:
     """Start the child in its own session, waiting at a :class:`~tether.procs.Gate`.
 
     stdin /dev/null, stdout+stderr to ``stderr.log``. The caller opens the gate once the
-    pid is recorded: a daemon killed in between leaves no child running unrecorded.
+    pid is recorded: a daemon killed in between leaves no child running unrecorded. A
+    built-in child is forked from the fork server (:func:`~tether.runtime.launch.fork_child`,
+    which waits at the same gate), others are exec'd.
     (Not :func:`tether.runtime.launch.start_child`: the daemon watches every child with a
     pidfd, including those a previous daemon started, so it owns no asyncio child watcher.)
     The child inherits ``control``'s wake-up pipe (``TETHER_WAKE_FD``).
     """
     fd = os.open(run.stderr, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     gate = Gate()
+    env = {**env, **control.child_env()}
+    child: subprocess.Popen[bytes] | ForkedChild | None
     try:
-        if find_program(command[0], cwd, env) is None:  # the gate's sh would say it less clearly
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command[0])
-        popen = subprocess.Popen(
-            Gate.argv(command),
-            stdin=gate.read_fd,
-            stdout=fd,
-            stderr=fd,
+        child = fork_child(
+            command,
             cwd=cwd,
-            env={**env, **control.child_env()},
-            close_fds=True,
+            env=env,
+            output=fd,
             pass_fds=control.pass_fds(),
-            start_new_session=True,
+            gate_fd=gate.read_fd,
         )
+        child = child or _exec(command, cwd, env, output=fd, gate=gate, pass_fds=control.pass_fds())
     except OSError as exc:
         gate.close()
         append_line(run.stderr, f"tether: cannot start {shlex.join(command)}: {exc}".encode())
@@ -606,4 +610,28 @@ def _launch(
         os.close(fd)
         control.started()
     gate.started()
-    return popen, gate
+    return child, gate
+
+
+def _exec(
+    command: list[str],
+    cwd: str,
+    env: dict[str, str],
+    *,
+    output: int,
+    gate: Gate,
+    pass_fds: tuple[int, ...],
+) -> subprocess.Popen[bytes]:
+    if find_program(command[0], cwd, env) is None:  # the gate's sh would say it less clearly
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command[0])
+    return subprocess.Popen(
+        Gate.argv(command),
+        stdin=gate.read_fd,
+        stdout=output,
+        stderr=output,
+        cwd=cwd,
+        env=env,
+        close_fds=True,
+        pass_fds=pass_fds,
+        start_new_session=True,
+    )

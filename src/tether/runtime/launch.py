@@ -19,6 +19,8 @@ from pathlib import Path
 
 from tether import fsafe, procs
 from tether.errors import ControlRefused, SpawnError
+from tether.runtime import forkserver
+from tether.runtime.forkserver import ForkedChild
 from tether.runtime.mirror import RunMirror
 from tether.runtime.rundir import RunDir, append_line, create_run_dir
 from tether.runtime.sidecars import InboxTail
@@ -132,36 +134,82 @@ def make_inbox(run: RunDir, db: Path | None) -> InboxTail | None:
 LIFELINE_ENV = "TETHER_LIFELINE_FD"
 
 
+def fork_child(
+    command: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    output: int,
+    pass_fds: Sequence[int] = (),
+    gate_fd: int | None = None,
+    cold: bool = True,
+) -> ForkedChild | None:
+    """``command`` forked from this process's fork server when it may be (a built-in
+    ``tether child``, the fork server not turned off here or in ``env``); None: exec it.
+
+    The child gets what exec would give it: stdin ``/dev/null``, stdout and stderr on
+    ``output``, ``pass_fds`` at their numbers, a new session, ``env`` and ``cwd``; see
+    :mod:`tether.runtime.forkserver` for ``gate_fd`` and ``cold``. Blocking.
+    """
+    if not (forkserver.enabled() and forkserver.enabled(env) and forkserver.eligible(command)):
+        return None
+    return forkserver.shared_forkserver().spawn(
+        command,
+        env=env,
+        cwd=cwd,
+        stdout=output,
+        stderr=output,
+        pass_fds=pass_fds,
+        gate_fd=gate_fd,
+        cold=cold,
+    )
+
+
 async def start_child(
     command: list[str],
     run: RunDir,
     cwd: str | os.PathLike[str] | None,
     env: dict[str, str],
     control: ControlWriter | None = None,
-) -> tuple[asyncio.subprocess.Process, int]:
+) -> tuple[asyncio.subprocess.Process | ForkedChild, int]:
     """Start the child in its own process group; returns it and the lifeline's write end.
 
     The lifeline is a pipe whose read end the child holds (``TETHER_LIFELINE_FD``): the
     parent keeps the write end open for the run's life, so if the parent process dies the
     kernel closes it, the child reads EOF and ends its run instead of waiting forever.
     (The daemon starts its children without one: they must outlive it.) The child also
-    inherits ``control``'s wake-up pipe (``TETHER_WAKE_FD``).
+    inherits ``control``'s wake-up pipe (``TETHER_WAKE_FD``). A built-in child is forked
+    from the fork server once its template runs (:func:`fork_child`; the first spawn of a
+    process execs and starts the template), else exec'd.
     """
     fd = os.open(run.stderr, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     lifeline_read, lifeline_write = os.pipe()
     wake_env = {} if control is None else control.child_env()
     wake_fds = () if control is None else control.pass_fds()
+    child_env = {**env, LIFELINE_ENV: str(lifeline_read), **wake_env}
+    pass_fds = (lifeline_read, *wake_fds)
+    proc: asyncio.subprocess.Process | ForkedChild | None
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=fd,
-            stderr=fd,
-            cwd=cwd,
-            env={**env, LIFELINE_ENV: str(lifeline_read), **wake_env},
-            pass_fds=(lifeline_read, *wake_fds),
-            **procs.NEW_GROUP,
+        proc = await asyncio.to_thread(
+            fork_child,
+            command,
+            cwd=absolute_cwd(cwd),
+            env=child_env,
+            output=fd,
+            pass_fds=pass_fds,
+            cold=False,
         )
+        if proc is None:
+            proc = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=fd,
+                stderr=fd,
+                cwd=cwd,
+                env=child_env,
+                pass_fds=pass_fds,
+                **procs.NEW_GROUP,
+            )
     except OSError as exc:
         os.close(lifeline_write)
         append_line(run.stderr, f"tether: cannot start {shlex.join(command)}: {exc}".encode())

@@ -36,6 +36,7 @@ from tether import procs
 from tether.errors import ControlRefused, ParentError, RunEnded, SpawnError, TetherError
 from tether.runtime.adapters import START_TIMEOUT_ENV
 from tether.runtime.finaltext import full_text
+from tether.runtime.forkserver import ForkedChild
 from tether.runtime.handle import RunHandle, result_of
 from tether.runtime.hub import WatchHub, shared_hub
 from tether.runtime.launch import (
@@ -86,7 +87,7 @@ class LocalRunHandle(RunHandle):
         *,
         prepared: PreparedRun,
         task: str,
-        proc: asyncio.subprocess.Process,
+        proc: asyncio.subprocess.Process | ForkedChild,
         lifeline: int | None,
         watch: RunWatch,
         hub: WatchHub,

@@ -1,0 +1,104 @@
+"""The daemon's fork server: built-in agents forked from its template, against exec'd ones.
+
+A ``command`` provider (``tests/parent/doubles/report_child.py``) reports on the agent's
+process from ``/proc``; ``TETHER_FORKSERVER=0`` in an agent's ``env`` makes it exec'd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from test_agents_support import AgentDaemon, agentd
+
+from tether.runtime import forkserver
+
+__all__ = ["agentd"]
+
+REPORT = Path(__file__).parents[1] / "parent" / "doubles" / "report_child.py"
+PER_RUN = re.compile(
+    r"^(FEN_WIRE_|TETHER_WIRE_|TETHER_RUN_DIR$|TETHER_INBOX_PATH$|RUNEX_INBOX|TETHER_AGENT_NAME$)"
+)
+
+
+def _spawn(agentd: AgentDaemon, name: str, env: dict[str, str]) -> dict[str, Any]:
+    params = {
+        "name": name,
+        "task": "report",
+        "provider": "command",
+        "cwd": str(agentd.root),
+        "env": {"TETHER_COMMAND_PROVIDER": f"{sys.executable} {REPORT}", **env},
+        "wait": True,
+    }
+    result = agentd.call("agent.spawn", params)
+    report: dict[str, Any] = json.loads(result["answer"]["text"])
+    assert report["pid"] == result["pid"]
+    return report
+
+
+def _comparable(report: dict[str, Any]) -> dict[str, Any]:
+    env = {k: v for k, v in report["env"].items() if not PER_RUN.match(k)}
+    env.pop(forkserver.ENV, None)
+    return {**report, **dict.fromkeys(("pid", "ppid", "pgrp", "session")), "env": env}
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+def _kill(pid: int) -> None:
+    fd = os.pidfd_open(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
+
+
+def test_daemon_agents_are_forked_and_match_execd_ones(agentd: AgentDaemon) -> None:
+    daemon = agentd.process.proc.pid
+    forked = _spawn(agentd, "forked", {})
+    execd = _spawn(agentd, "execd", {forkserver.ENV: "0"})
+    template = forked["ppid"]
+    assert execd["ppid"] == daemon
+    assert template != daemon
+    assert _ppid(template) == daemon  # the daemon's template forked it
+    assert b"tether.cli.forkserver" in Path(f"/proc/{template}/cmdline").read_bytes()
+    for report in (forked, execd):
+        assert report["session"] == report["pgrp"] == report["pid"]
+        assert report["sig_blocked"] == "0000000000000000"
+        assert report["fds"]["0"] == "/dev/null"
+        assert report["fds"]["1"] == report["fds"]["2"] == "RUN/stderr.log"
+        assert "TETHER_LIFELINE_FD" not in report["env"]  # daemon agents outlive it
+        assert report["env"]["TETHER_AGENT_NAME"] in ("forked", "execd")
+    assert _comparable(forked) == _comparable(execd)
+
+
+def test_daemon_agents_outlive_a_killed_template(agentd: AgentDaemon) -> None:
+    first = agentd.spawn("a1", [{"text": "one"}, {"text": "two"}], task="go", wait=True)
+    template = _ppid(first["pid"])
+    assert template != agentd.process.proc.pid
+    _kill(template)
+    answer = agentd.call("agent.ask", {"name": "a1", "text": "second"})  # still supervised
+    assert answer["text"] == "two"
+    second = agentd.spawn("a2", [{"text": "three"}], task="go", wait=True)  # a new template
+    assert _ppid(second["pid"]) not in (template, agentd.process.proc.pid)
+    assert second["answer"]["text"] == "three"
+    stopped = agentd.call("agent.stop", {"name": "a1"})
+    assert stopped["state"] in ("done", "stopped", "cancelled"), stopped
+    assert agentd.wait_for("a1", lambda s: s.get("ended_at") is not None)["exit_code"] is None
+
+
+def test_a_killed_forked_agent_ends_with_its_signal(agentd: AgentDaemon) -> None:
+    status = agentd.spawn("k", [{"text": "slow", "delay_ms": 60_000}], task="go")
+    assert _ppid(status["pid"]) != agentd.process.proc.pid
+    _kill(status["pid"])
+    ended = agentd.wait_for("k", lambda s: s.get("ended_at") is not None)
+    assert ended["state"] == "failed"
+    assert ended["exit_code"] == -9  # the template reaped it and said so

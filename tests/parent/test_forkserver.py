@@ -1,0 +1,253 @@
+"""The fork server, through the parent API, against real processes.
+
+A forked built-in child must be the same process an exec'd one is: checked from inside
+(a ``command`` provider reports on the child from ``/proc``), on the wire (the same
+scripted runs both ways give the same event logs), and when things die (the child, the
+template). ``TETHER_FORKSERVER=0`` in a spawn's environment makes that child exec'd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import select
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.runtime import forkserver
+from tether.runtime.forkserver import ForkServer, shared_forkserver
+from tether.runtime.parent import RunHandle, RunResult, spawn
+
+from .helpers import FAST, Collector
+
+REPORT = Path(__file__).parent / "doubles" / "report_child.py"
+EXEC = {forkserver.ENV: "0"}
+# What differs between two runs whatever starts them (the run's own names and numbers).
+PER_RUN = re.compile(r"^(FEN_WIRE_|TETHER_WIRE_|TETHER_RUN_DIR$|TETHER_INBOX_PATH$|RUNEX_INBOX)")
+
+
+@pytest.fixture(autouse=True)
+def _fork_server_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(forkserver.ENV, raising=False)
+
+
+async def _warm() -> int:
+    server = shared_forkserver()
+    assert await asyncio.to_thread(server.wait_ready)
+    pid = server.template_pid
+    assert pid is not None
+    return pid
+
+
+async def _report(tmp_path: Path, env: dict[str, str] | None) -> tuple[dict[str, Any], RunHandle]:
+    command = f"{sys.executable} {REPORT}"
+    handle = await spawn(
+        "report",
+        provider="command",
+        child_args=["--provider-option", f"command={command}"],
+        cwd=tmp_path,
+        env=env,
+        timeouts=FAST,
+    )
+    result = await handle.wait()
+    assert result.status == "done", result
+    return json.loads(result.final_text), handle
+
+
+def _comparable(report: dict[str, Any]) -> dict[str, Any]:
+    """The report without what differs per run (ids, paths, the lifeline's number)."""
+    env = {k: v for k, v in report["env"].items() if not PER_RUN.match(k)}
+    env.pop(forkserver.ENV, None)
+    fds = dict(report["fds"])
+    fds.pop(env.pop("TETHER_LIFELINE_FD"))
+    ids = dict.fromkeys(("pid", "ppid", "pgrp", "session"))
+    return {**report, **ids, "env": env, "fds": fds}
+
+
+def test_a_forked_child_is_the_process_an_exec_would_start(tmp_path: Path) -> None:
+    async def go() -> tuple[int, dict[str, Any], dict[str, Any], str]:
+        template = await _warm()
+        forked, handle = await _report(tmp_path, None)
+        execd, _ = await _report(tmp_path, EXEC)
+        return template, forked, execd, handle.run_dir.path.as_posix()
+
+    template, forked, execd, run_dir = asyncio.run(go())
+    assert forked["ppid"] == template  # forked by the template ...
+    assert execd["ppid"] == os.getpid()  # ... and the other one exec'd by us
+    for report in (forked, execd):
+        assert report["session"] == report["pgrp"] == report["pid"]  # its own session
+        assert report["tty"] == 0
+        assert report["sig_blocked"] == "0000000000000000"
+        assert report["cwd"] == str(tmp_path)
+        assert report["fds"]["0"] == "/dev/null"
+        assert report["fds"]["1"] == report["fds"]["2"] == "RUN/stderr.log"
+        lifeline = report["env"]["TETHER_LIFELINE_FD"]
+        assert report["fds"][lifeline] == "pipe"  # the descriptor the spawn passed
+        assert report["cmdline"][1:4] == ["-m", "tether", "child"]
+    assert forked["env"]["TETHER_RUN_DIR"] == run_dir
+    assert forked["env"]["FEN_WIRE_RUN_ID"] == Path(run_dir).name
+    assert _comparable(forked) == _comparable(execd)
+
+
+def _normalized(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        for key in ("timestamp", "run", "run-id", "duration-seconds"):
+            event.pop(key, None)
+        out.append(event)
+    return out
+
+
+REPLIES = [
+    {
+        "text": "Looking.",
+        "tool_calls": [{"name": "bash", "arguments": {"command": "echo hi"}}],
+    },
+    {"text": "Done looking."},
+    {"text": "Again."},
+]
+
+
+async def _scripted(tmp_path: Path, name: str, env: dict[str, str] | None) -> RunHandle:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(REPLIES))
+    return await spawn(
+        name,
+        provider="scripted",
+        child_args=["--script", str(script)],
+        cwd=tmp_path,
+        env=env,
+        timeouts=FAST,
+        close_when_idle=False,
+    )
+
+
+async def _second_turn(handle: RunHandle, seen: Collector, text: str) -> RunResult:
+    """A follow-up once the first turn is complete; close after the second."""
+    await seen.until_type("turn-complete")
+    ack = await handle.follow_up(text)
+    assert ack.status == "accepted"
+    await seen.until(lambda _: seen.types().count("turn-complete") >= 2)
+    assert (await handle.close()).status == "accepted"
+    result = await handle.wait()
+    await seen.done()
+    return result
+
+
+def test_the_same_runs_forked_and_execd_write_the_same_events(tmp_path: Path) -> None:
+    async def one(env: dict[str, str] | None) -> tuple[RunResult, Path]:
+        handle = await _scripted(tmp_path, "the task", env)
+        result = await _second_turn(handle, Collector(handle), "and again")
+        return result, handle.run_dir.events
+
+    async def go() -> list[tuple[RunResult, Path]]:
+        await _warm()
+        return [await one(None), await one(EXEC)]
+
+    (forked, forked_log), (execd, execd_log) = asyncio.run(go())
+    assert forked.status == execd.status == "done"
+    assert (forked.final_text, forked.usage) == (execd.final_text, execd.usage)
+    assert _normalized(forked_log) == _normalized(execd_log)
+
+
+def test_a_killed_forked_child_fails_as_an_execd_one_does(tmp_path: Path) -> None:
+    async def one(env: dict[str, str] | None) -> RunResult:
+        handle = await spawn(
+            "wait",
+            provider="scripted",
+            cwd=tmp_path,
+            env=env,
+            timeouts=FAST,
+            child_args=["--script", _slow_script(tmp_path)],
+        )
+        seen = Collector(handle)
+        await seen.until_type("turn-started")
+        os.kill(handle.pid, signal.SIGKILL)
+        result = await handle.wait()
+        await seen.done()
+        return result
+
+    async def go() -> tuple[RunResult, RunResult]:
+        await _warm()
+        return await one(None), await one(EXEC)
+
+    forked, execd = asyncio.run(go())
+    assert forked.status == execd.status == "failed"
+    assert forked.error is not None
+    assert "code -9" in forked.error
+    assert forked.error.replace(forked.run_id, "RUN") == execd.error.replace(execd.run_id, "RUN")
+
+
+def _slow_script(tmp_path: Path) -> str:
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps([{"text": "slow", "delay_ms": 60_000}, {"text": "again"}]))
+    return str(path)
+
+
+def test_children_outlive_a_killed_template_and_stay_supervised(tmp_path: Path) -> None:
+    async def go() -> tuple[RunResult, int, int]:
+        template = await _warm()
+        handle = await _scripted(tmp_path, "the task", None)
+        assert _ppid(handle.pid) == template
+        await asyncio.to_thread(_kill, template)
+        # the child still answers, and its exit is seen (through a pidfd now)
+        result = await _second_turn(handle, Collector(handle), "still there?")
+        return result, template, await _warm()
+
+    result, old, new = asyncio.run(go())
+    assert result.status == "done"
+    assert new != old  # a new template on demand
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL ``pid`` and wait until it is dead (its pidfd turns readable)."""
+    fd = os.pidfd_open(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
+
+
+def test_the_first_spawn_of_a_process_execs_and_warms_the_template() -> None:
+    server = ForkServer()
+    child = server.spawn(
+        forkserver.child_prefix(), env=dict(os.environ), cwd="/", stdout=2, stderr=2, cold=False
+    )
+    assert child is None  # exec this one ...
+    assert server.wait_ready()  # ... while the template starts for the next
+    assert server.template_pid is not None
+    os.kill(server.template_pid, signal.SIGKILL)
+
+
+def test_no_template_means_exec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(forkserver, "TEMPLATE_MODULE", "tether.no_such_module")
+    server = ForkServer()
+    child = server.spawn(
+        forkserver.child_prefix(), env=dict(os.environ), cwd="/", stdout=2, stderr=2
+    )
+    assert child is None
+    assert not server.wait_ready()  # and no new attempt right away
+
+
+def test_only_builtin_children_are_forked() -> None:
+    prefix = forkserver.child_prefix()
+    assert forkserver.eligible([*prefix, "--provider", "scripted"])
+    assert forkserver.eligible([*prefix, "--agent", "builtin"])
+    assert not forkserver.eligible([*prefix, "--agent", "claude"])
+    assert not forkserver.eligible([*prefix, "--agent=codex"])
+    assert not forkserver.eligible([*prefix, "--adapter", "resp", "--", "prog"])
+    assert not forkserver.eligible(["/bin/sh", "-c", "true"])
+    assert not forkserver.enabled({forkserver.ENV: "0"})
+    assert forkserver.enabled({})
