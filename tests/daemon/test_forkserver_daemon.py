@@ -45,7 +45,9 @@ def _spawn(agentd: AgentDaemon, name: str, env: dict[str, str]) -> dict[str, Any
 def _comparable(report: dict[str, Any]) -> dict[str, Any]:
     env = {k: v for k, v in report["env"].items() if not PER_RUN.match(k)}
     env.pop(forkserver.ENV, None)
-    return {**report, **dict.fromkeys(("pid", "ppid", "pgrp", "session")), "env": env}
+    fds = dict(report["fds"])
+    fds.pop(env.pop("TETHER_WAKE_FD"))
+    return {**report, **dict.fromkeys(("pid", "ppid", "pgrp", "session")), "env": env, "fds": fds}
 
 
 def _ppid(pid: int) -> int:
@@ -76,6 +78,7 @@ def test_daemon_agents_are_forked_and_match_execd_ones(agentd: AgentDaemon) -> N
         assert report["fds"]["0"] == "/dev/null"
         assert report["fds"]["1"] == report["fds"]["2"] == "RUN/stderr.log"
         assert "TETHER_LIFELINE_FD" not in report["env"]  # daemon agents outlive it
+        assert report["fds"][report["env"]["TETHER_WAKE_FD"]] == "pipe"  # its pass_fds
         assert report["env"]["TETHER_AGENT_NAME"] in ("forked", "execd")
     assert _comparable(forked) == _comparable(execd)
 

@@ -65,7 +65,8 @@ def _comparable(report: dict[str, Any]) -> dict[str, Any]:
     env = {k: v for k, v in report["env"].items() if not PER_RUN.match(k)}
     env.pop(forkserver.ENV, None)
     fds = dict(report["fds"])
-    fds.pop(env.pop("TETHER_LIFELINE_FD"))
+    for passed in ("TETHER_LIFELINE_FD", "TETHER_WAKE_FD"):
+        fds.pop(env.pop(passed))
     ids = dict.fromkeys(("pid", "ppid", "pgrp", "session"))
     return {**report, **ids, "env": env, "fds": fds}
 
@@ -87,8 +88,8 @@ def test_a_forked_child_is_the_process_an_exec_would_start(tmp_path: Path) -> No
         assert report["cwd"] == str(tmp_path)
         assert report["fds"]["0"] == "/dev/null"
         assert report["fds"]["1"] == report["fds"]["2"] == "RUN/stderr.log"
-        lifeline = report["env"]["TETHER_LIFELINE_FD"]
-        assert report["fds"][lifeline] == "pipe"  # the descriptor the spawn passed
+        for passed in ("TETHER_LIFELINE_FD", "TETHER_WAKE_FD"):  # the spawn's pass_fds
+            assert report["fds"][report["env"][passed]] == "pipe"
         assert report["cmdline"][1:4] == ["-m", "tether", "child"]
     assert forked["env"]["TETHER_RUN_DIR"] == run_dir
     assert forked["env"]["FEN_WIRE_RUN_ID"] == Path(run_dir).name
