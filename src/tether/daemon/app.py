@@ -36,6 +36,7 @@ from tether.daemon.lifecycle import (
     bind_socket,
     ensure_socket_dir,
     lock_path_for,
+    raise_open_files_limit,
 )
 from tether.daemon.pty_agent import PtyFleet
 from tether.daemon.server import Daemon, ServerConfig
@@ -81,6 +82,8 @@ def run_daemon(
     import asyncio
 
     socket_path = config.socket_path
+    limit = raise_open_files_limit()  # each agent holds a few descriptors
+    log.info("descriptor limit %d", limit)
     ensure_socket_dir(socket_path.parent)
     lock = DaemonLock.acquire(lock_path_for(socket_path))
     try:

@@ -152,6 +152,52 @@ def read_lock_pid(lock_path: Path) -> int | None:
     return pid if isinstance(pid, int) and pid > 0 else None
 
 
+def raise_open_files_limit() -> int:
+    """Raise this process's descriptor limit (``RLIMIT_NOFILE``) to its hard limit and
+    return the soft limit now in force. Each agent holds several descriptors (its control
+    file, wake-up pipe, event file, pidfd, inbox database), so 1,000 agents need far more
+    than the usual soft limit of 1,024; the hard limit is as far as an unprivileged process
+    may go (an unlimited one is capped at the kernel's ``nr_open``)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else _nr_open()
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return int(soft)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("cannot raise the descriptor limit from %d to %d: %s", soft, target, exc)
+        return int(soft)
+    return int(target)
+
+
+def _nr_open() -> int:
+    try:
+        return int(Path("/proc/sys/fs/nr_open").read_text())
+    except (OSError, ValueError):
+        return 1 << 20
+
+
+def descriptors_free() -> tuple[int, int]:
+    """(about how many descriptors this process may still open, its soft limit).
+
+    The kernel hands out the lowest free number, so a probe's number is at most the count
+    open: the estimate errs towards "more left" when earlier ones were closed (a real
+    ``EMFILE`` is still answered where it happens)."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        soft = _nr_open()
+    try:
+        probe = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return 0, int(soft)
+    os.close(probe)
+    return int(soft) - probe, int(soft)
+
+
 def bind_socket(path: Path, *, backlog: int) -> socket.socket:
     """Bind a Unix socket at ``path`` with mode 0600, listening with ``backlog`` pending
     connections (call with the lock held)."""

@@ -40,6 +40,7 @@ import msgspec
 
 from tether.daemon.agent_run import DAEMON_TIMEOUTS, AgentRun
 from tether.daemon.agent_state import is_live_state, restore_mirror
+from tether.daemon.lifecycle import descriptors_free
 from tether.daemon.methods import RpcFailure
 from tether.daemon.protocol import ErrorCode
 from tether.daemon.registry import (
@@ -67,6 +68,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("tether.daemon.agents")
 
 MAX_OUTBOX: Final = 10_000  # inbox messages waiting for one channel
+# An agent holds about this many descriptors here: control file, wake-up pipe, event file,
+# pidfd, its inbox's database (file, WAL, shared memory), and one in flight while spawning.
+DESCRIPTORS_PER_AGENT: Final = 8
+DESCRIPTORS_RESERVED: Final = 64  # kept for clients' connections and the daemon's own files
 _CONTENT_KEYS: Final = ("text", "q", "note", "summary", "reason")
 
 
@@ -204,6 +209,7 @@ class Supervisor:
 
     async def _spawn(self, p: SpawnParams) -> tuple[AgentRun, asyncio.Future[Any] | None]:
         self._check_channel(p.channel_id)
+        _check_descriptors()
         command = self._command(p)
         cwd = p.cwd or os.getcwd()
         if not await asyncio.to_thread(os.path.isdir, cwd):
@@ -564,6 +570,19 @@ def _restored(row: AgentRecord, run: RunDir) -> tuple[AgentRecord, RunMirror]:
             log.warning("agent %s: snapshot unusable (%s); replaying its log", row.name, exc)
     row = msgspec.structs.replace(row, event_offset=0, last_seq=0, usage=None, turn=0)
     return row, restore_mirror(run.run_id, None, 0, run.control)
+
+
+def _check_descriptors() -> None:
+    """Refuse a spawn that would leave the daemon too few descriptors to serve its clients
+    (it would otherwise fail halfway, or stop accepting connections: ``EMFILE``)."""
+    free, limit = descriptors_free()
+    if free < DESCRIPTORS_PER_AGENT + DESCRIPTORS_RESERVED:
+        raise spawn_failed(
+            f"the daemon is near its descriptor limit ({limit}; about {free} left, and each "
+            f"agent needs about {DESCRIPTORS_PER_AGENT} while {DESCRIPTORS_RESERVED} are kept "
+            "for connections): stop or remove agents, or start the daemon with a higher "
+            "limit (ulimit -n; it raises its soft limit to the hard one itself)"
+        )
 
 
 def _check_script(path: str) -> None:
