@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ TIMEOUT = 60
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
+def env(tmp_path: Path) -> Iterator[dict[str, str]]:
     runtime = tmp_path / "rt"
     runtime.mkdir(mode=0o700)
     keep = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "SYSTEMROOT")
@@ -37,7 +38,9 @@ def env(tmp_path: Path) -> dict[str, str]:
         TETHER_SOCKET=str(runtime / "d.sock"),
         NO_COLOR="1",
     )
-    return env
+    yield env
+    # a failing command never starts a daemon on the way (one would be left running)
+    assert not (runtime / "d.sock").exists(), "a daemon was started"
 
 
 def tether(
@@ -97,6 +100,7 @@ FAILURES: list[tuple[list[str], int]] = [
     (["agent", "list"], 3),
     (["agent", "--host", "b", "list"], 3),  # no cluster
     (["agent", "spawn", "a", "--pty"], 2),
+    (["agent", "spawn", "a", "--env", "NOEQUALS"], 2),
     (["agent", "answer", "a"], 2),
     (["channel", "push", "c1", "--content", "x"], 3),
     (["dashboard"], 3),

@@ -208,18 +208,18 @@ def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
 def _spawn(args: argparse.Namespace, child_argv: list[str] | None) -> int:
     from tether.daemon.lifecycle import DaemonSetupError, ensure_running
 
+    if args.pty and not child_argv:  # usage errors before a daemon is started for them
+        print(
+            "tether agent: --pty needs a program: spawn NAME --pty -- COMMAND...", file=sys.stderr
+        )
+        return exits.USAGE
+    params = _spawn_params(args, child_argv)
     try:
         if args.host is None:  # a remote host's daemon must already be in the cluster
             ensure_running(args.socket)
     except DaemonSetupError as exc:
         print(f"tether agent: could not start the daemon: {exc}", file=sys.stderr)
         return exits.USAGE
-    if args.pty and not child_argv:
-        print(
-            "tether agent: --pty needs a program: spawn NAME --pty -- COMMAND...", file=sys.stderr
-        )
-        return exits.USAGE
-    params = _spawn_params(args, child_argv)
     with _connect(args) as client:
         client.settimeout(None)  # spawn waits for ready (bounded by the daemon)
         result = client.call("agent.spawn", params)
