@@ -9,12 +9,19 @@ Prints medians and ratios against baselines measured in the same run:
   and exit (the floor any child start pays).
 - ack: ``await handle.steer()`` (append a control line, the child notices, acks, the parent
   notices) vs. a bare write+read of one line through a pipe between two processes.
+- spawn (``--spawns N``, issue 16 item 1): spawn-to-``ready`` of built-in children forked from
+  the fork server vs exec'd (``TETHER_FORKSERVER=0``), interleaved in the same run, through
+  ``tether.spawn`` (the call to the ``ready`` event) and through a daemon (``agent.spawn``,
+  which answers once the child is ready; the daemon from ``bench/daemon.py``); then the RSS
+  and PSS (``/proc/PID/smaps_rollup``) per child with all of them alive, the template's own
+  PSS counted into the forked children's total. ``--spawns 0`` skips it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -23,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 def _median_ms(samples: list[float]) -> float:
@@ -83,9 +91,130 @@ def bench_pipe(count: int) -> list[float]:
     return samples
 
 
+# -- spawn-to-ready, exec vs the fork server ------------------------------------------------
+
+EXEC = {"TETHER_FORKSERVER": "0"}
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
+
+
+def _memory_kib(pid: int) -> tuple[int, int]:
+    """(Rss, Pss) of ``pid`` in KiB, from /proc/PID/smaps_rollup."""
+    fields = {}
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            if key in ("Rss", "Pss"):
+                fields[key] = int(rest.split()[0])
+    return fields.get("Rss", 0), fields.get("Pss", 0)
+
+
+def _spawn_line(where: str, forked: list[float], execd: list[float]) -> None:
+    print(
+        f"spawn-to-ready {where}: fork server p50 {_pct(forked, 0.5):.1f} ms p99 "
+        f"{_pct(forked, 0.99):.1f} ms | exec p50 {_pct(execd, 0.5):.1f} ms p99 "
+        f"{_pct(execd, 0.99):.1f} ms ({len(forked)} + {len(execd)} spawns, interleaved)"
+    )
+
+
+def _memory_line(where: str, forked: list[int], execd: list[int], template: int | None) -> None:
+    def per_child(pids: list[int], extra: int = 0) -> str:
+        rss = sum(_memory_kib(p)[0] for p in pids) / max(1, len(pids)) / 1024
+        pss = (sum(_memory_kib(p)[1] for p in pids) + extra) / max(1, len(pids)) / 1024
+        return f"RSS {rss:.1f} MiB, PSS {pss:.1f} MiB"
+
+    shared = _memory_kib(template)[1] if template else 0
+    print(
+        f"memory per child {where}: forked {per_child(forked, shared)} (template PSS "
+        f"{shared / 1024:.1f} MiB included) | exec'd {per_child(execd)}"
+    )
+
+
+async def _spawn_ready(script: Path, env: dict[str, str] | None) -> tuple[float, Any]:
+    from tether.runtime.parent import spawn
+
+    start = time.perf_counter()
+    handle = await spawn(
+        "bench",
+        provider="scripted",
+        child_args=["--script", str(script)],
+        env=env,
+        close_when_idle=False,
+    )
+    async for update in handle.updates():
+        if type(getattr(update, "event", None)).__name__ == "Ready":
+            break
+    return time.perf_counter() - start, handle
+
+
+async def _parent_spawns(count: int, script: Path) -> None:
+    from tether.runtime.forkserver import shared_forkserver
+
+    server = shared_forkserver()
+    assert await asyncio.to_thread(server.wait_ready), "the fork server's template did not start"
+    forked: list[float] = []
+    execd: list[float] = []
+    handles: dict[str, list[Any]] = {"fork": [], "exec": []}
+    for _ in range(count):
+        for kind, env, samples in (("fork", None, forked), ("exec", EXEC, execd)):
+            seconds, handle = await _spawn_ready(script, env)
+            samples.append(seconds)
+            handles[kind].append(handle)
+    await asyncio.sleep(1.0)  # let the children build their agents (after `ready`)
+    _spawn_line("through tether.spawn", forked, execd)
+    pids = {kind: [h.pid for h in group] for kind, group in handles.items()}
+    _memory_line("(tether.spawn)", pids["fork"], pids["exec"], server.template_pid)
+    for handle in handles["fork"] + handles["exec"]:
+        await handle.cancel()
+    await asyncio.gather(*(h.wait() for h in handles["fork"] + handles["exec"]))
+
+
+def _daemon_spawns(count: int, script: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from daemon import start_servers, stop_servers
+    from tether.daemon.client import DaemonClient
+
+    root = Path(tempfile.mkdtemp(prefix="tether-bench-spawn-"))
+    daemon, path, echo, _ = start_servers(root)
+    forked: list[float] = []
+    execd: list[float] = []
+    pids: dict[str, list[int]] = {"fork": [], "exec": []}
+    try:
+        with DaemonClient.connect(path, timeout=60) as client:
+            for index in range(count):
+                for kind, env, samples in (("fork", {}, forked), ("exec", EXEC, execd)):
+                    params = {
+                        "name": f"{kind}{index}",
+                        "task": "bench",
+                        "provider": "scripted",
+                        "script": str(script),
+                        "cwd": str(root),
+                        "env": env,
+                    }
+                    start = time.perf_counter()
+                    result = client.call("agent.spawn", params)
+                    samples.append(time.perf_counter() - start)
+                    pids[kind].append(result["pid"])
+            time.sleep(1.0)
+            template = _ppid(pids["fork"][0])
+            _spawn_line("through the daemon (agent.spawn)", forked, execd)
+            _memory_line("(daemon)", pids["fork"], pids["exec"], template)
+    finally:
+        stop_servers(root, daemon, echo)
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--spawns", type=int, default=20, help="spawns each way (0: skip)")
+    parser.add_argument("--only-spawns", action="store_true", help="skip the run and ack rounds")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as home:
         os.environ["TETHER_HOME"] = home
@@ -93,6 +222,12 @@ def main() -> None:
         quick.write_text(json.dumps([{"text": "ok"}]))
         slow = Path(home) / "slow.json"
         slow.write_text(json.dumps([{"text": "slow", "delay_ms": 60_000}]))
+        print(f"load average {os.getloadavg()[0]:.1f}")
+        if args.spawns:
+            asyncio.run(_parent_spawns(args.spawns, slow))
+            _daemon_spawns(args.spawns, slow)
+        if args.only_spawns:
+            return
         full, floor = bench_run(args.runs, quick)
         print(
             f"run: median {full:.1f} ms vs interpreter+imports {floor:.1f} ms "

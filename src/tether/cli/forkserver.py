@@ -76,6 +76,45 @@ def _preload() -> None:
     import tether.wire  # noqa: F401
 
 
+def _rehearse(start: Signals) -> None:
+    """One short scripted run in this process before any fork, then every trace of it
+    undone (signals, environment, files; its threads are joined by ``asyncio.run``).
+
+    Python 3.11 specializes bytecode in place the first times a function runs; done in
+    each child, that writes to (and so copies) the pages of every code object the child
+    uses. Run once here, the children inherit code that is already specialized.
+    """
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from tether.cli import child
+    from tether.runtime.launch import default_argv, prepare_run
+
+    saved = dict(os.environ)
+    root = tempfile.mkdtemp(prefix="tether-template-")
+    try:
+        script = Path(root) / "script.json"
+        script.write_text('[{"text": "rehearsal"}]')
+        prepared = prepare_run("rehearsal", runs_root=Path(root), deadline_s=30)
+        closed = prepared.mirror.control("close")
+        if isinstance(closed, tuple):
+            prepared.control.append(closed[1])
+        prepared.control.close()
+        os.environ.update(prepared.env)
+        child.main([*default_argv("scripted", None)[4:], "--script", str(script)], "tether child")
+    except Exception as exc:  # noqa: BLE001 (a rehearsal that fails only costs memory later)
+        print(f"tether.cli.forkserver: rehearsal failed: {exc!r}", file=sys.stderr)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        signal.set_wakeup_fd(-1)
+        for sig, handler in start.items():
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(sig, handler)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def _start_signals() -> Signals:
     """Every signal's disposition now, at the interpreter's start (what a child gets)."""
     found: Signals = {}
@@ -102,6 +141,7 @@ def main(argv: list[str]) -> int:
         print("tether.cli.forkserver: run by tether's fork server only", file=sys.stderr)
         return 2
     _preload()
+    _rehearse(start)
     gc.collect()
     gc.freeze()
     plan = _serve(sock, start, areas)
