@@ -1,21 +1,28 @@
-"""How fast does ``tether child`` answer? Control-to-ack latency, start-up, idle CPU.
+"""How fast does ``tether child`` answer? Control-to-ack latency by wake-up path, start-up.
 
 Measures, in one run, against real ``python -m tether child`` processes:
 
-- control-to-ack latency (p50/p99) with the child idle and in a turn, next to a
-  baseline reader that polls the control file at the spec's cadence (30 ms in a turn,
-  300 ms idle; the reference child's behaviour), measured the same way in the same run;
+- control-to-ack latency (p50/p99) with the child idle and in a turn, for each way a
+  child learns of a control: ``wake-fd`` (the writer's byte on the inherited pipe,
+  ``TETHER_WAKE_FD``: what the parent API and the daemon use), ``inotify`` (a foreign
+  parent: no pipe), ``polling`` (no pipe, ``TETHER_FORCE_POLLING=1``: the spec's cadence,
+  30 ms in a turn / 300 ms idle);
+- the floors, measured the same way in the same run: ``pipe round trip`` (a byte to a
+  bare Python echo process and a byte back, both blocking reads: the least two wake-ups
+  cost) and ``pipe+file echo`` (a bare process woken by the pipe that reads the control
+  line and appends an ack line, seen by this script exactly as the child's acks are: the
+  least any child can do on this path);
+- optionally with ``--alive N`` more idle children (woken by their pipes) alive meanwhile;
 - spawn-to-ready time (p50/p90): from ``Popen`` to the ``ready`` line in the event file;
-- the idle child's CPU use (percent of one core over a quiet window), and the
-  baseline poller's for comparison.
+- idle CPU and wake-ups of an idle child per wake-up path (``bench/idle.py``'s measure).
 
-Targets (issue 3): ack p50 <= 2 ms and p99 <= 5 ms in both states; spawn-to-ready
-p50 <= 150 ms; an idle child under 0.1 % of a core.
+Targets (issue 16): ack p50 <= 0.5 ms and p99 <= 2 ms, idle and busy (wake-fd, the
+path tether's own parents use); an idle child under 0.1 % of a core.
 
-Both sides are watched with inotify by this script, so the harness adds the same small
-wake-up cost to the child and to the baseline.
+This script sees every ack the same way (inotify on the event file, one ``poll`` per
+wait), so the harness adds the same wake-up to every path and to the pipe+file floor.
 
-Usage: ``.venv/bin/python bench/child_latency.py [--quick] [--samples N]``
+Usage: ``.venv/bin/python bench/child_latency.py [--quick] [--samples N] [--alive N]``
 """
 
 from __future__ import annotations
@@ -33,56 +40,76 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from idle import idle_cpu, settle
+
+from tether.transports.wake import WakePipe
 from tether.transports.watch import FileWatcher
 
 PYTHON = sys.executable
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-TARGETS = {"ack_p50_ms": 2.0, "ack_p99_ms": 5.0, "ready_p50_ms": 150.0, "idle_cpu_pct": 0.1}
+MODES = ("wake-fd", "inotify", "polling")
+TARGETS = {"ack_p50_ms": 0.5, "ack_p99_ms": 2.0, "ready_p50_ms": 150.0, "idle_cpu_pct": 0.1}
 
 
 # --- the harness's view of one run ----------------------------------------------------
 
 
 class Run:
-    """A run dir with a control file this script appends to and an event file it tails."""
+    """A run dir with a control file this script appends to and an event file it tails.
 
-    def __init__(self, root: Path, run: str = "bench") -> None:
+    ``mode`` says how the child is told: ``wake-fd`` passes a wake-up pipe and writes a
+    byte after each line, ``polling`` forces polling, ``inotify`` does neither.
+    """
+
+    def __init__(self, root: Path, mode: str = "inotify", run: str = "bench") -> None:
         self.root = root
         self.control = root / "control.jsonl"
         self.events = root / "events.jsonl"
         self.run = run
+        self.mode = mode
         self.seq = 0
         self.offset = 0
         self.buffer = b""
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self.control, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.close(fd)
+        self._control_fd = os.open(self.control, os.O_WRONLY | os.O_APPEND)
+        self.wake = WakePipe() if mode == "wake-fd" else None
         self.watcher = FileWatcher()
         self.watcher.watch(self.events)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
+        env.pop("TETHER_FORCE_POLLING", None)
         env.update(
             FEN_WIRE_CONTROL_PATH=str(self.control),
             FEN_WIRE_EVENT_PATH=str(self.events),
             FEN_WIRE_RUN_ID=self.run,
         )
+        if self.wake is not None:
+            env.update(self.wake.child_env())
+        if self.mode == "polling":
+            env["TETHER_FORCE_POLLING"] = "1"
         return env
 
+    def popen(self, argv: list[str]) -> None:
+        fds = () if self.wake is None else self.wake.pass_fds()
+        self.proc = subprocess.Popen(argv, env=self.env(), stdin=subprocess.DEVNULL, pass_fds=fds)
+        if self.wake is not None:
+            self.wake.started()
+
     def send(self, kind: str, **fields: Any) -> tuple[int, float]:
-        """Append one control line with one write; returns (seq, time just before it)."""
+        """Append one control line with one write (then the wake-up byte, if any);
+        returns (seq, time just before the write)."""
         self.seq += 1
         obj = {"v": 1, "seq": self.seq, "type": kind, "run": fields.pop("run", self.run)}
         obj.update(fields)
         data = json.dumps(obj).encode() + b"\n"
-        fd = os.open(self.control, os.O_WRONLY | os.O_APPEND)
-        try:
-            start = time.perf_counter()
-            os.write(fd, data)
-        finally:
-            os.close(fd)
+        start = time.perf_counter()
+        os.write(self._control_fd, data)
+        if self.wake is not None:
+            self.wake.wake()
         return self.seq, start
 
     def lines(self) -> list[dict[str, Any]]:
@@ -115,6 +142,9 @@ class Run:
             self.proc.kill()
             self.proc.wait()
         self.watcher.close()
+        os.close(self._control_fd)
+        if self.wake is not None:
+            self.wake.close()
 
 
 def start_child(run: Run, script: list[dict[str, Any]]) -> float:
@@ -123,57 +153,59 @@ def start_child(run: Run, script: list[dict[str, Any]]) -> float:
     path.write_text(json.dumps(script))
     argv = [PYTHON, "-m", "tether", "child", "--script", str(path), "--cwd", str(run.root)]
     start = time.perf_counter()
-    run.proc = subprocess.Popen(argv, env=run.env(), stdin=subprocess.DEVNULL)
+    run.popen(argv)
     seen = run.wait_for(lambda e: e["type"] == "ready")
     return seen - start
 
 
-def start_poller(run: Run) -> None:
-    """The baseline: this script in --poller mode, a reader at the spec's cadence."""
-    argv = [PYTHON, __file__, "--poller", str(run.control), str(run.events), run.run]
-    run.proc = subprocess.Popen(argv, stdin=subprocess.PIPE)
+# --- the floors: bare processes on the same paths ---------------------------------------
+
+PIPE_ECHO = "import os\nwhile os.read(0, 1): os.write(1, b'.')"
+FILE_ECHO = """
+import json, os, sys
+control, wake, events = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+fd = os.open(control, os.O_RDONLY)
+out = os.open(events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+os.write(out, b'{"v":1,"seq":1,"type":"ready","run":"bench"}\\n')
+offset, seq = 0, 1
+while os.read(wake, 4096):
+    data = os.pread(fd, 65536, offset)
+    offset += len(data)
+    for line in data.splitlines():
+        seq += 1
+        ref = json.loads(line)["seq"]
+        ack = {"v": 1, "seq": seq, "type": "control-ack", "run": "bench", "ref": ref}
+        os.write(out, json.dumps(ack | {"status": "accepted"}).encode() + b"\\n")
+"""
+
+
+def measure_pipe_floor(samples: int) -> list[float]:
+    """A byte to a bare echo process and one back (both sides block in read)."""
+    proc = subprocess.Popen(
+        [PYTHON, "-c", PIPE_ECHO], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    out = []
+    try:
+        for _ in range(samples):
+            time.sleep(random.uniform(0.002, 0.02))
+            start = time.perf_counter()
+            proc.stdin.write(b".")
+            proc.stdout.read(1)
+            out.append((time.perf_counter() - start) * 1000)
+    finally:
+        proc.stdin.close()
+        proc.wait()
+    return out
+
+
+def start_file_echo(run: Run) -> None:
+    """The pipe+file floor: a bare process woken by the pipe, acking in the event file."""
+    assert run.wake is not None
+    assert run.wake.read_fd is not None
+    run.popen([PYTHON, "-c", FILE_ECHO, str(run.control), str(run.wake.read_fd), str(run.events)])
     run.wait_for(lambda e: e["type"] == "ready")
-
-
-def set_poller_busy(run: Run, busy: bool) -> None:
-    assert run.proc is not None
-    assert run.proc.stdin is not None
-    run.proc.stdin.write(b"busy\n" if busy else b"idle\n")
-    run.proc.stdin.flush()
-    time.sleep(0.35)  # let the poller switch its cadence
-
-
-def poller_main(control: str, events: str, run: str) -> None:
-    """Poll the control file's size every 30 ms (busy) or 300 ms (idle); ack each line."""
-    import select
-    import threading
-
-    cadence = [0.300]
-
-    def listen() -> None:
-        for line in sys.stdin:
-            cadence[0] = 0.030 if line.strip() == "busy" else 0.300
-
-    threading.Thread(target=listen, daemon=True).start()
-    out = os.open(events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    seq = 1
-    os.write(out, json.dumps({"v": 1, "seq": 1, "type": "ready", "run": run}).encode() + b"\n")
-    offset, partial = 0, b""
-    while True:
-        select.select([], [], [], cadence[0])
-        size = os.stat(control).st_size
-        if size == offset:
-            continue
-        with open(control, "rb") as handle:
-            handle.seek(offset)
-            data = handle.read(size - offset)
-        offset += len(data)
-        *lines, partial = (partial + data).split(b"\n")
-        for line in lines:
-            seq += 1
-            ref = json.loads(line)["seq"]
-            ack = {"v": 1, "seq": seq, "type": "control-ack", "run": run, "ref": ref}
-            os.write(out, json.dumps(ack | {"status": "accepted"}).encode() + b"\n")
 
 
 # --- measurements ---------------------------------------------------------------------
@@ -184,8 +216,8 @@ def ack_latencies(
 ) -> list[float]:
     """Send ``samples`` controls at random gaps (up to ``gap_s``); latencies in ms.
 
-    For the poller the gap spans its whole cadence, so a control lands at a random
-    phase of its poll cycle (else every control would wait almost a full cycle).
+    For polling the gap spans its whole cadence, so a control lands at a random phase
+    of its poll cycle (else every control would wait almost a full cycle).
     """
     out = []
     for _ in range(samples):
@@ -196,19 +228,6 @@ def ack_latencies(
     return out
 
 
-def idle_cpu(pid: int, seconds: float) -> float:
-    """Percent of one core the process used over ``seconds`` of wall time."""
-
-    def ticks() -> int:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime + stime
-
-    before, start = ticks(), time.monotonic()
-    time.sleep(seconds)
-    used = (ticks() - before) / CLK_TCK
-    return 100 * used / (time.monotonic() - start)
-
-
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -216,41 +235,56 @@ def pct(values: list[float], q: float) -> float:
 
 LONG_STREAM = [{"text": ["chunk "] * 100_000, "chunk_ms": 5}]
 HELLO = [{"text": "hello"}]
+GAPS = {"polling": {"idle": 0.300, "busy": 0.030}}
 
 
-def measure_child(base: Path, samples: int) -> dict[str, list[float]]:
+def measure_mode(base: Path, mode: str, samples: int) -> dict[str, list[float]]:
+    """Idle acks (foreign-run closes: rejected, the run stays ready), then busy acks
+    (steers queued while the agent streams a long reply)."""
     results: dict[str, list[float]] = {}
-    run = Run(base / "child-idle")
+    gaps = GAPS.get(mode, {})
+    run = Run(base / f"{mode}-idle", mode)
     try:
         start_child(run, HELLO)
-        time.sleep(0.2)
+        assert run.proc is not None
+        settle([run.proc.pid])  # its agent is built after `ready`: let that finish
         results["idle"] = ack_latencies(
-            run, samples, lambda: run.send("close", run="someone-else")
-        )  # rejected: "run someone-else is not bench"; the state stays ready
+            run, samples, lambda: run.send("close", run="someone-else"), gaps.get("idle", 0.02)
+        )
     finally:
         run.close()
-    run = Run(base / "child-busy")
+    run = Run(base / f"{mode}-busy", mode)
     try:
         start_child(run, LONG_STREAM)
         run.send("prompt", text="stream for a while")
         run.wait_for(lambda e: e["type"] == "assistant-text-delta")
-        results["busy"] = ack_latencies(run, samples, lambda: run.send("steer", text="queued"))
+        results["busy"] = ack_latencies(
+            run, samples, lambda: run.send("steer", text="queued"), gaps.get("busy", 0.02)
+        )
     finally:
         run.close()
     return results
 
 
-def measure_baseline(base: Path, samples: int) -> dict[str, list[float]]:
-    results: dict[str, list[float]] = {}
-    run = Run(base / "poller")
+def measure_floors(base: Path, samples: int, tag: str = "") -> dict[str, list[float]]:
+    run = Run(base / f"file-echo{tag}", "wake-fd")
     try:
-        start_poller(run)
-        results["idle"] = ack_latencies(run, samples, lambda: run.send("close"), 0.300)
-        set_poller_busy(run, True)
-        results["busy"] = ack_latencies(run, samples, lambda: run.send("steer", text="x"), 0.030)
+        start_file_echo(run)
+        file_echo = ack_latencies(run, samples, lambda: run.send("close"))
     finally:
         run.close()
-    return results
+    return {"pipe round trip": measure_pipe_floor(samples), "pipe+file echo": file_echo}
+
+
+def start_alive(base: Path, count: int) -> list[Run]:
+    """``count`` idle children woken by their pipes, alive during the measurements."""
+    runs = []
+    for index in range(count):
+        run = Run(base / f"alive{index}", "wake-fd")
+        start_child(run, HELLO)
+        runs.append(run)
+    settle([run.proc.pid for run in runs if run.proc is not None])
+    return runs
 
 
 FLOORS = {
@@ -273,7 +307,7 @@ def measure_ready(base: Path, spawns: int) -> tuple[list[float], dict[str, list[
             start = time.perf_counter()
             subprocess.run([PYTHON, "-c", code], check=True)
             floors[name].append((time.perf_counter() - start) * 1000)
-        run = Run(base / f"spawn{i}")
+        run = Run(base / f"spawn{i}", "wake-fd")
         try:
             times.append(start_child(run, HELLO) * 1000)
             run.send("cancel")
@@ -284,80 +318,95 @@ def measure_ready(base: Path, spawns: int) -> tuple[list[float], dict[str, list[
     return times, floors
 
 
-def measure_idle_cpu(base: Path, seconds: float) -> tuple[float, float]:
-    child, poller = Run(base / "cpu-child"), Run(base / "cpu-poller")
+def measure_idle_cpu(base: Path, seconds: float) -> dict[str, tuple[float, float]]:
+    """Each wake-up path's idle child: (% of a core, wake-ups per second), one window."""
+    runs = {mode: Run(base / f"cpu-{mode}", mode) for mode in MODES}
     try:
-        start_child(child, HELLO)
-        start_poller(poller)
-        time.sleep(0.5)
-        assert child.proc is not None
-        assert poller.proc is not None
-        return idle_cpu(child.proc.pid, seconds), idle_cpu(poller.proc.pid, seconds)
+        for run in runs.values():
+            start_child(run, HELLO)
+        pids = {mode: [run.proc.pid] for mode, run in runs.items() if run.proc is not None}
+        settle([pid for group in pids.values() for pid in group])
+        got = idle_cpu(pids, seconds)
+        return {mode: (item.run_pct, item.wake_ups_per_s) for mode, item in got.items()}
     finally:
-        child.close()
-        poller.close()
+        for run in runs.values():
+            run.close()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=200, help="acks per state (child)")
-    parser.add_argument("--spawns", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=200, help="acks per state and path")
+    parser.add_argument("--spawns", type=int, default=10)
     parser.add_argument("--cpu-seconds", type=float, default=10.0)
+    parser.add_argument("--alive", type=int, default=0, help="more idle children meanwhile")
     parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
-    parser.add_argument("--poller", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.poller:
-        poller_main(*args.poller)
-        return 0
     if args.quick:
-        args.samples, args.spawns, args.cpu_seconds = 40, 8, 3.0
-    baseline_samples = max(20, args.samples // 5)  # the idle poller takes ~150 ms per sample
+        args.samples, args.spawns, args.cpu_seconds = 40, 4, 3.0
+    n, few = args.samples, max(20, args.samples // 5)  # idle polling: ~300 ms a sample
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
         base = Path(tmp)
-        ready, floors = measure_ready(base, args.spawns)
-        child = measure_child(base, args.samples)
-        baseline = measure_baseline(base, baseline_samples)
-        cpu_child, cpu_poller = measure_idle_cpu(base, args.cpu_seconds)
-    report(ready, floors, child, baseline, cpu_child, cpu_poller)
+        alive = start_alive(base, args.alive)
+        try:
+            load = os.getloadavg()[0]
+            floors = measure_floors(base, n)
+            acks = {m: measure_mode(base, m, few if m == "polling" else n) for m in MODES}
+            again = measure_floors(base, n, "2")
+            floors |= {f"{k} (again)": v for k, v in again.items()}
+            ready, spawn_floors = measure_ready(base, args.spawns)
+            cpu = measure_idle_cpu(base, args.cpu_seconds)
+        finally:
+            for run in alive:
+                run.close()
+    report(load, args.alive, floors, acks, ready, spawn_floors, cpu)
     return 0
 
 
 def report(  # noqa: PLR0917 - one call site, each argument a measurement
-    ready: list[float],
+    load: float,
+    alive: int,
     floors: dict[str, list[float]],
-    child: dict[str, list[float]],
-    baseline: dict[str, list[float]],
-    cpu_child: float,
-    cpu_poller: float,
+    acks: dict[str, dict[str, list[float]]],
+    ready: list[float],
+    spawn_floors: dict[str, list[float]],
+    cpu: dict[str, tuple[float, float]],
 ) -> None:
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
-    print()
     print(
-        "control-to-ack latency (ms)     p50      p99    n   | poller p50   p99    n  | p50 ratio"
+        f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load {load:.2f} at the start"
+        f" (now {os.getloadavg()[0]:.2f}); {alive} more idle children alive"
     )
+    print()
+    print("control-to-ack latency (ms)        p50      p90      p99      max     n")
+    for name, values in floors.items():
+        print(f"  floor  {name:<24}{_row(values)}")
+    floor = pct(floors["pipe+file echo"], 0.5)
     for state in ("idle", "busy"):
-        c, b = child[state], baseline[state]
-        c50, c99, b50, b99 = pct(c, 0.5), pct(c, 0.99), pct(b, 0.5), pct(b, 0.99)
-        print(
-            f"  {state:<6} tether child     {c50:7.2f}  {c99:7.2f}  {len(c):4d}   |"
-            f" {b50:9.1f} {b99:6.1f}  {len(b):4d} | {b50 / c50:6.0f}x faster"
-        )
-        print(f"         child p90 {pct(c, 0.9):.2f}  p95 {pct(c, 0.95):.2f}  max {max(c):.2f}")
-        check(f"ack p50 {state}", c50, TARGETS["ack_p50_ms"], "ms")
-        check(f"ack p99 {state}", c99, TARGETS["ack_p99_ms"], "ms")
+        for mode in MODES:
+            values = acks[mode][state]
+            ratio = pct(values, 0.5) / floor
+            print(f"  {state:<6} {mode:<24}{_row(values)}   p50 {ratio:.2f}x the pipe+file floor")
+    for state in ("idle", "busy"):
+        values = acks["wake-fd"][state]
+        check(f"wake-fd ack p50 {state}", pct(values, 0.5), TARGETS["ack_p50_ms"], "ms")
+        check(f"wake-fd ack p99 {state}", pct(values, 0.99), TARGETS["ack_p99_ms"], "ms")
     print()
     print(
         f"spawn-to-ready (ms): p50 {pct(ready, 0.5):.1f}  p90 {pct(ready, 0.9):.1f}  "
         f"min {min(ready):.1f}  mean {statistics.fmean(ready):.1f}  n {len(ready)}"
     )
-    for name, values in floors.items():
+    for name, values in spawn_floors.items():
         print(f"  floor, spawn-to-exit of {name}: p50 {pct(values, 0.5):.1f}")
-    floor = pct(floors[list(FLOORS)[-1]], 0.5)
-    print(f"  tether child above the asyncio+wire floor: {pct(ready, 0.5) - floor:+.1f} ms (p50)")
-    check("spawn-to-ready p50", pct(ready, 0.5), TARGETS["ready_p50_ms"], "ms")
     print()
-    print(f"idle CPU (% of a core): tether child {cpu_child:.3f}   poller {cpu_poller:.3f}")
-    check("idle CPU", cpu_child, TARGETS["idle_cpu_pct"], "%")
+    for mode, (used, wakes) in cpu.items():
+        print(f"idle child, {mode:<8}: {used:.4f} % of a core, {wakes:.2f} wake-ups/s")
+    check("idle CPU (wake-fd)", cpu["wake-fd"][0], TARGETS["idle_cpu_pct"], "%")
+
+
+def _row(values: list[float]) -> str:
+    return (
+        f"{pct(values, 0.5):7.3f}  {pct(values, 0.9):7.3f}  {pct(values, 0.99):7.3f}"
+        f"  {max(values):7.2f}  {len(values):4d}"
+    )
 
 
 def check(name: str, value: float, target: float, unit: str) -> None:

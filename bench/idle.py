@@ -12,7 +12,8 @@ so every wake-up counted is one too many (the load of other processes on the mac
 does not change the wake-up counts; it stretches CPU figures a little).
 
 Reusable (``bench/fleet.py``): :func:`idle_cpu` measures any set of pids the same way;
-:func:`inotify_instances` counts one process's instances.
+:func:`settle` waits until a set of processes stops working (children build their agent
+after ``ready``); :func:`inotify_instances` counts one process's instances.
 
 Target (issue 16 item 2): 1,000 idle agents cost < 0.5 % of a core, daemon and children
 together; with N agents here that is < 0.0005 % x N.
@@ -167,7 +168,7 @@ async def _remove(socket: Path, count: int) -> None:
         await client.close()
 
 
-def _settle(pids: list[int], limit_s: float = 60.0) -> None:
+def settle(pids: list[int], limit_s: float = 60.0) -> None:
     """Until the children stop working (their agent is built after `ready`)."""
     deadline = time.monotonic() + limit_s
     last = sum(cpu_seconds(p) for p in pids)
@@ -217,7 +218,7 @@ def main() -> int:
         began = time.perf_counter()
         pids = asyncio.run(_spawn(socket, root, args.agents, args.parallel))
         spawn_s = time.perf_counter() - began
-        _settle([daemon.pid, *pids])
+        settle([daemon.pid, *pids])
         load = os.getloadavg()[0]
         got = idle_cpu({"daemon": [daemon.pid], "children": pids}, args.seconds)
         _report(args, got, pids, spawn_s, load)

@@ -191,6 +191,7 @@ class Presenter:
             poll_interval=POLL_IDLE_S,
             force_polling=self.options.force_polling,
             fifo_dir=None if wake_fd is None else self.options.control_path.parent,
+            on_wake=self._on_wake,
         )
         self.watcher.start(loop)
         if not self.options.ready_sent:
@@ -294,6 +295,19 @@ class Presenter:
                 await asyncio.sleep(0)  # let a running turn breathe between bounded reads
             else:
                 await watcher.wait()
+
+    def _on_wake(self) -> bool:
+        """The writer's wake-up byte: read the new lines now, in the reader's callback (the
+        ack goes out without a hop through the reader task). True when nothing is left
+        for the reader task to do (it then sleeps on)."""
+        if self.exiting:
+            return False
+        try:
+            return self._read_once() and not self.exiting and not self.feed.more()
+        except Exception as exc:  # noqa: BLE001 - as _guard: a bug ends the run `failed`
+            print(f"tether child: internal error: {exc!r}", file=sys.stderr)
+            self.fail(f"internal error: {type(exc).__name__}: {exc}")
+            return False
 
     def _read_once(self) -> bool:
         """One bounded read, every line handled; False when the channel is dead."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -270,6 +271,9 @@ class ControlWaiter:
     ``mode`` is ``wake-fd`` (the inherited pipe, or a taken-over FIFO), ``inotify`` or
     ``polling``. Use from one asyncio loop: :meth:`start`, then :meth:`wait` between
     reads (it returns when the file may have grown; the caller reads, then waits again).
+    ``on_wake`` is called at once from the descriptor's reader, so the caller can read
+    the new lines without a hop through a task; it returns True when it read everything
+    (then :meth:`wait` goes on waiting), False to have :meth:`wait` return.
     """
 
     def __init__(
@@ -280,8 +284,10 @@ class ControlWaiter:
         poll_interval: float,
         force_polling: bool = False,
         fifo_dir: Path | None = None,
+        on_wake: Callable[[], bool] | None = None,
     ) -> None:
         self._path = control_path
+        self._on_wake_call = on_wake
         self._fd = wake_fd
         self._poll_interval = poll_interval
         self._force_polling = force_polling
@@ -334,6 +340,8 @@ class ControlWaiter:
             if self._watcher is not None:  # the FIFO while a watcher runs: a writer is back
                 self._fifo_live = True
                 self._watcher.wake()
+            elif self._on_wake_call is not None and self._on_wake_call():
+                return  # all read already: the waiter sleeps on
             self._woken.set()
             return
         self._writer_gone()
