@@ -1,10 +1,10 @@
 """An agent CLI that never answers its hand-shake fails the run within the start timeout.
 
 The CLI is the silent TEST DOUBLE (tests/doubles/silent_cli.py): it takes everything on
-stdin, answers nothing and ignores SIGTERM. Each adapter that hand-shakes (Claude Code's
-``initialize`` control request, Codex's and ACP's ``initialize``) must end the run
-``failed`` with an error naming the hand-shake and the run's start timeout, well before
-the old fixed 60 s, and leave no process behind.
+stdin, answers nothing and ignores SIGTERM. Every adapter's hand-shake (Claude Code's
+``initialize`` control request, Codex's and ACP's ``initialize``, pi's ``get_state``)
+must end the run ``failed`` with an error naming the hand-shake and the run's start
+timeout, well before the old fixed 60 s, and leave no process behind.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _alive(pid: int) -> bool:
     return stat.rpartition(b")")[2].split()[0] != b"Z"
 
 
-@pytest.mark.parametrize("agent", ["claude", "codex", "gemini", "acp"])
+@pytest.mark.parametrize("agent", ["claude", "codex", "pi", "gemini", "acp"])
 def test_a_cli_that_never_answers_the_hand_shake_fails_within_the_start_timeout(
     agent: str, tmp_path: Path
 ) -> None:
