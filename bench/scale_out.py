@@ -4,8 +4,10 @@
 
 - **control-to-ack across hosts**: ``agent.steer`` sent from host A's side over NATS
   request/reply to host B's daemon, whose agent (a ``tether child``, busy in a long turn)
-  acks it; next to the same steer over B's local socket, and a bare NATS request/reply to
-  an echo responder in another process. With ``--r3`` also against a three-node cluster
+  acks it; next to the same steer over B's local socket, over the socket of a daemon in
+  no cluster, ``daemon.status`` over NATS (the relay alone), a bare NATS request/reply to
+  an echo responder in another process, and ``RemoteRunHandle.steer`` (the verb, then
+  the ack read back from JetStream). With ``--r3`` also against a three-node cluster
   whose streams and registry have three replicas.
 - **fan-in**: one process tails ``--runs`` run channels at once; a line is appended to a
   random one, and the time until that tail yields it is recorded (p50/p99).
@@ -41,6 +43,7 @@ from tests.nats_server import run_nats_cluster, run_nats_server  # noqa: E402
 
 from tether.daemon.aclient import AsyncDaemonClient  # noqa: E402
 from tether.daemon.remote import call_host, connect  # noqa: E402
+from tether.daemon.remote_run import spawn_remote  # noqa: E402
 from tether.transports.channel import Entry  # noqa: E402
 from tether.transports.jetstream import open_jetstream  # noqa: E402
 
@@ -84,7 +87,7 @@ def daemons(url: str, root: Path, replicas: int) -> Iterator[dict[str, dict[str,
     envs: dict[str, dict[str, str]] = {}
     procs = []
     try:
-        for host in ("A", "B"):
+        for host in ("A", "B", "plain"):  # "plain": a daemon in no cluster (the floor)
             home = root / host
             env = dict(os.environ)
             env.update(
@@ -92,8 +95,10 @@ def daemons(url: str, root: Path, replicas: int) -> Iterator[dict[str, dict[str,
                 XDG_RUNTIME_DIR=str(home / "rt"),
                 TETHER_SOCKET=str(home / "rt" / "d.sock"),
             )
-            argv = [sys.executable, "-m", "tether", "daemon", "--foreground", "--nats", url]
-            argv += ["--host", host, "--replicas", str(replicas), "--log-level", "WARNING"]
+            argv = [sys.executable, "-m", "tether", "daemon", "--foreground"]
+            argv += ["--log-level", "WARNING"]
+            if host != "plain":
+                argv += ["--nats", url, "--host", host, "--replicas", str(replicas)]
             procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL))
             envs[host] = env
         for env in envs.values():
@@ -117,12 +122,16 @@ def _wait_socket(path: Path) -> None:
         time.sleep(0.05)
 
 
-async def ack_round_trips(url: str, env_b: dict[str, str], samples: int) -> dict[str, Any]:
+async def ack_round_trips(
+    url: str, env_b: dict[str, str], env_plain: dict[str, str], samples: int
+) -> dict[str, Any]:
     script = Path(env_b["TETHER_HOME"]).parent / "long.json"
     script.write_text(json.dumps([{"text": "long", "delay_ms": 600_000}]))
     local = await AsyncDaemonClient.open(Path(env_b["TETHER_SOCKET"]))
+    plain = await AsyncDaemonClient.open(Path(env_plain["TETHER_SOCKET"]))
     spawn = {"name": "w", "task": "t", "provider": "scripted", "script": str(script)}
     await local.call("agent.spawn", spawn)
+    await plain.call("agent.spawn", spawn)
     client = await connect(url)
     echo = await asyncio.create_subprocess_exec(
         sys.executable, "-c", ECHO, url, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
@@ -138,6 +147,9 @@ async def ack_round_trips(url: str, env_b: dict[str, str], samples: int) -> dict
             "daemon.status across hosts": await timed(
                 samples, lambda: call_host(client, "B", "daemon.status", {})
             ),
+            "steer->ack, no cluster": await timed(
+                samples, lambda: plain.call("agent.steer", steer)
+            ),
             "steer->ack, local socket": await timed(
                 samples, lambda: local.call("agent.steer", steer)
             ),
@@ -145,13 +157,22 @@ async def ack_round_trips(url: str, env_b: dict[str, str], samples: int) -> dict
                 samples, lambda: call_host(client, "B", "agent.steer", steer)
             ),
         }
-        await local.call("agent.stop", {"name": "w", "mode": "cancel", "timeout_s": 5})
+        handle = await spawn_remote(
+            "t", host="B", nats_url=url, name="rh", provider="scripted", script=str(script)
+        )
+        try:
+            results["RemoteRunHandle.steer"] = await timed(samples, lambda: handle.steer("nudge"))
+        finally:
+            await handle.aclose()
+        for daemon in (local, plain):
+            await daemon.call("agent.stop", {"name": "w", "mode": "cancel", "timeout_s": 5})
         return {name: summary(values) for name, values in results.items()}
     finally:
         echo.kill()
         await echo.wait()
         await client.close()
         await local.close()
+        await plain.close()
 
 
 async def fan_in(url: str, runs: int, samples: int) -> dict[str, float]:
@@ -213,7 +234,7 @@ def run_cluster(args: argparse.Namespace, url: str, replicas: int, label: str) -
         tempfile.TemporaryDirectory(dir="/tmp", prefix="tbs") as tmp,
         daemons(url, Path(tmp), replicas) as envs,
     ):
-        acks = asyncio.run(ack_round_trips(url, envs["B"], args.samples))
+        acks = asyncio.run(ack_round_trips(url, envs["B"], envs["plain"], args.samples))
     result: dict[str, Any] = {"label": label, "acks": acks}
     if replicas == 1:
         result["fan_in"] = asyncio.run(fan_in(url, args.runs, args.samples))

@@ -588,7 +588,9 @@ async def _control(agent: AgentRun, kind: ControlKind, fields: dict[str, Any]) -
     if ack.status == "rejected":
         reason = ack.reason if isinstance(ack.reason, str) else "rejected"
         raise invalid_status(f"agent {agent.name!r} rejected {kind}: {reason}")
-    return {"name": agent.name, "seq": seq, "ack": ack.status, "state": agent.state}
+    # "event": the child's control-ack itself, so a caller on another host (RemoteRunHandle)
+    # has it without waiting for the line to be replicated
+    return {"name": agent.name, "seq": seq, "ack": ack.status, "state": agent.state, "event": ack}
 
 
 def read_events(

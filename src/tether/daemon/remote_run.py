@@ -166,7 +166,11 @@ class RemoteRunHandle(RunHandle):
             if verb == "agent.cancel" and error.code in ENDED:  # nothing left to cancel
                 raise RunEnded(f"{self.host}/{self.name}: {error}") from None
             raise ControlRefused(f"{self.host}/{self.name}: {error}") from None
-        return await self.wait_ack(int(answer["seq"]))
+        seq = int(answer["seq"])
+        ack = _ack_in(answer, self.run_id, seq)
+        if ack is not None:  # the host's answer carries the child's ack: no wait for its line
+            return self._acks.setdefault(seq, ack)
+        return await self.wait_ack(seq)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -285,3 +289,19 @@ class RemoteRunHandle(RunHandle):
         await self.channel.aclose()
         with contextlib.suppress(Exception):
             await self.client.close()
+
+
+def _ack_in(answer: dict[str, Any], run_id: str, seq: int) -> ControlAck | None:
+    """The child's control-ack for ``seq`` in a host's answer, validated as a wire event
+    (None when the answer has none, e.g. ``agent.stop``, or it does not check out)."""
+    import msgspec
+
+    from tether.wire import Rejection, decode_event
+
+    event = answer.get("event")
+    if not isinstance(event, dict):
+        return None
+    decoded = decode_event(msgspec.json.encode(event))
+    if isinstance(decoded, Rejection) or not isinstance(decoded, ControlAck):
+        return None
+    return decoded if decoded.ref == seq and decoded.run == run_id else None

@@ -353,12 +353,12 @@ class Connection(asyncio.Protocol):
             return
         task = asyncio.ensure_future(self._run(step))
         self._tasks.add(task)
-        self.daemon._in_flight += 1
+        self.daemon._call_started()
         task.add_done_callback(self._task_done)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self.daemon._in_flight -= 1
+        self.daemon._call_ended()
         if self._half_closed and not self._tasks:
             self.close()
 
@@ -457,6 +457,8 @@ class Daemon:
         self._counters: dict[str, Callable[[], int]] = {}
         self._connections: set[Connection] = set()
         self._in_flight = 0
+        self._quiet = asyncio.Event()  # set while no async call is in flight
+        self._quiet.set()
         self._detached: set[asyncio.Task[bytes]] = set()  # async calls made in-process
         self._server: asyncio.AbstractServer | None = None
         self._stopped: asyncio.Event | None = None
@@ -563,12 +565,12 @@ class Daemon:
         if not isinstance(step, bytes):
             task = asyncio.ensure_future(step)
             self._detached.add(task)
-            self._in_flight += 1
+            self._call_started()
             try:
                 step = await task
             finally:
                 self._detached.discard(task)
-                self._in_flight -= 1
+                self._call_ended()
         return step[PREFIX_BYTES:]
 
     # -- accounting --------------------------------------------------------------------------
@@ -581,6 +583,27 @@ class Daemon:
 
     def _forget(self, conn: Connection) -> None:
         self._connections.discard(conn)
+
+    def _call_started(self) -> None:
+        self._in_flight += 1
+        self._quiet.clear()
+
+    def _call_ended(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._quiet.set()
+
+    async def quiet(self, limit_s: float) -> bool:
+        """Until no async call is in flight (True) or ``limit_s`` seconds passed (False):
+        background work (a host link's forwarding) waits here so that it does not compete
+        with a call waiting on a child (a steer waiting for its ack)."""
+        if self._quiet.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self._quiet.wait(), limit_s)
+        except TimeoutError:
+            return False
+        return True
 
     def _over_in_flight(self, conn: Connection | None) -> str | None:
         if conn is not None and conn.in_flight >= self.config.max_in_flight_per_connection:
