@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from idle import idle_cpu  # bench/idle.py: CPU and wake-ups of idle processes
+from idle import cpu_seconds, idle_cpu  # bench/idle.py: CPU and wake-ups of processes
 
 from daemon import (  # bench/daemon.py: the servers, the round-trip client
     _Client,
@@ -110,6 +110,24 @@ def proc_state(pid: int) -> str | None:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
     except (OSError, IndexError):
         return None
+
+
+def helpers_of(daemon_pid: int, agents: set[int]) -> list[int]:
+    """The daemon's other descendants (its fork server), not its agents."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+            except (OSError, IndexError):
+                continue
+            parents[int(entry)] = int(stat[1])
+    found: list[int] = []
+    frontier = {daemon_pid}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier}
+        found += [pid for pid in frontier if pid not in agents]
+    return found
 
 
 def pct(values: list[float], q: float) -> float:
@@ -324,12 +342,16 @@ def run(
     pss = sum(p for _, p in children)
     d_rss, d_pss = memory_kib(daemon_pid)
     d_fds, d_threads = fd_count(daemon_pid), status_field(daemon_pid, "Threads")
-    total_gib = (pss + d_pss) / 1024 / 1024
+    helpers = helpers_of(daemon_pid, set(pids.values()))
+    h_rss, h_pss = (sum(m[i] for m in map(memory_kib, helpers)) for i in (0, 1))
+    total_gib = (pss + d_pss + h_pss) / 1024 / 1024
     print(
         f"memory: children RSS {rss / 1024:.0f} MiB ({rss / 1024 / n:.1f} MiB each), "
         f"PSS {pss / 1024:.0f} MiB ({pss / 1024 / n:.1f} MiB each); daemon RSS "
         f"{d_rss / 1024:.0f} MiB (+{(d_rss - before_rss) / n:.0f} KiB per agent), PSS "
-        f"{d_pss / 1024:.0f} MiB; all PSS {total_gib:.2f} GiB (target <= 4 GiB)"
+        f"{d_pss / 1024:.0f} MiB; {len(helpers)} helper process(es) (the fork server) RSS "
+        f"{h_rss / 1024:.0f} MiB, PSS {h_pss / 1024:.0f} MiB; all PSS {total_gib:.2f} GiB "
+        "(target <= 4 GiB)"
     )
     print(
         f"daemon: {d_fds} descriptors ({before_fds} before: {(d_fds - before_fds) / n:.1f} "
@@ -337,8 +359,8 @@ def run(
         f"{d_threads} threads ({before_threads} before)"
     )
 
-    idle(args, daemon_pid, list(pids.values()))
-    latency(args, path, echo_path, names)
+    idle(args, daemon_pid, list(pids.values()), helpers)
+    latency(args, daemon_pid, sockets, names)
     ack_latency(args, path, echo_path, names)
     sample = random.sample(names, min(args.sample, n))
     turns = _run(full_turns(path, sample))
@@ -373,9 +395,14 @@ def status_limit(pid: int) -> str:
     return "?"
 
 
-def idle(args: argparse.Namespace, daemon_pid: int, pids: list[int]) -> None:
-    got = idle_cpu({"daemon": [daemon_pid], "children": pids}, args.idle_seconds)
+def idle(args: argparse.Namespace, daemon_pid: int, pids: list[int], helpers: list[int]) -> None:
+    groups = {"daemon": [daemon_pid, *helpers], "children": pids}
+    got = idle_cpu(groups, args.idle_seconds)
     daemon, children = got["daemon"], got["children"]
+    print(
+        f"(the daemon's figures include its {len(helpers)} helper process(es))",
+        end=" ",
+    )
     print(
         f"idle {daemon.seconds:.0f} s: daemon {daemon.cpu_pct:.2f}% of a core "
         f"(schedstat {daemon.run_pct:.3f}%, {daemon.wake_ups_per_s:.2f} wake-ups/s), children "
@@ -385,24 +412,32 @@ def idle(args: argparse.Namespace, daemon_pid: int, pids: list[int]) -> None:
     )
 
 
-def latency(args: argparse.Namespace, path: Path, echo_path: Path, names: list[str]) -> None:
+def latency(
+    args: argparse.Namespace, daemon_pid: int, sockets: tuple[Path, Path], names: list[str]
+) -> None:
+    path, echo_path = sockets
     n = len(names)
     list_size = _run(answer_size(path, "agent.list", {}))
+    cpu = cpu_seconds(daemon_pid)
     lists = _run(timed_calls(path, [encode_call(1, "agent.list", {})] * args.lists))
+    list_cpu = (cpu_seconds(daemon_pid) - cpu) / (args.lists + 1) * 1000
     echo_lists = _run(timed_calls(echo_path, [padded_frame(list_size)] * args.lists))
     print(
-        f"agent.list, {n} agents ({list_size / 1024:.0f} KiB): {ms(lists)}; echo of a frame "
-        f"that size: {ms(echo_lists)}"
+        f"agent.list, {n} agents ({list_size / 1024:.0f} KiB): {ms(lists)}, daemon CPU "
+        f"{list_cpu:.2f} ms a call; echo of a frame that size: {ms(echo_lists)}"
     )
     status_size = _run(answer_size(path, "agent.status", {"name": names[0]}))
     payloads = [
         encode_call(1, "agent.status", {"name": random.choice(names)}) for _ in range(args.statuses)
     ]
+    cpu = cpu_seconds(daemon_pid)
     statuses = _run(timed_calls(path, payloads))
+    status_cpu = (cpu_seconds(daemon_pid) - cpu) / (args.statuses + 1) * 1e6
     echo = _run(timed_calls(echo_path, [padded_frame(status_size)] * args.statuses))
     ratio = statistics.median(echo) / statistics.median(statuses)
     print(
-        f"agent.status of random agents ({status_size} B): {ms(statuses)}; echo of a frame "
+        f"agent.status of random agents ({status_size} B): {ms(statuses)}, daemon CPU "
+        f"{status_cpu:.0f} us a call; echo of a frame "
         f"that size: {ms(echo)}; rate ratio {ratio:.2f}x (p50 echo / p50 daemon)"
     )
 

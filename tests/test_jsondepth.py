@@ -86,6 +86,10 @@ def test_the_limit_itself_is_accepted() -> None:
 def test_brackets_inside_strings_are_text() -> None:
     text = json.dumps(["[" * 10_000, "{" * 10_000, '\\"[[['])
     assert len(jsondepth.loads(text)) == 3
+    plain = json.dumps(["[" * 10_000, {"k": "{" * 10_000}] * 100)  # no escapes: the split path
+    assert "\\" not in plain
+    assert len(jsondepth.loads(plain)) == 200
+    assert len(jsondepth.decode_any(plain.encode())) == 200
 
 
 def test_malformed_but_shallow_is_left_to_the_parser() -> None:

@@ -10,7 +10,8 @@ branch answers it with its normal code.
 Theory of the scan (every pass runs in C, none per byte in Python):
 
 1. At most ``limit`` opening brackets in all: nothing to do (the common case).
-2. Remove the strings (a bracket inside a string is text), then every byte but brackets,
+2. Remove the strings (a bracket inside a string is text; without a backslash in the data
+   every quote opens or closes one, so a split does it), then every byte but brackets,
    writing ``(`` for ``[``/``{`` and ``)`` for ``]``/``}``: the depth of a prefix does not
    depend on the bracket kinds.
 3. Delete the adjacent ``()`` pairs, once per level (``bytes.replace`` does not match the
@@ -63,14 +64,26 @@ def check_depth(data: bytes | bytearray | memoryview | str, limit: int = MAX_JSO
     if isinstance(data, str):
         if data.count("[") + data.count("{") <= limit:
             return
-        raw = _STRING_S.sub("", data).encode("utf-8", "surrogatepass")
+        raw = _without_strings_s(data).encode("utf-8", "surrogatepass")
     else:
         raw = bytes(data)
         if raw.count(b"[") + raw.count(b"{") <= limit:
             return
-        raw = _STRING_B.sub(b"", raw)
+        raw = _without_strings_b(raw)
     if _deeper_than(raw.translate(_AS_PARENS, _NOT_BRACKETS), limit):
         raise TooDeep(limit)
+
+
+def _without_strings_b(raw: bytes) -> bytes:
+    if b"\\" in raw:
+        return _STRING_B.sub(b"", raw)
+    return b"".join(raw.split(b'"')[::2])  # no escapes: each quote opens or closes a string
+
+
+def _without_strings_s(data: str) -> str:
+    if "\\" in data:
+        return _STRING_S.sub("", data)
+    return "".join(data.split('"')[::2])
 
 
 def _deeper_than(brackets: bytes, limit: int) -> bool:

@@ -452,8 +452,8 @@ class AgentRun:
             return
         if self._tail.offset != self._persisted[0]:
             until = min(until, self._persisted_at + PERSIST_EVERY_S)
-        if self._pidfd is None and not self._proc_done:
-            until = min(until, time.monotonic() + PID_CHECK_S)
+        if self._pidfd is None and self._exit_task is None and not self._proc_done:
+            until = min(until, time.monotonic() + PID_CHECK_S)  # nothing else says it exited
         if until == math.inf:  # nothing is due: only an event wakes this agent
             await self._wake.wait()
             return

@@ -378,12 +378,14 @@ def decode_response(body: bytes) -> Response | ProtocolError:
 def decode_message(body: bytes) -> Request | Response | ProtocolError:
     """Decode a frame from a peer that may send requests and responses on one connection.
 
-    A frame with ``method`` is a request; otherwise it must be a valid response. Requests
-    are the common case, so they are tried first.
+    A frame with ``method`` is a request; otherwise it must be a valid response. A body
+    that names ``method`` is tried as a request first (a daemon's common case); one that
+    does not skips that try (a client's: a large answer is not parsed twice).
     """
     try:
         jsondepth.check_depth(body)
-        return _REQUEST_DECODER.decode(body)
+        if b'"method"' in body:
+            return _REQUEST_DECODER.decode(body)
     except jsondepth.TooDeep as exc:
         return ProtocolError.json(str(exc))
     except msgspec.DecodeError:
