@@ -120,7 +120,11 @@ def test_cancel_kills_the_programs_whole_group(make_child: Make) -> None:
 
 
 def test_deadline_times_out_and_ends_the_group(make_child: Make) -> None:
-    deadline = str(int(time.time()) + 2)
+    # The deadline (an absolute time, fixed before the child starts) must fall while the
+    # program sleeps in its 30 s step, so that there is a group to end: 1-2 s (it was
+    # `int(now) + 2`) was shorter than the start-up on a loaded machine, and the run timed
+    # out before the program ran (3 of 8 runs failed at load 12). 6 s leaves start-up room.
+    deadline = f"{time.time() + 6:.3f}"
     child = make_child(env={"AGENT_STEP_DELAY": "30", "FEN_WIRE_DEADLINE": deadline}).start()
     child.send("prompt", text="too slow")
     child.wait_type("assistant-thinking-delta")

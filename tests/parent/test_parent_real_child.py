@@ -99,8 +99,10 @@ def test_finalize_interrupts_a_long_tool_and_answers(tmp_path: Path) -> None:
     ]
 
     async def go() -> RunResult:
-        handle = await _scripted(tmp_path, "finalize", replies, finalize_after_s=1.0, deadline_s=20)
+        handle = await _scripted(tmp_path, "finalize", replies, deadline_s=20)
         seen = Collector(handle)
+        await seen.until_type("tool-call")  # the tool runs: finalize must interrupt it
+        assert (await handle.finalize()).status == "accepted"
         result = await handle.wait()
         await seen.done()
         _no_channel_errors(seen)
@@ -109,6 +111,29 @@ def test_finalize_interrupts_a_long_tool_and_answers(tmp_path: Path) -> None:
     result = asyncio.run(go())
     assert result.status == "done"
     assert result.final_text == "Partial answer."
+
+
+def test_the_automatic_finalize_answers_before_the_deadline(tmp_path: Path) -> None:
+    """``finalize_after_s``: the parent sends finalize by itself; without it the 30 s tool
+    would outlast the 20 s deadline (timed-out). Whether the finalize lands before the
+    first model call or during the tool (it depends on how fast the child starts), the run
+    ends done with a tool-free answer: both replies say the same, so neither order flakes
+    (with 1 s and a first reply that differed, a slow start-up answered 'Building.')."""
+    tool = {"name": "bash", "arguments": {"command": "sleep 30"}}
+    replies = [{"text": "Answer.", "tool_calls": [tool]}, {"text": "Answer."}]
+
+    async def go() -> tuple[RunResult, Collector]:
+        handle = await _scripted(tmp_path, "auto", replies, finalize_after_s=1.0, deadline_s=20)
+        seen = Collector(handle)
+        result = await handle.wait()
+        await seen.done()
+        _no_channel_errors(seen)
+        return result, seen
+
+    result, seen = asyncio.run(go())
+    assert (result.status, result.final_text) == ("done", "Answer.")
+    finalizing = [u for u in seen.items if "Your time is nearly up" in str(u)]
+    assert finalizing, "no finalize turn was run"
 
 
 def test_cancel_and_deadline(tmp_path: Path) -> None:
