@@ -6,7 +6,8 @@ Starts a daemon in a private home, spawns ``--agents`` built-in agents (scripted
 provider, ready and waiting for controls), lets them settle, then measures over
 ``--seconds``: CPU from ``/proc/PID/stat`` utime+stime (all threads) and wake-ups
 (voluntary + involuntary context switches of every thread, ``/proc/PID/task/*/status``)
-for the daemon and for all children together, and how many inotify instances the
+for the daemon, for all children together and for the daemon's helpers (every other
+process of its home: the fork server's template), and how many inotify instances the
 children hold. The floor is zero: an idle agent that waits on events only costs nothing,
 so every wake-up counted is one too many (the load of other processes on the machine
 does not change the wake-up counts; it stretches CPU figures a little).
@@ -180,18 +181,27 @@ def settle(pids: list[int], limit_s: float = 60.0) -> None:
         last = now
 
 
-def _kill_leftovers(home: Path) -> None:
+def _processes(home: Path) -> dict[int, bool]:
+    """Every process of this daemon's home: pid -> True for an agent's child."""
     marker = f"TETHER_HOME={home}".encode()
+    found = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if marker in environ and any(v.startswith(b"TETHER_AGENT_NAME=") for v in environ):
+        if marker in environ:
+            found[int(entry)] = any(v.startswith(b"TETHER_AGENT_NAME=") for v in environ)
+    return found
+
+
+def _kill_leftovers(home: Path) -> None:
+    for pid, agent in _processes(home).items():
+        if agent:
             with contextlib.suppress(OSError):
-                os.killpg(int(entry), signal.SIGKILL)
+                os.killpg(pid, signal.SIGKILL)
 
 
 def main() -> int:
@@ -220,7 +230,9 @@ def main() -> int:
         spawn_s = time.perf_counter() - began
         settle([daemon.pid, *pids])
         load = os.getloadavg()[0]
-        got = idle_cpu({"daemon": [daemon.pid], "children": pids}, args.seconds)
+        helpers = [p for p, agent in _processes(home).items() if not agent and p != daemon.pid]
+        groups = {"daemon": [daemon.pid], "children": pids, "helpers": helpers}
+        got = idle_cpu(groups, args.seconds)
         _report(args, got, pids, spawn_s, load)
         asyncio.run(_remove(socket, args.agents))
     finally:
@@ -241,14 +253,14 @@ def _report(
     n = len(pids)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load {load:.2f} (1 min)")
     print(f"{n} idle agents under one daemon, spawned in {spawn_s:.1f} s; window {args.seconds} s")
-    daemon, children = got["daemon"], got["children"]
+    daemon, children, helpers = got["daemon"], got["children"], got["helpers"]
     for name, item in got.items():
         print(
             f"  {name:<8} {item.cpu_pct:7.3f} % of a core (utime+stime), {item.run_pct:8.4f} %"
             f" (schedstat)   {item.wake_ups_per_s:8.2f} wake-ups/s   ({item.processes} processes)"
         )
-    total = daemon.cpu_pct + children.cpu_pct
-    precise = daemon.run_pct + children.run_pct
+    total = daemon.cpu_pct + children.cpu_pct + helpers.cpu_pct
+    precise = daemon.run_pct + children.run_pct + helpers.run_pct
     per_1000 = max(total, precise) / n * 1000
     print(
         f"  together {total:7.3f} % (utime+stime) / {precise:.4f} % (schedstat) of a core;"

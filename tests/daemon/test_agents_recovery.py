@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from daemon_helpers import frame, read_frame
 from test_agents_support import AgentDaemon, agent_pids, agentd, alive
-from tests.wake_probe import inotify_instances, wait_until
+from tests.wake_probe import blocked_without_timer, inotify_instances, wait_until
 
 from tether.daemon.client import DaemonClientError
 
@@ -248,3 +248,16 @@ def _wait_for(check: Any, what: str) -> None:
             return
         time.sleep(0.005)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_idle_agents_leave_the_daemon_no_timer(agentd: AgentDaemon) -> None:
+    """Idle agents wait on events only: the daemon's loop sleeps with no timeout (a timer
+    per agent, a sweep or a safety tick would show as a finite one)."""
+    replies = [{"text": "first"}, {"text": "ok"}]
+    pids = [agentd.spawn(f"calm{i}", replies, task="go", wait=True)["pid"] for i in "ab"]
+    assert agentd.process.proc is not None
+    daemon = agentd.process.proc.pid
+    wait_until(lambda: blocked_without_timer(daemon), "the idle daemon sleeps with no timeout")
+    for pid in pids:
+        wait_until(lambda p=pid: blocked_without_timer(p), "the idle child sleeps too")
+    assert agentd.call("agent.ask", {"name": "calma", "text": "again"})["text"] == "ok"
