@@ -26,6 +26,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -179,11 +180,21 @@ def _idle_cpu_percent(pid: int, seconds: float) -> float:
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 15
-    while not path.exists():
+    """Until the server accepts a connection (its socket file exists a little earlier)."""
+    deadline = time.monotonic() + 60
+    while not _accepts(path):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"server did not start ({proc.args!r})")
         time.sleep(0.02)
+
+
+def _accepts(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 def _pick_method(path: Path, root: Path) -> tuple[str, Any]:

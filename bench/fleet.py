@@ -260,13 +260,18 @@ async def stop_fleet(path: Path, names: list[str], parallel: int) -> float:
     return time.perf_counter() - began
 
 
-async def remove_fleet(path: Path, names: list[str]) -> int:
+async def remove_fleet(path: Path, names: list[str], parallel: int) -> int:
     client = await AsyncDaemonClient.open(path)
+    gate = asyncio.Semaphore(parallel)  # the daemon caps the calls in flight per connection
+
+    async def one(name: str) -> bool:
+        async with gate:
+            return bool((await client.call("agent.rm", {"name": name})).get("removed"))
+
     try:
-        results = await asyncio.gather(*(client.call("agent.rm", {"name": n}) for n in names))
+        return sum(await asyncio.gather(*(one(name) for name in names)))
     finally:
         await client.close()
-    return sum(bool(r.get("removed")) for r in results)
 
 
 def pipe_floor(samples: int) -> list[float]:
@@ -375,11 +380,12 @@ def run(
         live_rows = [row.name for row in registry.list() if row.state in LIVE_STATES]
     finally:
         registry.close()
-    removed = _run(remove_fleet(path, names))
     print(
         f"stop: {n} agents in {stop_s:.1f} s; left: {len(alive)} processes, {len(zombies)} "
-        f"zombies, {len(live_rows)} registry rows in a live state; {removed} rows removed"
+        f"zombies, {len(live_rows)} registry rows in a live state"
     )
+    removed = _run(remove_fleet(path, names, args.parallel))
+    print(f"rm: {removed} of {n} rows removed")
     if alive or zombies or live_rows or removed != n:
         raise SystemExit(f"not clean: {alive[:5]} {zombies[:5]} {live_rows[:5]}")
 
