@@ -19,7 +19,9 @@ derives from a built-in (``ValueError``, ``KeyError``, ``OSError``) that is said
     │   ├── ScriptError               agent.scripted (ValueError): a bad scripted reply file
     │   ├── RunnerSetupError          agent.runner: the turn runner cannot start
     │   ├── UnknownToolError          agent.toolset (ValueError): a name in --tools
-    │   └── UnknownAgent              runtime.adapters.registry (ValueError): a name in --agent
+    │   ├── UnknownAgent              runtime.adapters.registry (ValueError): a name in --agent
+    │   └── ModelTwice                runtime.adapters.commands (ValueError): --model and a
+    │                                 --agent-arg model flag both name the model
     ├── DaemonError                   (here) the daemon and its clients
     │   ├── DaemonSetupError          daemon.lifecycle: the daemon cannot start
     │   │   ├── UnsafeSocketDir       daemon.lifecycle: wrong owner, mode or type

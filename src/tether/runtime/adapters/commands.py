@@ -24,6 +24,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, NamedTuple
 
+from tether.errors import AgentError
+
 __all__ = [
     "CLAUDE_ARGS",
     "LAUNCHES",
@@ -61,7 +63,7 @@ class CliLaunch(NamedTuple):
     env: dict[str, str]
 
 
-class ModelTwice(ValueError):
+class ModelTwice(AgentError, ValueError):
     """The run's model and a ``--agent-arg`` model flag both name the model."""
 
 
