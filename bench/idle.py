@@ -162,9 +162,14 @@ async def _remove(socket: Path, count: int) -> None:
     from tether.daemon.aclient import AsyncDaemonClient
 
     client = await AsyncDaemonClient.open(socket)
+    gate = asyncio.Semaphore(64)  # the daemon caps the calls in flight per connection
+
+    async def one(name: str) -> None:
+        async with gate:
+            await client.call("agent.rm", {"name": name, "force": True})
+
     try:
-        names = [f"idle{i}" for i in range(count)]
-        await asyncio.gather(*(client.call("agent.rm", {"name": n, "force": True}) for n in names))
+        await asyncio.gather(*(one(f"idle{i}") for i in range(count)))
     finally:
         await client.close()
 
