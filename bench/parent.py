@@ -12,9 +12,10 @@ Prints medians and ratios against baselines measured in the same run:
 - spawn (``--spawns N``, issue 16 item 1): spawn-to-``ready`` of built-in children forked from
   the fork server vs exec'd (``TETHER_FORKSERVER=0``), interleaved in the same run, through
   ``tether.spawn`` (the call to the ``ready`` event) and through a daemon (``agent.spawn``,
-  which answers once the child is ready; the daemon from ``bench/daemon.py``); then the RSS
-  and PSS (``/proc/PID/smaps_rollup``) per child with all of them alive, the template's own
-  PSS counted into the forked children's total. ``--spawns 0`` skips it.
+  which answers once the child is ready; idle agents; the daemon from ``bench/daemon.py``);
+  then the RSS and PSS (``/proc/PID/smaps_rollup``) per child with all of them alive (the
+  ``tether.spawn`` ones in a long scripted turn), the template's own PSS counted into the
+  forked children's total. ``--spawns 0`` skips it.
 """
 
 from __future__ import annotations
@@ -186,9 +187,8 @@ def _daemon_spawns(count: int, script: Path) -> None:
         with DaemonClient.connect(path, timeout=60) as client:
             for index in range(count):
                 for kind, env, samples in (("fork", {}, forked), ("exec", EXEC, execd)):
-                    params = {
+                    params = {  # no task: an idle agent, as bench/fleet.py spawns them
                         "name": f"{kind}{index}",
-                        "task": "bench",
                         "provider": "scripted",
                         "script": str(script),
                         "cwd": str(root),

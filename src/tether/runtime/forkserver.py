@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import select
 import socket
@@ -306,7 +307,9 @@ class ForkServer:
         ``pass_fds`` are placed at the same numbers in the child (as exec's ``pass_fds``).
         With ``gate_fd`` (a :class:`procs.Gate`'s read end) the child waits for the gate
         before it runs anything. Raises ``OSError`` as exec would (``cwd`` is not a
-        directory). Blocking: a few ms, up to the template's start on the first call.
+        directory), and when the template goes away with the request sent (it may have
+        forked a child, which then ends at its gate or lifeline: the caller must not start
+        another on the same ones). Blocking: a few ms, up to the template's start.
         """
         request = SpawnRequest(
             argv=list(argv),
@@ -340,7 +343,9 @@ class ForkServer:
             reply = future.result(REPLY_TIMEOUT_S)
         except TimeoutError:
             self._kill(template)  # it must not fork this request later
-            return None
+            reply = None
+        if reply is None:  # it may have forked a child before it went: no exec of the same
+            raise OSError(errno.ECHILD, "the fork server's template went away during the spawn")
         if isinstance(reply, Refused):
             raise OSError(reply.errno, reply.error)
         return reply
