@@ -159,10 +159,11 @@ async def _parent_spawns(count: int, script: Path) -> None:
     forked: list[float] = []
     execd: list[float] = []
     handles: dict[str, list[Any]] = {"fork": [], "exec": []}
-    for _ in range(count):
+    for index in range(-1, count):  # -1: a first spawn each way, not counted
         for kind, env, samples in (("fork", None, forked), ("exec", EXEC, execd)):
             seconds, handle = await _spawn_ready(script, env)
-            samples.append(seconds)
+            if index >= 0:
+                samples.append(seconds)
             handles[kind].append(handle)
     await asyncio.sleep(1.0)  # let the children build their agents (after `ready`)
     _spawn_line("through tether.spawn", forked, execd)
@@ -185,7 +186,7 @@ def _daemon_spawns(count: int, script: Path) -> None:
     pids: dict[str, list[int]] = {"fork": [], "exec": []}
     try:
         with DaemonClient.connect(path, timeout=60) as client:
-            for index in range(count):
+            for index in range(-1, count):  # -1: a first spawn each way, not counted
                 for kind, env, samples in (("fork", {}, forked), ("exec", EXEC, execd)):
                     params = {  # no task: an idle agent, as bench/fleet.py spawns them
                         "name": f"{kind}{index}",
@@ -196,7 +197,8 @@ def _daemon_spawns(count: int, script: Path) -> None:
                     }
                     start = time.perf_counter()
                     result = client.call("agent.spawn", params)
-                    samples.append(time.perf_counter() - start)
+                    if index >= 0:
+                        samples.append(time.perf_counter() - start)
                     pids[kind].append(result["pid"])
             time.sleep(1.0)
             template = _ppid(pids["fork"][0])

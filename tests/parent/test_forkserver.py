@@ -221,14 +221,18 @@ def _kill(pid: int) -> None:
         os.close(fd)
 
 
-def test_the_first_spawn_of_a_process_execs_and_warms_the_template() -> None:
+def test_a_process_starts_its_template_at_its_second_spawn() -> None:
     server = ForkServer()
-    child = server.spawn(
-        forkserver.child_prefix(), env=dict(os.environ), cwd="/", stdout=2, stderr=2, cold=False
-    )
-    assert child is None  # exec this one ...
-    assert server.wait_ready()  # ... while the template starts for the next
+
+    def spawn() -> object:
+        prefix = forkserver.child_prefix()
+        return server.spawn(prefix, env=dict(os.environ), cwd="/", stdout=2, stderr=2, cold=False)
+
+    assert spawn() is None  # exec'd: one child never pays for a template
+    assert server.template_pid is None
+    assert spawn() is None  # exec'd too, while the template starts for the next ones
     assert server.template_pid is not None
+    assert server.wait_ready()
     os.kill(server.template_pid, signal.SIGKILL)
 
 

@@ -75,6 +75,7 @@ ENV_ROOM: Final = 64 * 1024  # and of environment room (a bigger environment is 
 ROOM_ENV: Final = "TETHER_FORKSERVER_ROOM"
 READY_TIMEOUT_S: Final = 20.0  # the template's start (imports) on a loaded machine
 REPLY_TIMEOUT_S: Final = 10.0  # one fork; a template that takes longer is killed
+WARM_AFTER: Final = 2  # without ``cold``, the spawn that starts the template
 RETRY_AFTER_S: Final = 10.0  # after a template that failed to start, exec this long
 _OFF: Final = frozenset({"0", "off", "no", "false"})
 _STARTUP_PREFIXES: Final = ("PYTHON", "LC_", "LANG")
@@ -274,6 +275,7 @@ class ForkServer:
         self._template: _Template | None = None
         self._devnull: int | None = None
         self._retry_at = 0.0
+        self._asked = 0
 
     @property
     def template_pid(self) -> int | None:
@@ -301,9 +303,10 @@ class ForkServer:
     ) -> ForkedChild | None:
         """Fork ``argv`` as a child; None when no template can serve (exec instead).
 
-        Without a running template, ``cold`` starts one and waits for it; else one is
-        started for the next spawns and this one answers None at once (a process that
-        starts a single child is not slowed down). ``stdin`` None is ``/dev/null``.
+        Without a running template, ``cold`` starts one and waits for it; else this one
+        answers None at once, and from the second such spawn on a template is started for
+        the spawns after it (a process that starts a single child pays nothing).
+        ``stdin`` None is ``/dev/null``.
         ``pass_fds`` are placed at the same numbers in the child (as exec's ``pass_fds``).
         With ``gate_fd`` (a :class:`procs.Gate`'s read end) the child waits for the gate
         before it runs anything. Raises ``OSError`` as exec would (``cwd`` is not a
@@ -325,6 +328,9 @@ class ForkServer:
         future: Future[ForkedChild | Refused | None] = Future()
         with self._lock:
             running = self._template is not None and self._template.alive
+            self._asked += 1
+            if not (running or cold or self._asked >= WARM_AFTER):
+                return None  # a process that starts one child never pays for a template
             template = self._ensure_template()
             if template is None or not (running or cold) or not _wait_ready(template):
                 return None

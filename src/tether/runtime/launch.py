@@ -179,8 +179,8 @@ async def start_child(
     kernel closes it, the child reads EOF and ends its run instead of waiting forever.
     (The daemon starts its children without one: they must outlive it.) The child also
     inherits ``control``'s wake-up pipe (``TETHER_WAKE_FD``). A built-in child is forked
-    from the fork server once its template runs (:func:`fork_child`; the first spawn of a
-    process execs and starts the template), else exec'd.
+    from the fork server once its template runs (:func:`fork_child`; the second spawn of
+    a process starts the template for those after it), else exec'd.
     """
     fd = os.open(run.stderr, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     lifeline_read, lifeline_write = os.pipe()
