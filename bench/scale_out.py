@@ -71,14 +71,23 @@ def summary(values_s: list[float]) -> dict[str, float]:
     return {"p50_ms": statistics.median(ms), "p99_ms": pct(ms, 0.99), "n": len(ms)}
 
 
-async def timed(samples: int, call: Callable[[], Awaitable[Any]]) -> list[float]:
+async def interleaved(
+    samples: int, calls: dict[str, Callable[[], Awaitable[Any]]]
+) -> dict[str, list[float]]:
+    """Every call once per round, ``samples`` rounds, the order turning each round: on a
+    loaded machine each path then sees the same conditions (and the same forwarding
+    backlog on host B) instead of a phase of its own."""
+    names = list(calls)
     for _ in range(min(20, samples)):  # warm-up
-        await call()
-    out = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        await call()
-        out.append(time.perf_counter() - start)
+        for name in names:
+            await calls[name]()
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(samples):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            await calls[name]()
+            out[name].append(time.perf_counter() - start)
     return out
 
 
@@ -140,28 +149,27 @@ async def ack_round_trips(
         assert echo.stdout is not None
         await echo.stdout.readline()
         steer = {"name": "w", "text": "nudge"}
-        results = {
-            "bare NATS request/reply": await timed(
-                samples, lambda: client.request("bench.echo", b"x" * 64, timeout=5)
-            ),
-            "daemon.status across hosts": await timed(
-                samples, lambda: call_host(client, "B", "daemon.status", {})
-            ),
-            "steer->ack, no cluster": await timed(
-                samples, lambda: plain.call("agent.steer", steer)
-            ),
-            "steer->ack, local socket": await timed(
-                samples, lambda: local.call("agent.steer", steer)
-            ),
-            "steer->ack, across hosts": await timed(
-                samples, lambda: call_host(client, "B", "agent.steer", steer)
-            ),
-        }
         handle = await spawn_remote(
             "t", host="B", nats_url=url, name="rh", provider="scripted", script=str(script)
         )
         try:
-            results["RemoteRunHandle.steer"] = await timed(samples, lambda: handle.steer("nudge"))
+            results = await interleaved(
+                samples,
+                {
+                    "bare NATS request/reply": lambda: client.request(
+                        "bench.echo", b"x" * 64, timeout=5
+                    ),
+                    "daemon.status across hosts": lambda: call_host(
+                        client, "B", "daemon.status", {}
+                    ),
+                    "steer->ack, no cluster": lambda: plain.call("agent.steer", steer),
+                    "steer->ack, local socket": lambda: local.call("agent.steer", steer),
+                    "steer->ack, across hosts": lambda: call_host(
+                        client, "B", "agent.steer", steer
+                    ),
+                    "RemoteRunHandle.steer": lambda: handle.steer("nudge"),
+                },
+            )
         finally:
             await handle.aclose()
         for daemon in (local, plain):
