@@ -28,8 +28,11 @@ from tether.transports.channel import Entry
 from tether.wire import ControlAck, Exit
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    # One server per test: the cluster's registry lives in JetStream, so a shared server
+    # showed one test another's agents when the order changed (`-p randomly`: "cluster
+    # list is {('B', 'f1'), ...}, want {('B', 'w1'), ('A', 'a1')}").
     with run_nats_server(tmp_path_factory.mktemp("nats")) as server:
         yield server
 

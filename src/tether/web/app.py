@@ -151,9 +151,11 @@ class Dashboard:
         cached = self._last.get(agent["name"])
         if cached is not None and cached[0] == seq:
             return cached[1]
-        page = await self.call("agent.events", {"name": agent["name"], "after_seq": seq - 1})
-        events = page.get("events") or []
-        last = _summary(events[-1]) if events else None
+        # event `seq` itself: the run goes on meanwhile, and the newest event by the time
+        # this answers would not be the one the row's last_seq names (seen: 5 beside 3)
+        params = {"name": agent["name"], "after_seq": seq - 1, "limit": 1}
+        events = (await self.call("agent.events", params)).get("events") or []
+        last = _summary(events[0]) if events else None
         if last is not None:
             self._last[agent["name"]] = (seq, last)
         return last
