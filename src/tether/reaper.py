@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import signal
 import sys
 import time
@@ -34,7 +33,7 @@ from typing import Final
 
 __all__ = ["REAP_ENV", "marked_env", "reap", "track", "untrack"]
 
-REAP_ENV: Final = "TETHER_REAP_TOKEN"
+REAP_ENV: Final = "TETHER_REAP_TOKEN"  # its value: 12 random bytes (os.urandom), in hex
 GRACE_S: Final = 1.0
 """How long the marked processes get between SIGTERM and SIGKILL."""
 ROUNDS: Final = 20
@@ -46,7 +45,7 @@ class _Owner:
     """This process's side: the token, and the pipe to its reaper (None until started)."""
 
     def __init__(self) -> None:
-        self.token = secrets.token_hex(12)
+        self.token = os.urandom(12).hex()
         self.fd: int | None = None
 
     def ensure_started(self) -> bool:
@@ -91,7 +90,7 @@ def _new_owner_after_fork() -> None:
     if _owner.fd is not None:
         with contextlib.suppress(OSError):
             os.close(_owner.fd)
-    _owner.token = secrets.token_hex(12)
+    _owner.token = os.urandom(12).hex()
     _owner.fd = None
 
 

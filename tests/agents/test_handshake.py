@@ -26,7 +26,7 @@ from tether.runtime.outcome import Timeouts
 from .cli_helpers import MARK, survivors
 
 pytestmark = pytest.mark.timeout(60)
-START_S = 2.0
+START_S = 5.0  # room for a loaded machine to reach ready; the old bound was 60 s
 
 
 def _alive(pid: int) -> bool:
@@ -62,7 +62,7 @@ def test_a_cli_that_never_answers_the_hand_shake_fails_within_the_start_timeout(
     assert result.error is not None
     assert f"no answer to the hand-shake within {START_S:g} s" in result.error
     assert "start timeout" in result.error
-    assert took < 20  # bounded by the start timeout (2 s), not the old fixed 60 s
+    assert took < 30  # bounded by the start timeout (5 s), not the old fixed 60 s
     pid = int(pid_file.read_text())
     assert not _alive(pid), f"the silent CLI {pid} outlived the run"
 

@@ -250,9 +250,15 @@ def test_only_builtin_children_are_forked() -> None:
     prefix = forkserver.child_prefix()
     assert forkserver.eligible([*prefix, "--provider", "scripted"])
     assert forkserver.eligible([*prefix, "--agent", "builtin"])
-    assert not forkserver.eligible([*prefix, "--agent", "claude"])
-    assert not forkserver.eligible([*prefix, "--agent=codex"])
+    # an external agent whose CLI runs once for the run is forked too (it starts its CLI
+    # at once); the others keep exec
+    assert forkserver.eligible([*prefix, "--agent", "claude"])
+    assert forkserver.eligible([*prefix, "--agent=codex", "--agent-arg=-c"])
+    assert forkserver.eligible([*prefix, "--agent", "acp", "--", "claude-code-acp"])
+    assert not forkserver.eligible([*prefix, "--agent", "bash-agent"])
+    assert not forkserver.eligible([*prefix, "--agent", "resp", "--", "prog"])
     assert not forkserver.eligible([*prefix, "--adapter", "resp", "--", "prog"])
+    assert not forkserver.eligible([*prefix, "--", "prog"])
     assert not forkserver.eligible(["/bin/sh", "-c", "true"])
     assert not forkserver.enabled({forkserver.ENV: "0"})
     assert forkserver.enabled({})

@@ -52,7 +52,6 @@ from tether.daemon.registry import (
 from tether.errors import ControlRefused
 from tether.procs import Gate, find_program, nul_problem, proc_start_time, process_matches
 from tether.runtime import forkserver
-from tether.runtime.adapters import START_TIMEOUT_ENV
 from tether.runtime.forkserver import ForkedChild
 from tether.runtime.hub import WatchHub, shared_hub
 from tether.runtime.launch import default_argv, fork_child, make_inbox, prepare_run
@@ -224,11 +223,7 @@ class Supervisor:
                 provider=p.provider,
                 model=p.model,
                 env=p.env,
-                # the start timeout also bounds an agent CLI's hand-shake
-                fixed_env={
-                    "TETHER_AGENT_NAME": p.name,
-                    START_TIMEOUT_ENV: f"{self.timeouts.start_s:g}",
-                },
+                fixed_env={"TETHER_AGENT_NAME": p.name},
                 deadline_s=p.deadline_s,
             )
         except ControlRefused as exc:

@@ -132,22 +132,27 @@ def child_prefix() -> list[str]:
 
 
 def eligible(command: Sequence[str]) -> bool:
-    """True for ``tether child`` with the built-in agent (external agents keep exec)."""
+    """True for ``tether child`` with the built-in agent, or with an external agent whose
+    CLI it starts once for the run (``adapters.commands.LAUNCHES``: the forked child starts
+    that CLI at once, without an interpreter start before it); other agents keep exec."""
+    from tether.runtime.adapters.commands import LAUNCHES
+
     if list(command[:4]) != child_prefix():
         return False
     rest = list(command[4:])
+    agent = "builtin"
     for index, arg in enumerate(rest):
-        if arg == "--" or arg.partition("=")[0] == "--adapter":
+        if arg == "--":
+            break
+        if arg.partition("=")[0] == "--adapter":
             return False
         if arg == "--agent":
             agent = rest[index + 1] if index + 1 < len(rest) else ""
         elif arg.startswith("--agent="):
             agent = arg.partition("=")[2]
-        else:
-            continue
-        if agent != "builtin":
-            return False
-    return True
+    if agent == "builtin":
+        return "--" not in rest
+    return agent in LAUNCHES
 
 
 def env_size(env: Mapping[str, str]) -> int:

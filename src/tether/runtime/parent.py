@@ -329,14 +329,14 @@ async def spawn(
     state directory's database); ``follow_nested`` also hands out the updates of the
     runs it starts (subagents), with ``depth`` >= 1.
     """
-    timeouts = timeouts or Timeouts()
     fixed_env = None
     if agent is not None or agent_args:
         child_args = [*child_args, *_agent_args(agent, agent_args, argv)]
         if agent not in (None, "builtin"):
             argv = None
-            # the agent CLI's hand-shake is bounded by the run's start timeout
-            fixed_env = {START_TIMEOUT_ENV: f"{timeouts.start_s:g}"}
+            if timeouts is not None:  # the agent CLI's hand-shake: the run's start timeout
+                fixed_env = {START_TIMEOUT_ENV: f"{timeouts.start_s:g}"}
+    timeouts = timeouts or Timeouts()
     prepared = await asyncio.to_thread(
         prepare_run,
         task,

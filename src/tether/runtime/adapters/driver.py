@@ -52,7 +52,6 @@ from tether.agent.runner import (
 )
 from tether.runtime.adapters.base import BadLine, CliProcess
 from tether.runtime.adapters.translate import Action, Ask, Broken, Ended, Send, Show, Started
-from tether.runtime.outcome import Timeouts
 from tether.wire.limits import POLL_BUSY_S
 
 if TYPE_CHECKING:
@@ -61,8 +60,10 @@ if TYPE_CHECKING:
 __all__ = ["SESSION_FILE", "Traits", "TranslatingRunner", "Translator", "descendants"]
 
 SESSION_FILE: Final = "agent-session"
-# The hand-shake's bound when the child was given no start timeout: the parent's default.
-START_S: Final = Timeouts().start_s
+# The hand-shake's bound when the run sets no start timeout (TETHER_START_TIMEOUT_S):
+# Gemini CLI alone takes 11-20 s to answer `initialize` on a loaded 2-core machine, more
+# than the parent's default start_s (20 s) leaves; a run that sets one is held to it.
+START_S: Final = 60.0
 
 
 class Translator(Protocol):
