@@ -1,5 +1,7 @@
 """Fuzz the wire decoders: nothing may escape but a message or a Rejection.
 
+The fast first try of ``decode`` and the always-depth-checked path must agree.
+
 Run under atheris when it is installed (``python fuzz/fuzz_wire.py -atheris_runs=100000``),
 else a bounded random loop: ``python fuzz/fuzz_wire.py [iterations]``.
 """
@@ -12,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
-from tether.wire import Receiver, Rejection, decode, normalize
+from tether.wire import Receiver, Rejection, codec, decode, normalize
 from tether.wire.lines import LineSplitter
 
 TOKENS = [b"{", b"}", b'"', b"\\u", b"1e999", b"\n", b"[", b"null", b"\xff"]
@@ -29,6 +31,9 @@ def one_input(data: bytes) -> None:
     for direction in ("event", "control"):
         result = decode(data, direction)
         assert result is not None
+        # decode's first try (no depth scan for short byte lines) agrees with the path
+        # that always scans first
+        assert result == codec._decode_checked(data, direction), data
         if not isinstance(result, Rejection):
             assert result.v == 1
     receiver = Receiver("control")

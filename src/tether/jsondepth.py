@@ -9,7 +9,9 @@ branch answers it with its normal code.
 
 Theory of the scan (every pass runs in C, none per byte in Python):
 
-1. At most ``limit`` opening brackets in all: nothing to do (the common case).
+1. At most ``limit`` opening brackets in all: nothing to do (the common case). They are
+   counted by jumping from one to the next in C (memchr), giving up past ``limit``, so a
+   line with few brackets costs a memchr pass or two whatever its size.
 2. Remove the strings (a bracket inside a string is text; without a backslash in the data
    every quote opens or closes one, so a split does it), then every byte but brackets,
    writing ``(`` for ``[``/``{`` and ``)`` for ``]``/``}``: the depth of a prefix does not
@@ -36,10 +38,27 @@ import msgspec
 
 from tether.errors import TetherError
 
-__all__ = ["MAX_JSON_DEPTH", "TooDeep", "check_depth", "decode", "decode_any", "loads"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "SHALLOW_BELOW",
+    "TooDeep",
+    "check_depth",
+    "decode",
+    "decode_any",
+    "few_openers",
+    "loads",
+]
 
 MAX_JSON_DEPTH: Final = 128
 """The deepest nesting of arrays and objects any tether decoder accepts."""
+
+SHALLOW_BELOW: Final = 2 * (MAX_JSON_DEPTH + 1)
+"""Valid JSON shorter than this (bytes or characters) nests at most MAX_JSON_DEPTH deep.
+
+Each level costs an opening and a closing bracket, so a decoder that refuses invalid
+JSON may skip the depth check for such input: whatever it accepts is shallow enough,
+and what it refuses it has recursed into at most this many levels.
+"""
 
 T = TypeVar("T")
 
@@ -48,6 +67,10 @@ _STRING_S: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _ANY: Final = msgspec.json.Decoder()
 _OPEN: Final = ord("(")
 _AS_PARENS: Final = bytes.maketrans(b"[{]}", b"(())")
+_OPENERS_B: Final = (b"[", b"{")
+_OPEN_ARRAY: Final = ord("[")
+_OPEN_OBJECT: Final = ord("{")
+_OPENERS_S: Final = ("[", "{")
 _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
 
 
@@ -62,12 +85,12 @@ class TooDeep(TetherError, msgspec.DecodeError):
 def check_depth(data: bytes | bytearray | memoryview | str, limit: int = MAX_JSON_DEPTH) -> None:
     """Raise :class:`TooDeep` when ``data`` nests arrays/objects deeper than ``limit``."""
     if isinstance(data, str):
-        if data.count("[") + data.count("{") <= limit:
+        if _few_openers(data, _OPENERS_S, limit):
             return
         raw = _without_strings_s(data).encode("utf-8", "surrogatepass")
     else:
-        raw = bytes(data)
-        if raw.count(b"[") + raw.count(b"{") <= limit:
+        raw = data if type(data) is bytes else bytes(data)
+        if few_openers(raw, limit):
             return
         raw = _without_strings_b(raw)
     if _deeper_than(raw.translate(_AS_PARENS, _NOT_BRACKETS), limit):
@@ -84,6 +107,28 @@ def _without_strings_s(data: str) -> str:
     if "\\" in data:
         return _STRING_S.sub("", data)
     return "".join(data.split('"')[::2])
+
+
+def few_openers(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """At most ``limit`` opening brackets in ``data``, so it cannot nest deeper than that."""
+    # Most lines hold one object and nothing nested. `int in bytes` is a bare memchr;
+    # bytes.find parses its arguments the slow, legacy way (~700 instructions a call).
+    if limit >= 1 and _OPEN_ARRAY not in data and _OPEN_OBJECT not in data[1:]:
+        return True
+    return _few_openers(data, _OPENERS_B, limit)
+
+
+def _few_openers(data: Any, openers: tuple[Any, Any], limit: int) -> bool:
+    """At most ``limit`` of ``openers`` in ``data``: ``find`` jumps to each in C."""
+    left = limit
+    for opener in openers:
+        at = data.find(opener)
+        while at >= 0:
+            left -= 1
+            if left < 0:
+                return False
+            at = data.find(opener, at + 1)
+    return True
 
 
 def _deeper_than(brackets: bytes, limit: int) -> bool:

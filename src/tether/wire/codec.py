@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from typing import Any, Final, Union
 
 import msgspec
@@ -85,6 +86,8 @@ _TABLES: dict[str, dict[str, type[Message]]] = {
 # The fast decoders are built on first use: a child writes `ready` before it needs one.
 # Keyed by plain strings (a StrEnum hashes like its value): no enum call per line.
 _FAST_BY_NAME: dict[str, msgspec.json.Decoder[Any]] = {}
+# Their bound ``decode`` methods, for the first try (one look-up, no method binding).
+_FAST_DECODE: dict[str, Callable[[bytes], Any]] = {}
 _BY_CLASS: dict[type[Message], msgspec.json.Decoder[Any]] = {}
 _UNIONS: dict[str, tuple[type[Message], ...]] = {"event": EVENTS, "control": CONTROLS}
 
@@ -95,6 +98,7 @@ def _fast_decoder(direction: str) -> msgspec.json.Decoder[Any] | None:
         return None
     decoder = msgspec.json.Decoder(Union[members])  # noqa: UP007
     _FAST_BY_NAME[direction] = decoder
+    _FAST_DECODE[direction] = decoder.decode
     return decoder
 
 
@@ -108,10 +112,34 @@ def _class_decoder(cls: type[Message]) -> msgspec.json.Decoder[Any]:
 _GENERIC = msgspec.json.Decoder(float_hook=float)
 _ENCODER = msgspec.json.Encoder()
 _DECODE_ERRORS = (msgspec.DecodeError, UnicodeError)
+_SHALLOW_BELOW: Final = jsondepth.SHALLOW_BELOW
+_few_openers: Final = jsondepth.few_openers
+_NO_STACK: Final = "malformed JSON: nested deeper than the caller's stack allows"
 
 
 def decode(line: bytes | bytearray | memoryview | str, direction: str) -> AnyMessage | Rejection:
     """Decode one line (without its newline) for ``direction``: a message or a rejection."""
+    # First try, for byte lines (what files and sockets hand out): valid JSON shorter
+    # than SHALLOW_BELOW bytes, or with at most MAX_JSON_DEPTH opening brackets (found by
+    # memchr jumps), cannot nest deeper than the limit, so what the typed decode accepts
+    # is exactly what the checked path would; what it refuses, the staged checks explain.
+    # A direction whose decoder is not built yet (KeyError) or a caller's stack near its
+    # recursion limit takes the checked path, which scans before it decodes.
+    try:
+        if type(line) is bytes and (
+            len(line) < _SHALLOW_BELOW or (len(line) < MAX_LINE_BYTES and _few_openers(line))
+        ):
+            return _FAST_DECODE[direction](line)  # type: ignore[no-any-return]
+    except msgspec.DecodeError:
+        return _refused(line, direction)
+    except (KeyError, RecursionError):
+        pass
+    return _decode_checked(line, direction)
+
+
+def _decode_checked(
+    line: bytes | bytearray | memoryview | str, direction: str
+) -> AnyMessage | Rejection:
     fast = _FAST_BY_NAME.get(direction) or _fast_decoder(direction)
     if fast is None:
         return Rejection(code=Code.INVALID, reason=f"unknown direction: {direction}")
@@ -126,6 +154,8 @@ def decode(line: bytes | bytearray | memoryview | str, direction: str) -> AnyMes
         return Rejection(code=Code.MALFORMED, reason=f"malformed JSON: {exc}")
     except _DECODE_ERRORS:
         return _explain(line, direction)
+    except RecursionError:
+        return Rejection(code=Code.MALFORMED, reason=_NO_STACK)
     return message
 
 
@@ -211,11 +241,23 @@ def _size(line: object) -> int | None:
     return None
 
 
+def _refused(line: bytes | bytearray | memoryview | str, direction: str) -> AnyMessage | Rejection:
+    """Why the first try refused a short line: the depth check, then the staged checks."""
+    try:
+        jsondepth.check_depth(line)
+    except jsondepth.TooDeep as exc:
+        return Rejection(code=Code.MALFORMED, reason=f"malformed JSON: {exc}")
+    return _explain(line, direction)
+
+
 def _explain(line: bytes | bytearray | memoryview | str, direction: str) -> AnyMessage | Rejection:
+    # Callers checked the depth before the fast decode refused the line.
     try:
         obj = _GENERIC.decode(line)
     except _DECODE_ERRORS as exc:
         return Rejection(code=Code.MALFORMED, reason=f"malformed JSON: {exc}")
+    except RecursionError:
+        return Rejection(code=Code.MALFORMED, reason=_NO_STACK)
     if not isinstance(obj, dict):
         return Rejection(code=Code.MALFORMED, reason="decoded JSON is not an object")
     # The fast path refused the line; the staged checks say why, or accept what it
