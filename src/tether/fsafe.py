@@ -142,6 +142,26 @@ def open_path(
         return open_in(dir_fd, name, flags, create=create, uid=uid)
 
 
+def open_fifo(path: str | os.PathLike[str], flags: int, *, uid: int | None = None) -> int:
+    """Open the FIFO at ``path`` like :func:`open_path` opens a file: by one plain name in
+    its directory, never following a link, never blocking (``O_NONBLOCK``: writing with no
+    reader fails ``ENXIO``), and refused unless it is a FIFO owned by ``uid``."""
+    where, name = os.path.split(os.path.abspath(os.fspath(path)))
+    with opened_dir(where) as dir_fd:
+        fd = os.open(plain_name(name), flags | _SAFE, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        want = os.getuid() if uid is None else uid
+        if not stat.S_ISFIFO(st.st_mode):
+            raise UnsafeFileError(path, "not a FIFO")
+        if st.st_uid != want:
+            raise UnsafeFileError(path, f"owned by uid {st.st_uid}, not {want}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def read_all(fd: int, limit: int) -> bytes:
     """Everything readable from ``fd`` (at most ``limit`` bytes, else :class:`UnsafeFileError`)."""
     chunks: list[bytes] = []

@@ -149,22 +149,13 @@ class ControlWriter:
 def open_wake_fifo(run_dir: str | os.PathLike[str]) -> WakePipe | None:
     """The write end of a run's wake FIFO (a child whose writer went away listens on it).
 
-    Opened non-blocking without following links (``ENXIO`` when no child listens: None);
-    anything but a FIFO in its place is refused. The result's :meth:`WakePipe.wake` works
-    like a pipe's.
+    Opened through :func:`tether.fsafe.open_fifo` (no link followed, never blocking,
+    ``ENXIO`` when no child listens: None); anything but our FIFO in its place is
+    refused. The result's :meth:`WakePipe.wake` works like a pipe's.
     """
-    path = os.path.join(os.fspath(run_dir), WAKE_FIFO)
-    flags = os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags)
+        fd = fsafe.open_fifo(os.path.join(os.fspath(run_dir), WAKE_FIFO), os.O_WRONLY)
     except OSError:
-        return None
-    try:
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            os.close(fd)
-            return None
-    except OSError:
-        os.close(fd)
         return None
     return WakePipe(fd)
 
@@ -241,22 +232,13 @@ class WakeFifo:
         self.fd: int | None = None
 
     def open(self) -> int | None:
-        with contextlib.suppress(FileExistsError, OSError):
+        with contextlib.suppress(OSError):  # an existing name is kept: checked below
             os.mkfifo(self.path, 0o600)
-        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            fd = os.open(self.path, flags)
+            self.fd = fsafe.open_fifo(self.path, os.O_RDONLY)
         except OSError:
             return None
-        try:
-            if not stat.S_ISFIFO(os.fstat(fd).st_mode) or os.fstat(fd).st_uid != os.getuid():
-                os.close(fd)
-                return None
-        except OSError:
-            os.close(fd)
-            return None
-        self.fd = fd
-        return fd
+        return self.fd
 
     def close(self) -> None:
         fd, self.fd = self.fd, None
