@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tether.inbox.messages import (
@@ -170,3 +171,48 @@ def test_any_object_is_accepted_or_a_bad_payload(obj: dict[str, object]) -> None
         assert result.body == msgspec.json.decode(line)
     else:
         assert msgspec.json.decode(msgspec.json.encode(result)).items() <= obj.items()
+
+
+# --- classify's first try (no full depth scan) agrees with the always-checked path ---------
+
+
+def _classify_checked(line: bytes) -> object:
+    from tether.inbox import messages
+
+    saved = messages._SHALLOW_BELOW, messages._few_openers
+    messages._SHALLOW_BELOW, messages._few_openers = 0, lambda data: False  # type: ignore[misc]
+    try:
+        return messages.classify(line)
+    finally:
+        messages._SHALLOW_BELOW, messages._few_openers = saved  # type: ignore[misc]
+
+
+def _nested(depth: int) -> bytes:
+    return b'{"type":"progress","text":"t","x":' + b"[" * depth + b"1" + b"]" * depth + b"}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_classify_first_try_agrees_on_arbitrary_bytes(line: bytes) -> None:
+    from tether.inbox.messages import classify
+
+    assert classify(line) == _classify_checked(line)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 140), st.integers(0, 6), st.text(alphabet='aé"\\[{', max_size=8))
+def test_classify_first_try_agrees_on_deep_and_escaped_lines(
+    depth: int, cut: int, text: str
+) -> None:
+    from tether.inbox.messages import RejectCode, classify
+
+    for line in (
+        _nested(depth),
+        _nested(depth)[: -cut or None],
+        json.dumps({"type": "progress", "text": text}).encode(),
+        json.dumps({"type": "done", "summary": text}, ensure_ascii=False).encode(),
+    ):
+        got = classify(line)
+        assert got == _classify_checked(line), line
+    if depth + 1 > 128:
+        assert classify(_nested(depth))[2] == RejectCode.NOT_JSON

@@ -125,6 +125,8 @@ class _Probe(msgspec.Struct):
 _probe_decoder: Final = msgspec.json.Decoder(_Probe)
 _REQUIRED: Final = {kind: attrgetter(name) for kind, (_, name) in _TYPED.items()}
 _object_decoder: Final = msgspec.json.Decoder(dict[str, Any])
+_SHALLOW_BELOW: Final = jsondepth.SHALLOW_BELOW
+_few_openers: Final = jsondepth.few_openers
 
 
 def raw_text(line: bytes) -> str:
@@ -141,7 +143,12 @@ def classify(line: bytes) -> tuple[str | None, str | None, RejectCode | None, st
     the drain's hot path: one msgspec pass that builds only the probed keys.
     """
     try:
-        probe = jsondepth.decode(_probe_decoder, line)
+        # Valid JSON this short, or with this few brackets, is shallow enough: the probe
+        # decodes it without the full depth scan (what it refuses, _undecodable explains).
+        if len(line) < _SHALLOW_BELOW or _few_openers(line):
+            probe = _probe_decoder.decode(line)
+        else:
+            probe = jsondepth.decode(_probe_decoder, line)
         body = line.decode("utf-8")  # msgspec does not check keys it skips
     except msgspec.ValidationError as exc:
         return None, None, RejectCode.NOT_OBJECT, str(exc)
@@ -149,6 +156,8 @@ def classify(line: bytes) -> tuple[str | None, str | None, RejectCode | None, st
         return _undecodable(line, exc)
     except UnicodeDecodeError as exc:
         return None, None, RejectCode.NOT_UTF8, str(exc)
+    except RecursionError:
+        return None, None, RejectCode.NOT_JSON, "nested deeper than the caller's stack allows"
     kind = probe.type
     if type(kind) is not str:
         return body.strip(), None, None, None
@@ -161,6 +170,10 @@ def classify(line: bytes) -> tuple[str | None, str | None, RejectCode | None, st
 def _undecodable(line: bytes, exc: msgspec.DecodeError) -> tuple[None, None, RejectCode, str]:
     if not line.strip():
         return None, None, RejectCode.EMPTY, "empty line"
+    try:
+        jsondepth.check_depth(line)  # the reason the checked path would have given
+    except jsondepth.TooDeep as deep:
+        exc = deep
     code = RejectCode.NOT_UTF8 if "UTF-8" in str(exc) else RejectCode.NOT_JSON
     return None, None, code, str(exc)
 
