@@ -408,6 +408,7 @@ def test_the_python_api_spawns_and_drives_a_run_on_another_host(
         local = await tether_api.spawn(
             "hi", provider="scripted", child_args=["--script", str(script)],
             runs_root=tmp_path / "runs", db=tmp_path / "runs.db",
+            close_when_idle=False,  # as the remote one: it may finish its first turn first
         )  # fmt: skip
         handle = await tether_api.spawn_remote(
             "hi", host="B", nats_url=nats.url, provider="scripted", script=str(script)
