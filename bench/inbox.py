@@ -217,7 +217,21 @@ def run(size_mb: int, small_mb: int, repeats: int) -> None:
                 f" {covered[-1]['seconds'] * 1000:.2f} ms, re-drain from 0 {zero['seconds']:.2f} s"
             )
         small_peak = measure("first", small, fresh_db(directory, "small.db"))
+    _report(lines, mb, (size_mb, small_mb, repeats), (firsts, covered, zeros, floors), small_peak)
 
+
+Runs = list[dict[str, float]]
+
+
+def _report(
+    lines: int,
+    mb: float,
+    sizes: tuple[int, int, int],
+    runs: tuple[Runs, Runs, Runs, Runs],
+    small_peak: dict[str, float],
+) -> None:
+    size_mb, small_mb, repeats = sizes
+    firsts, covered, zeros, floors = runs
     first_s = statistics.median(r["seconds"] for r in firsts)
     zero_s = statistics.median(r["seconds"] for r in zeros)
     covered_s = statistics.median(r["seconds"] for r in covered)
@@ -231,10 +245,16 @@ def run(size_mb: int, small_mb: int, repeats: int) -> None:
     floor_s = statistics.median(r["seconds"] for r in floors)
     pairs = zip(floors, firsts, strict=True)
     per_round = statistics.median(f["seconds"] / d["seconds"] for f, d in pairs)
+    floor_cpu = statistics.median(r["cpu_seconds"] for r in floors)
     print(
         f"  floor (SQLite batched inserts of the same rows, same SQL and transactions):"
         f" {floor_s:.2f} s, {lines / floor_s:,.0f} rows/s; drain/floor rate"
         f" {per_round:.2f} (median of per-round ratios)"
+    )
+    print(
+        f"  per CPU second: drain {lines / first_cpu:,.0f} messages, floor"
+        f" {lines / floor_cpu:,.0f} rows (ratio {floor_cpu / first_cpu:.2f}; wall time on a"
+        f" loaded machine also counts waiting for a core and the disk)"
     )
     print("re-drain, every line already stored:")
     print(f"  from offset 0 (offsets forgotten): {zero_s:.2f} s, {first_s / zero_s:.1f}x faster")

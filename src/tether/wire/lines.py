@@ -23,6 +23,7 @@ in with the offset and the skip continues.
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 from itertools import accumulate
 from typing import Final, NamedTuple
 
@@ -55,6 +56,8 @@ class TooLarge(NamedTuple):
 LineItem = Line | TooLarge
 
 _plus_one = (1).__add__
+# Line from an (offset, data) pair without a Python frame (Line._make is Python code).
+_make_line = partial(tuple.__new__, Line)
 
 
 class LineSplitter:
@@ -196,7 +199,7 @@ class LineSplitter:
                 self._cut_slowly(lines, start + pos)
             else:  # offsets by a running sum of (length + 1), all in C
                 offsets = accumulate(map(_plus_one, map(len, lines)), initial=start + pos)
-                self._ready.extend(map(Line._make, zip(offsets, lines, strict=False)))
+                self._ready.extend(map(_make_line, zip(offsets, lines, strict=False)))
             pos = last + 1
         if pos == len(data):
             return
