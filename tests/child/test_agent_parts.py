@@ -90,7 +90,8 @@ def test_cancelling_bash_kills_the_group_at_once(tmp_path: Path) -> None:
     async def scenario() -> tuple[int, bool, bool]:
         registry = select_tools(["bash"])
         context = ToolContext(cwd=tmp_path)
-        command = "trap '' TERM; sleep 30 & echo $! > bg.pid; wait"
+        # the pid file appears whole (renamed into place): `> bg.pid` alone creates it empty first
+        command = "trap '' TERM; sleep 30 & echo $! > bg.tmp && mv bg.tmp bg.pid; wait"
         task = asyncio.ensure_future(registry.call("bash", {"command": command}, context))
         for _ in range(2000):
             if (tmp_path / "bg.pid").exists():
