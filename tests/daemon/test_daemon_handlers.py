@@ -4,6 +4,7 @@ on a real Unix socket (the way tether.daemon.app installs ``agent.*``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ def status(context: CallContext, params: Any) -> dict[str, Any]:
     args = decode_params(params, NameParams)
     if args.name == "ghost":
         raise RpcFailure(ErrorCode.AGENT_NOT_FOUND, "no such agent")
-    return {"name": args.name, "peer": context.connection.peer_pid is not None}
+    connection = context.connection  # None for an in-process call (Daemon.answer)
+    return {"name": args.name, "peer": connection is not None and connection.peer_pid is not None}
 
 
 def boom(context: CallContext, params: Any) -> None:
@@ -122,6 +124,48 @@ def test_shutdown_cuts_blocking_calls_with_shutting_down(short_tmp: Path) -> Non
         response = await pending
         assert response.error is not msgspec.UNSET
         assert response.error.code is ErrorCode.SHUTTING_DOWN  # type: ignore[union-attr]
+
+    serve_with(short_tmp, body)
+
+
+def test_in_process_calls_get_the_sockets_answers_and_count_in_flight(short_tmp: Path) -> None:
+    """``Daemon.answer`` (a host link's calls) goes through the socket's one dispatch: the
+    same results and codes, an answer body without the frame prefix, no connection for a
+    handler (``context.socket()`` refuses), and calls in flight hold ``quiet`` back."""
+    from tether.daemon.protocol import Request, decode_response
+
+    async def ask(daemon: Daemon, method: str, params: Any = None) -> Any:
+        return decode_response(await daemon.answer(Request(9, method, params)))
+
+    async def body(daemon: Daemon, client: AsyncDaemonClient) -> None:
+        ok = await ask(daemon, "agent.status", {"name": "a"})
+        assert (ok.id, ok.result) == (9, {"name": "a", "peer": False})  # no connection
+        codes = [
+            (await ask(daemon, "agent.nope")).error.code,
+            (await ask(daemon, "agent.status", {"name": "ghost"})).error.code,
+            (await ask(daemon, "agent.boom")).error.code,
+            (await ask(daemon, "agent.slow_boom")).error.code,
+            (await ask(daemon, "channel.register_channel", {"cc_session_id": "s"})).error.code,
+        ]
+        assert codes == [
+            ErrorCode.UNKNOWN_METHOD,
+            ErrorCode.AGENT_NOT_FOUND,
+            ErrorCode.INTERNAL,
+            ErrorCode.INTERNAL,
+            ErrorCode.INVALID_PARAMS,  # it needs a live socket connection
+        ]
+        assert await daemon.quiet(0.0)
+        started = STARTED["forever"] = asyncio.Event()
+        call = asyncio.ensure_future(ask(daemon, "agent.forever"))
+        await started.wait()
+        del STARTED["forever"]
+        assert daemon.statistics()["in_flight"] == 1
+        assert not await daemon.quiet(0.05)  # a call in flight: background work waits
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        assert await daemon.quiet(1.0)
+        assert daemon.statistics()["in_flight"] == 0
 
     serve_with(short_tmp, body)
 
