@@ -26,8 +26,9 @@ alternating a direct round and a tether round (and a "before" round with ``--bef
   ``control-ack``, while a turn runs (its model call held by the server).
 
 ``--before SRC`` adds a third series: the same tether rounds with the child run from
-another source tree (``PYTHONPATH=SRC`` in its environment, e.g. ``git archive`` of the
-commit before a change), so a change is measured before and after in the same run.
+another source tree (``PYTHONPATH=SRC`` in its environment, exec'd: never forked from this
+process's fork server, whose template runs this tree; e.g. ``git archive`` of the commit
+before a change), so a change is measured before and after in the same run.
 
 Targets (issue 12): the adapter adds under 5 ms to an ack and under 10 % to start-up.
 
@@ -278,8 +279,8 @@ async def through_tether(
     """The same CLI as a tether child: start-up to the first text delta, then acks."""
     client = CLIENTS[CLIS[name].client]
     env, args = client.configure(url, home)
-    if src is not None:
-        env["PYTHONPATH"] = src  # the child (and only it) runs that source tree
+    if src is not None:  # the child (and only it) runs that source tree, exec'd
+        env.update(PYTHONPATH=src, TETHER_FORKSERVER="0")
     started = time.perf_counter()
     handle = await tether.spawn(
         "hello",
