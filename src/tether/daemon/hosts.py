@@ -363,11 +363,16 @@ class HostLink:
             await self._pump_locked(bridge)
 
     async def _pump_locked(self, bridge: Outbound) -> None:
+        # Any failure leaves the bridge rewound to its first unsent line and is retried on
+        # the next pass (at least once a second); it must never end the forwarding loop,
+        # which pumps inline: one escaped error there stopped a host's forwarding for good.
         try:
             while await bridge.pump():
                 pass
         except (TransportError, OSError) as error:
             log.warning("host %s: forwarding %s failed: %s", self.host, bridge.name, error)
+        except Exception:
+            log.exception("host %s: forwarding %s failed; retrying", self.host, bridge.name)
 
     # -- leaving ------------------------------------------------------------------------
 

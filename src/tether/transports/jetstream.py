@@ -227,10 +227,18 @@ class JetStreamChannel:
                 pause = min(pause * 2, 2.0)
 
     async def commit(self, name: str, consumer: str, offset: int) -> None:
+        from nats.errors import Error as NatsError
+
+        key = f"{check_consumer(consumer)}.{check_name(name)}"
+        try:
+            await self._commit(key, offset)
+        except NatsError as error:  # e.g. no responders while a cluster elects a leader
+            raise TransportError(f"commit of {key!r} failed: {error}") from error
+
+    async def _commit(self, key: str, offset: int) -> None:
         from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
         kv = self._bucket()
-        key = f"{check_consumer(consumer)}.{check_name(name)}"
         known = self._known.get(key)
         if known is not None:  # one round trip: update from the revision we wrote last
             if known[0] >= offset:
@@ -261,6 +269,7 @@ class JetStreamChannel:
             self._known[key] = (offset, int(revision))
 
     async def committed(self, name: str, consumer: str) -> int | None:
+        from nats.errors import Error as NatsError
         from nats.js.errors import KeyNotFoundError
 
         key = f"{check_consumer(consumer)}.{check_name(name)}"
@@ -268,6 +277,8 @@ class JetStreamChannel:
             entry = await self._bucket().get(key)
         except KeyNotFoundError:
             return None
+        except NatsError as error:
+            raise TransportError(f"reading the commit of {key!r} failed: {error}") from error
         return None if entry.value is None else int(entry.value)
 
     def _bucket(self) -> KeyValue:
