@@ -252,7 +252,8 @@ def _group_stats(pids: list[int]) -> tuple[float, int]:
     return cpu, rss
 
 
-async def _spawn_agents(path: Path, root: Path, count: int, parallel: int = 8) -> list[int]:
+async def spawn_agents(path: Path, root: Path, count: int, parallel: int = 8) -> list[int]:
+    """Spawn ``count`` idle scripted agents ``idle0...`` on the daemon at ``path``; their pids."""
     client = await AsyncDaemonClient.open(path)
     gate = asyncio.Semaphore(parallel)
 
@@ -279,7 +280,7 @@ async def _remove_agents(path: Path, names: list[str]) -> None:
 def _idle_agents(args: argparse.Namespace, path: Path, root: Path, daemon_pid: int) -> None:
     """Spawn ``args.agents`` idle agents; report daemon and children idle CPU and memory."""
     began = time.perf_counter()
-    pids = _run(_spawn_agents(path, root, args.agents))
+    pids = _run(spawn_agents(path, root, args.agents))
     spawn_s = time.perf_counter() - began
     time.sleep(10.0)  # let every child finish building its agent (after `ready`)
     children_before, rss = _group_stats(pids)

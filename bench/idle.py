@@ -35,7 +35,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGET_PCT_PER_1000 = 0.5
@@ -133,31 +132,6 @@ def _sample(pids: Sequence[int]) -> tuple[float, int, int]:
 # -- the fleet under a daemon -----------------------------------------------------------------
 
 
-def _spawn_params(name: str, root: Path) -> dict[str, Any]:
-    script = root / "idle.json"
-    if not script.exists():
-        script.write_text('[{"text": "ok"}]')
-    return {"name": name, "provider": "scripted", "script": str(script), "cwd": str(root)}
-
-
-async def _spawn(socket: Path, root: Path, count: int, parallel: int) -> list[int]:
-    from tether.daemon.aclient import AsyncDaemonClient
-
-    client = await AsyncDaemonClient.open(socket)
-    gate = asyncio.Semaphore(parallel)
-
-    async def one(index: int) -> int:
-        async with gate:
-            result = await client.call("agent.spawn", _spawn_params(f"idle{index}", root))
-            pid: int = result["pid"]
-            return pid
-
-    try:
-        return list(await asyncio.gather(*(one(i) for i in range(count))))
-    finally:
-        await client.close()
-
-
 async def _remove(socket: Path, count: int) -> None:
     from tether.daemon.aclient import AsyncDaemonClient
 
@@ -231,7 +205,9 @@ def main() -> int:
             time.sleep(0.05)
         os.environ.update(TETHER_SOCKET=str(socket))
         began = time.perf_counter()
-        pids = asyncio.run(_spawn(socket, root, args.agents, args.parallel))
+        from daemon import spawn_agents  # bench/daemon.py: the one way benches spawn idle agents
+
+        pids = asyncio.run(spawn_agents(socket, root, args.agents, args.parallel))
         spawn_s = time.perf_counter() - began
         settle([daemon.pid, *pids])
         load = os.getloadavg()[0]
