@@ -287,6 +287,8 @@ def test_a_host_cut_off_from_nats_catches_up_with_nothing_lost_or_doubled(
             status = json.loads(tether(env, *local, "status", "w3", "--json").stdout)
             events = Path(str(status["run_dir"])) / "events.jsonl"
             assert tether(env, *local, "ask", "w3", "one").returncode == 0
+            # B forwards this run (its registry sync attached it) before the cut
+            _check_events_in_jetstream(first.url, "B", str(status["run_id"]), events)
         # NATS is down: the agent keeps working through B's local socket.
         assert tether(env, *local, "ask", "w3", "two while cut off").returncode == 0
         assert tether(env, *local, "ask", "w3", "three while cut off").returncode == 0

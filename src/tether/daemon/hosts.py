@@ -329,7 +329,6 @@ class HostLink:
             self._spawn(self._start_bridge(bridge))
 
     async def _start_bridge(self, bridge: Outbound) -> None:
-        await bridge.start()
         await self._pump(bridge)
 
     def _detach(self, name: str) -> None:
@@ -356,10 +355,16 @@ class HostLink:
                         await self._pump(bridge)
 
     async def _pump(self, bridge: Outbound) -> None:
-        if not bridge.started:
-            return
         lock = self._locks.setdefault(bridge.name, asyncio.Lock())
         async with lock:  # one pump at a time per file, or two would interleave its lines
+            if not bridge.started:
+                # it reads its committed offset from NATS: while NATS is away this fails
+                # and the next pass tries again (a bridge left unstarted forwarded nothing)
+                try:
+                    await bridge.start()
+                except (TransportError, OSError) as error:
+                    log.warning("host %s: forwarding %s failed: %s", self.host, bridge.name, error)
+                    return
             await self._pump_locked(bridge)
 
     async def _pump_locked(self, bridge: Outbound) -> None:
