@@ -5,7 +5,9 @@
 - :func:`blocked_without_timer`: its main thread sleeps in ``epoll_wait`` with no
   timeout, so nothing but a descriptor can wake it (no polling, no timer);
 - :func:`wait_until`: a state check repeated until it holds (bounded), for states
-  that follow an event the test caused.
+  that follow an event the test caused;
+- :func:`parent_pid` and :func:`kill_and_wait`: who forked a process, and a SIGKILL that
+  returns once the process is dead (its pidfd turns readable).
 """
 
 from __future__ import annotations
@@ -60,3 +62,22 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> N
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: not within {timeout} s")
         time.sleep(0.01)
+
+
+def parent_pid(pid: int) -> int:
+    """The parent pid of ``pid``, from ``/proc/PID/stat`` (the name may hold spaces)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rpartition(")")[2].split()[1])
+
+
+def kill_and_wait(pid: int) -> None:
+    """SIGKILL ``pid`` and wait until it is dead (its pidfd turns readable)."""
+    import select
+    import signal
+
+    fd = os.pidfd_open(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)

@@ -7,15 +7,13 @@ process from ``/proc``; ``TETHER_FORKSERVER=0`` in an agent's ``env`` makes it e
 from __future__ import annotations
 
 import json
-import os
 import re
-import select
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from test_agents_support import AgentDaemon, agentd
+from tests.wake_probe import kill_and_wait, parent_pid
 
 from tether.runtime import forkserver
 
@@ -50,19 +48,6 @@ def _comparable(report: dict[str, Any]) -> dict[str, Any]:
     return {**report, **dict.fromkeys(("pid", "ppid", "pgrp", "session")), "env": env, "fds": fds}
 
 
-def _ppid(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
-
-
-def _kill(pid: int) -> None:
-    fd = os.pidfd_open(pid)
-    try:
-        os.kill(pid, signal.SIGKILL)
-        select.select([fd], [], [])
-    finally:
-        os.close(fd)
-
-
 def test_daemon_agents_are_forked_and_match_execd_ones(agentd: AgentDaemon) -> None:
     daemon = agentd.process.proc.pid
     forked = _spawn(agentd, "forked", {})
@@ -70,7 +55,7 @@ def test_daemon_agents_are_forked_and_match_execd_ones(agentd: AgentDaemon) -> N
     template = forked["ppid"]
     assert execd["ppid"] == daemon
     assert template != daemon
-    assert _ppid(template) == daemon  # the daemon's template forked it
+    assert parent_pid(template) == daemon  # the daemon's template forked it
     assert b"tether.cli.forkserver" in Path(f"/proc/{template}/cmdline").read_bytes()
     for report in (forked, execd):
         assert report["session"] == report["pgrp"] == report["pid"]
@@ -85,13 +70,13 @@ def test_daemon_agents_are_forked_and_match_execd_ones(agentd: AgentDaemon) -> N
 
 def test_daemon_agents_outlive_a_killed_template(agentd: AgentDaemon) -> None:
     first = agentd.spawn("a1", [{"text": "one"}, {"text": "two"}], task="go", wait=True)
-    template = _ppid(first["pid"])
+    template = parent_pid(first["pid"])
     assert template != agentd.process.proc.pid
-    _kill(template)
+    kill_and_wait(template)
     answer = agentd.call("agent.ask", {"name": "a1", "text": "second"})  # still supervised
     assert answer["text"] == "two"
     second = agentd.spawn("a2", [{"text": "three"}], task="go", wait=True)  # a new template
-    assert _ppid(second["pid"]) not in (template, agentd.process.proc.pid)
+    assert parent_pid(second["pid"]) not in (template, agentd.process.proc.pid)
     assert second["answer"]["text"] == "three"
     stopped = agentd.call("agent.stop", {"name": "a1"})
     assert stopped["state"] in ("done", "stopped", "cancelled"), stopped
@@ -100,8 +85,8 @@ def test_daemon_agents_outlive_a_killed_template(agentd: AgentDaemon) -> None:
 
 def test_a_killed_forked_agent_ends_with_its_signal(agentd: AgentDaemon) -> None:
     status = agentd.spawn("k", [{"text": "slow", "delay_ms": 60_000}], task="go")
-    assert _ppid(status["pid"]) != agentd.process.proc.pid
-    _kill(status["pid"])
+    assert parent_pid(status["pid"]) != agentd.process.proc.pid
+    kill_and_wait(status["pid"])
     ended = agentd.wait_for("k", lambda s: s.get("ended_at") is not None)
     assert ended["state"] == "failed"
     assert ended["exit_code"] == -9  # the template reaped it and said so

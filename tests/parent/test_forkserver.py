@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import re
-import select
 import signal
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.wake_probe import kill_and_wait, parent_pid
 from tether.runtime import forkserver
 from tether.runtime.forkserver import ForkServer, shared_forkserver
 from tether.runtime.parent import RunHandle, RunResult, spawn
@@ -196,8 +196,8 @@ def test_children_outlive_a_killed_template_and_stay_supervised(tmp_path: Path) 
     async def go() -> tuple[RunResult, int, int]:
         template = await _warm()
         handle = await _scripted(tmp_path, "the task", None)
-        assert _ppid(handle.pid) == template
-        await asyncio.to_thread(_kill, template)
+        assert parent_pid(handle.pid) == template
+        await asyncio.to_thread(kill_and_wait, template)
         # the child still answers, and its exit is seen (through a pidfd now)
         result = await _second_turn(handle, Collector(handle), "still there?")
         return result, template, await _warm()
@@ -205,20 +205,6 @@ def test_children_outlive_a_killed_template_and_stay_supervised(tmp_path: Path) 
     result, old, new = asyncio.run(go())
     assert result.status == "done"
     assert new != old  # a new template on demand
-
-
-def _ppid(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
-
-
-def _kill(pid: int) -> None:
-    """SIGKILL ``pid`` and wait until it is dead (its pidfd turns readable)."""
-    fd = os.pidfd_open(pid)
-    try:
-        os.kill(pid, signal.SIGKILL)
-        select.select([fd], [], [])
-    finally:
-        os.close(fd)
 
 
 def test_a_process_starts_its_template_at_its_second_spawn() -> None:
