@@ -6,9 +6,14 @@ directory, so nothing of the user's own set-up is read or written. The scripts m
 tool calls through the CLI's own tools:
 
 - ``steered``: writes notes with the CLI's shell tool; steered after that first tool
-  call, the CLI takes the steer in before its next model call;
-- ``deadline``: a 30 s "build" under a deadline; the parent's ``finalize`` interrupts it
-  and the last turn answers without tools;
+  call, a CLI that steers natively takes the steer in before its next model call, one
+  that cannot (ACP: Gemini CLI) gets it as its next prompt when the first ends, and its
+  script answers each prompt in turn;
+- ``deadline``: a long "build" under a deadline; the parent's ``finalize`` (after
+  :data:`FINALIZE_AFTER_S`, which leaves a slow CLI room to start: a cold Gemini CLI
+  takes ~15 s on a loaded 2-core machine, and a finalize that came before the first
+  model call would get the build's scripted tool call) interrupts it and the last turn
+  answers;
 - ``cancelled``: counting to ten in a shell loop, cancelled after a couple of numbers.
 
 :data:`CLIS` lists the CLIs with a demo; :data:`tether.modelserver.clients.CLIENTS` says
@@ -23,9 +28,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from tether.modelserver.clients import CLIENTS, Client
+from tether.runtime.adapters.registry import AGENTS, Support
 
-DEADLINE_S: Final = 30.0
-FINALIZE_AFTER_S: Final = 12.0
+DEADLINE_S: Final = 50.0
+FINALIZE_AFTER_S: Final = 25.0
+BUILD_S: Final = 60  # the scripted build's `sleep`: longer than the deadline
 
 
 # The CLIs with a demo: how each is pointed at a model server and runs a shell command.
@@ -43,14 +50,24 @@ def scripts(demo: Client) -> dict[str, list[dict[str, Any]]]:
 
     notes = "mkdir -p notes && printf 'one\\ntwo\\n' > notes/a.txt && sleep 1 && ls notes"
     count = "for i in 1 2 3 4 5 6 7 8 9 10; do echo $i; sleep 1; done"
-    return {
-        "steered": [
+    answer = {"text": "There is one notes file, notes/a.txt, with 2 lines.", "chunk_ms": 15}
+    if AGENTS[demo.agent].controls["steer"].support is Support.NATIVE:
+        steered = [
             call("I'll take some notes first.", notes),
             call("You asked me to count lines too.", "wc -l notes/*"),
-            {"text": "There is one notes file, notes/a.txt, with 2 lines.", "chunk_ms": 15},
-        ],
+            answer,
+        ]
+    else:  # the steer is the next prompt, once the first is answered
+        steered = [
+            call("I'll take some notes first.", notes),
+            {"text": "I wrote one notes file, notes/a.txt.", "chunk_ms": 15},
+            call("Counting the lines, as you asked.", "wc -l notes/*"),
+            answer,
+        ]
+    return {
+        "steered": steered,
         "deadline": [
-            call("Starting the build (it takes a while).", "sleep 30 && echo built"),
+            call("Starting the build (it takes a while).", f"sleep {BUILD_S} && echo built"),
             {"text": "The build was still running when time ran out: no result yet."},
         ],
         "cancelled": [call("Counting to ten.", count), {"text": "Done counting."}],
