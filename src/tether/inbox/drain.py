@@ -39,7 +39,7 @@ from tether.inbox.store import (
     RejectedRow,
     StoredMessage,
 )
-from tether.wire.lines import LineItem, LineSplitter, TooLarge
+from tether.wire.lines import LineSplitter, PairItem, TooLarge
 
 __all__ = [
     "CHUNK_BYTES",
@@ -86,7 +86,7 @@ class DrainResult:
 
 
 def build_rows(
-    run_id: str, items: Iterable[LineItem], now: float, max_line: int = MAX_MESSAGE_BYTES
+    run_id: str, items: Iterable[PairItem], now: float, max_line: int = MAX_MESSAGE_BYTES
 ) -> tuple[list[AcceptedRow], list[RejectedRow]]:
     """Rows for the lines: accepted objects keep their body, the others a reason."""
     accepted: list[AcceptedRow] = []
@@ -197,7 +197,7 @@ class _FileDrain:
             return self._commit(items, resume, skipping, collect)
         return True
 
-    def _commit(self, items: list[LineItem], resume: int, skipping: bool, collect: bool) -> bool:
+    def _commit(self, items: list[PairItem], resume: int, skipping: bool, collect: bool) -> bool:
         store, result = self.store, self.result
         now = time.time()
         with store.transaction():

@@ -111,8 +111,12 @@ _TYPED: Final[dict[str, tuple[type[TypedMessage], str]]] = {
 KNOWN_TYPES: Final = frozenset(_TYPED)
 
 
-class _Probe(msgspec.Struct):
-    """Only the keys the typed kinds need; every other key is skipped unbuilt."""
+class _Probe(msgspec.Struct, gc=False):
+    """Only the keys the typed kinds need; every other key is skipped unbuilt.
+
+    Untracked by the garbage collector (one per line; it holds only freshly decoded
+    values, which cannot refer back to it, so it is never part of a cycle).
+    """
 
     type: Any = None
     text: Any = msgspec.UNSET
