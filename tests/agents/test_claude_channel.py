@@ -1,27 +1,43 @@
-"""``agent.spawn {agent: "claude", channel: true}``: the REAL Claude Code loads
-``tether mcp-channel`` (its MCP config written by the daemon) and receives the pushes.
+"""Claude Code with ``tether mcp-channel``: the REAL Claude Code (the pinned npm CLI).
 
-Claude Code shows channel notifications to the model only in an interactive session
-(``-p`` sessions do not listen for them), so this checks what the wire can: Claude Code
-started the channel server, the server registered the agent's session, and a push to the
-agent's channel was delivered into the Claude Code process.
+Two tests:
+
+- ``agent.spawn {agent: "claude", channel: true}`` (a ``-p`` stream-json session): Claude
+  Code starts the channel server from the MCP config the daemon wrote, the server
+  registers the agent's session, and a push to the agent's channel is delivered into the
+  Claude Code process. The model never sees it there: Claude Code 2.1.197 ignores
+  ``--dangerously-load-development-channels`` in a non-interactive session (see
+  docs/channels.md).
+- an interactive Claude Code on a pseudo-terminal, loading the channel server as a
+  development channel: a daemon push reaches the model, i.e. its next model request
+  (logged by the scripted model server) carries the pushed text in a ``<channel>`` tag.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import pty
+import re
+import signal
+import struct
+import subprocess
 import sys
+import termios
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tether.daemon import claude_channel
-from tether.daemon.client import DaemonCallError
+from tether.daemon.client import DaemonCallError, DaemonClient
+from tether.modelserver import open_model_server
 
-from .cli_helpers import daemon_client
+from .cli_helpers import MARK, assert_no_survivors, cli_env, daemon_client, kill_marked
 from .test_claude import Claude, claude_cli, make_claude
 
 __all__ = ["claude_cli", "make_claude"]
@@ -75,3 +91,181 @@ def test_a_claude_agent_with_a_channel_receives_pushes(
             pushed = client.call("channel.push_to_channel", route)
         assert pushed == {"routed": True, "delivered": True}
         client.call("agent.stop", {"name": "cc", "mode": "close", "timeout_s": 30})
+
+
+# -- an interactive Claude Code on a pseudo-terminal ------------------------------------------
+
+DEV_CHANNELS_PROMPT = "I am using this for local development"
+LISTENING = 'MCP server "tether": Channel notifications registered'
+NOT_LISTENING = 'MCP server "tether": Channel notifications skipped'
+API_KEY = "sk-ant-tether-test-0123456789abcdefghij"
+# Claude Code turns these off its feature flags (GrowthBook), and with them channels
+FLAG_KILLERS = (
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+    "DISABLE_TELEMETRY",
+    "DO_NOT_TRACK",
+    "DISABLE_GROWTHBOOK",
+)
+
+
+def claude_home(home: Path, work: Path) -> None:
+    """``~/.claude.json`` for an offline first run: no onboarding, folder trust or API-key
+    questions, and the channels feature flag (``tengu_harbor``) as if fetched."""
+    config = {
+        "hasCompletedOnboarding": True,
+        "theme": "dark",
+        "numStartups": 1,
+        "autoUpdates": False,
+        "cachedGrowthBookFeatures": {"tengu_harbor": True},
+        "customApiKeyResponses": {"approved": [API_KEY[-20:]], "rejected": []},
+        "projects": {
+            str(work): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}
+        },
+    }
+    (home / ".claude.json").write_text(json.dumps(config))
+
+
+class Terminal:
+    """Claude Code's pseudo-terminal: a thread drains it (Claude Code blocks on a full
+    pty) and answers the development-channels warning with Enter, once."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = pty.openpty()
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        self.text = ""
+        self.confirmed = False
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+
+    def start(self) -> None:
+        os.close(self.slave)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:  # EIO: the last process holding the pty is gone
+                return
+            if not chunk:
+                return
+            seen = (seen + chunk)[-65536:]
+            self.text = ANSI.sub(" ", seen.decode(errors="replace"))
+            if not self.confirmed and DEV_CHANNELS_PROMPT in self.text:
+                self.confirmed = True
+                os.write(self.master, b"\r")
+
+    def close(self) -> None:
+        self._reader.join(timeout=10)
+        os.close(self.master)
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?>=]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def wait_for_line(path: Path, wanted: str, failed: str, timeout: float) -> str:
+    """The first line of Claude Code's debug log holding ``wanted`` (read as it grows);
+    fails at once on a line holding ``failed``."""
+    deadline = time.monotonic() + timeout
+    offset, pending = 0, ""
+    while time.monotonic() < deadline:
+        if path.exists():
+            with path.open(encoding="utf-8", errors="replace") as log:
+                log.seek(offset)
+                pending += log.read()
+                offset = log.tell()
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                if failed in line:
+                    pytest.fail(f"Claude Code does not listen to the channel: {line}")
+                if wanted in line:
+                    return line
+        time.sleep(0.05)
+    pytest.fail(f"Claude Code never logged {wanted!r} within {timeout:g}s")
+
+
+@pytest.fixture
+def claude_world(tmp_path: Path, claude_cli: str) -> Iterator[tuple[str, dict[str, str], Any]]:
+    """An environment for an interactive Claude Code (its own HOME, prepared) and a
+    scripted model server; nothing started under the environment's mark survives."""
+    script = [{"text": "Got the channel message."}] * 4
+    with open_model_server(script, log=tmp_path / "requests.jsonl") as server:
+        env = cli_env(
+            tmp_path,
+            claude_cli,
+            ANTHROPIC_BASE_URL=server.url,
+            ANTHROPIC_API_KEY=API_KEY,
+            DISABLE_NON_ESSENTIAL_MODEL_CALLS="1",
+            DISABLE_AUTOUPDATER="1",  # else it runs `npm install -g` on the machine
+            DISABLE_UPDATES="1",
+            TERM="xterm-256color",
+        )
+        for name in FLAG_KILLERS:
+            env.pop(name, None)
+        (tmp_path / "work").mkdir()
+        claude_home(Path(env["HOME"]), tmp_path / "work")
+        try:
+            yield claude_cli, env, server
+        finally:
+            kill_marked(env[MARK])
+
+
+def test_an_interactive_claude_code_shows_a_daemon_push_to_the_model(
+    claude_world: tuple[str, dict[str, str], Any], tmp_path: Path
+) -> None:
+    program, env, server = claude_world
+    work = tmp_path / "work"
+    with daemon_client(env) as client:
+        with DaemonClient.connect(client.path) as once:  # one connection, as fno-agents does
+            reserved = once.call("channel.register_channel", {"cc_session_id": "cc-pty"})
+        channel_id = reserved["mcp_channel_id"]
+        config = claude_channel.mcp_config("cc-pty", "pty", str(client.path))
+        config_path = claude_channel.write_config(tmp_path / "mcp", "pty", config)
+        debug = tmp_path / "claude-debug.log"
+        argv = [program, *claude_channel.claude_args(config_path), "--strict-mcp-config"]
+        terminal = Terminal()
+        claude = subprocess.Popen(
+            [*argv, "--debug-file", str(debug)],
+            cwd=work,
+            env=env,
+            stdin=terminal.slave,
+            stdout=terminal.slave,
+            stderr=terminal.slave,
+            start_new_session=True,
+        )
+        terminal.start()
+        try:
+            wait_for_line(debug, LISTENING, NOT_LISTENING, timeout=90)
+            assert terminal.confirmed, terminal.text[-2000:]
+            pushed = client.call(
+                "channel.push_to_channel",
+                {
+                    "mcp_channel_id": channel_id,
+                    "envelope": claude_channel_envelope("PUSHED-MARKER-42 please reply"),
+                },
+            )
+            assert pushed == {"routed": True, "delivered": True}
+            request = server.wait_request(
+                lambda r: "PUSHED-MARKER-42" in json.dumps(r["body"]), timeout=90
+            )
+            assert request is not None, terminal.text[-2000:]
+            assert request["path"] == "/v1/messages"
+            sent = json.dumps(request["body"])
+            assert '<channel source=\\"tether\\" agent=\\"ci\\">' in sent
+        finally:
+            os.killpg(claude.pid, signal.SIGTERM)
+            try:
+                claude.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(claude.pid, signal.SIGKILL)
+                claude.wait(timeout=15)
+            terminal.close()
+    assert_no_survivors(env[MARK], timeout=15)
+
+
+def claude_channel_envelope(content: str) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/claude/channel",
+        "params": {"content": content, "meta": {"agent": "ci"}},
+    }

@@ -175,3 +175,19 @@ def test_a_structured_output_call_takes_no_reply() -> None:
             "pick": "flash",
         }
         assert server.model_requests() == []  # the script is for the agent's own turns
+
+
+def test_wait_request_wakes_on_the_request_it_waits_for() -> None:
+    import threading
+
+    with open_model_server([{"text": "one"}, {"text": "two"}]) as server:
+        assert server.wait_request(lambda r: True, timeout=0.01) is None
+        url = server.url + "/v1/messages"
+        body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+        sender = threading.Thread(target=post, args=(url, dict(body, metadata={"k": "MARK"})))
+        post(url, body)
+        sender.start()
+        found = server.wait_request(lambda r: "MARK" in json.dumps(r["body"]), timeout=30)
+        sender.join()
+        assert found is not None
+        assert found["n"] == 2

@@ -24,7 +24,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final, NamedTuple, Protocol
@@ -297,7 +297,7 @@ class ModelServer:
         self.apis = tuple(apis)
         self.requests: list[dict[str, Any]] = []
         self._log_path = Path(log) if log is not None else None
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._httpd = _Server((host, port), _Handler)
         self._httpd.owner = self
         self._thread: threading.Thread | None = None
@@ -325,11 +325,24 @@ class ModelServer:
             if self._log_path is not None:
                 with self._log_path.open("a", encoding="utf-8") as out:
                     out.write(json.dumps(entry) + "\n")
+            self._lock.notify_all()
 
     def model_requests(self) -> list[dict[str, Any]]:
         """The logged requests that were given a reply of the script."""
         with self._lock:
             return [r for r in self.requests if r["reply"] is not None]
+
+    def wait_request(
+        self, matches: Callable[[dict[str, Any]], bool], timeout: float
+    ) -> dict[str, Any] | None:
+        """The first logged request ``matches`` accepts, waiting up to ``timeout`` seconds
+        for it to arrive (woken by each new request); None when none came in time."""
+
+        def found() -> dict[str, Any] | None:
+            return next((r for r in self.requests if matches(r)), None)
+
+        with self._lock:
+            return self._lock.wait_for(found, timeout)
 
     def start(self) -> ModelServer:
         self._thread = threading.Thread(
