@@ -54,7 +54,9 @@ from typing import Any, NamedTuple
 import tether
 from tether.modelserver import open_model_server
 from tether.modelserver.clients import CLIENTS
+from tether.runtime import forkserver
 from tether.runtime.adapters.commands import MODE_ARG, cli_launch
+from tether.runtime.adapters.driver import descendants
 from tether.runtime.adapters.registry import AGENTS, find_command
 from tether.runtime.updates import RunEvent
 from tether.wire import tag_of
@@ -274,14 +276,20 @@ async def direct(name: str, url: str, home: Path, acks: int) -> dict[str, Any]:
 
 
 async def through_tether(
-    name: str, url: str, home: Path, acks: int, src: str | None = None
+    name: str, url: str, home: Path, acks: int, *, series: str, src: str | None = None
 ) -> dict[str, Any]:
-    """The same CLI as a tether child: start-up to the first text delta, then acks."""
+    """The same CLI as a tether child: start-up to the first text delta, then acks.
+
+    ``series``: ``cold`` execs ``tether child`` (a process's first run), ``warm`` forks
+    it from the fork server's running template, ``before`` execs it from ``src``."""
     client = CLIENTS[CLIS[name].client]
     env, args = client.configure(url, home)
+    if series != "warm":
+        env[forkserver.ENV] = "0"
     if src is not None:  # the child (and only it) runs that source tree, exec'd
-        env.update(PYTHONPATH=src, TETHER_FORKSERVER="0")
+        env["PYTHONPATH"] = src
     started = time.perf_counter()
+    boot = time.clock_gettime(time.CLOCK_BOOTTIME)
     handle = await tether.spawn(
         "hello",
         agent=client.agent,
@@ -293,6 +301,7 @@ async def through_tether(
         db=home / "runs.db",
         close_when_idle=False,
     )
+    finder = asyncio.ensure_future(_cli_started(handle.pid, boot))
     ready = first = None
     async for update in handle.updates():
         if not isinstance(update, RunEvent):
@@ -304,7 +313,12 @@ async def through_tether(
             first = time.perf_counter() - started
             break
         if kind == "exit":
+            finder.cancel()
             raise RuntimeError(f"{name}: the run ended first: {update.raw!r}")
+    try:
+        exec_at = await asyncio.wait_for(finder, 1)
+    except TimeoutError:
+        exec_at = None
     trips = []
     for n in range(acks):
         sent = time.perf_counter()
@@ -313,30 +327,65 @@ async def through_tether(
         assert ack.status == "accepted", ack
     await handle.cancel()
     await handle.wait()
-    return {"ready": ready, "first": first, "trips": trips}
+    return {"ready": ready, "first": first, "trips": trips, "exec": exec_at}
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+async def _cli_started(child: int, boot: float) -> float:
+    """When the CLI below the tether child started, in seconds after ``boot``."""
+    for _ in range(2000):  # a /proc scan every 2 ms; the caller bounds the wait
+        started = _cli_start_time(child)
+        if started is not None:
+            return started - boot
+        await asyncio.sleep(0.002)
+    raise TimeoutError
+
+
+def _cli_start_time(child: int) -> float | None:
+    """The start time (``CLOCK_BOOTTIME``, from ``/proc``: 1/CLK_TCK resolution) of the
+    first process below ``child`` that is neither ``tether`` nor its reaper."""
+    for pid in descendants(child):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if b"tether" not in argv[1:3] and b"tether.reaper" not in argv:
+            return int(fields[19]) / CLK_TCK
+    return None
 
 
 async def bench(name: str, rounds: int, acks: int, before: str | None) -> dict[str, Any]:
-    series = ["direct", "tether"] + (["before"] if before else [])
-    script = []
-    for _ in range(rounds):
-        # the same first chunk for all; the tether runs' replies are held after it
-        script += [{"text": ["hi", " there"], "chunk_ms": 1}]
-        script += [{"text": ["hi", " held"], "chunk_ms": HOLD_MS}] * (len(series) - 1)
+    series = ["direct", "cold", "warm"] + (["before"] if before else [])
+    # each series goes first in turn (the first run of a round is favoured); the script
+    # follows that order: a direct run's reply ends at once, a tether run's is held
+    # after its first chunk while its acks are timed
+    orders = [series[r % len(series) :] + series[: r % len(series)] for r in range(rounds)]
+    quick = {"text": ["hi", " there"], "chunk_ms": 1}
+    held = {"text": ["hi", " held"], "chunk_ms": HOLD_MS}
+    script = [quick if s == "direct" else held for order in orders for s in order]
     out: dict[str, list[Any]] = {s: [] for s in series}
+    # the warm runs fork from a running template (as in the daemon); it starts now
+    if not await asyncio.to_thread(forkserver.shared_forkserver().wait_ready):
+        raise RuntimeError("the fork server's template did not start")
     with (
         tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp,
         open_model_server(script) as server,
     ):
-        for r in range(rounds):
-            for s in series:
+        for r, order in enumerate(orders):
+            for s in order:
                 home = Path(tmp) / f"r{r}-{s}"
                 home.mkdir()
                 if s == "direct":
                     out[s].append(await direct(name, server.url, home, acks))
                 else:
                     src = before if s == "before" else None
-                    out[s].append(await through_tether(name, server.url, home, acks, src))
+                    run = through_tether(name, server.url, home, acks, series=s, src=src)
+                    out[s].append(await run)
     return out
 
 
@@ -350,7 +399,7 @@ def report(name: str, data: dict[str, Any]) -> dict[str, Any]:
         "direct_trip_ms_p50": ms(statistics.median(direct_trips)),
         "direct_trip_ms_p99": ms(pct(direct_trips, 0.99)),
     }
-    for series in ("tether", "before"):
+    for series in ("cold", "warm", "before"):
         if series not in data:
             continue
         runs = data[series]
@@ -360,6 +409,9 @@ def report(name: str, data: dict[str, Any]) -> dict[str, Any]:
         row[f"{series}_first_answer_ms"] = [ms(x) for x in start]
         row[f"{series}_start_overhead_pct"] = round((statistics.median(ratios) - 1) * 100, 1)
         row[f"{series}_ready_ms_p50"] = ms(statistics.median(t["ready"] for t in runs))
+        execs = [t["exec"] for t in runs if t["exec"] is not None]
+        if execs:
+            row[f"{series}_cli_exec_ms_p50"] = ms(statistics.median(execs))
         row[f"{series}_ack_ms_p50"] = ms(statistics.median(trips))
         row[f"{series}_ack_ms_p99"] = ms(pct(trips, 0.99))
         row[f"{series}_ack_added_ms_p50"] = round(

@@ -15,6 +15,7 @@ from tether.agent.provider import Usage
 from tether.agent.runner import Injection
 from tether.runtime.adapters.acp import AcpTranslator, split_mode_arg
 from tether.runtime.adapters.codex import CodexTranslator, approval_args
+from tether.runtime.adapters.commands import HANDSHAKES
 from tether.runtime.adapters.pi import PiTranslator
 from tether.runtime.adapters.translate import Action, Ask, Broken, Ended, Send, Show, Started
 
@@ -150,12 +151,12 @@ def test_pi_refused_prompt_ends_the_turn_with_an_error_and_dialogs_are_cancelled
 
 def codex_ready() -> CodexTranslator:
     codex = CodexTranslator("/work")
-    first = sent(codex.handshake())[0]
-    assert first["method"] == "initialize"
-    assert "jsonrpc" not in first
-    out = codex.receive({"id": 1, "result": {"userAgent": "x"}})
-    assert [m.get("method") for m in sent(out)] == ["initialized", "thread/start"]
-    assert sent(out)[1]["params"] == {"cwd": "/work"}
+    opening = sent(codex.handshake())  # pipelined: written as soon as Codex starts
+    assert [m.get("method") for m in opening] == ["initialize", "initialized", "thread/start"]
+    assert "jsonrpc" not in opening[0]
+    assert opening[2]["params"] == {"cwd": "/work"}
+    assert opening == HANDSHAKES["codex"]("/work", None)  # what `tether child` writes early
+    assert codex.receive({"id": 1, "result": {"userAgent": "x"}}) == []
     started = codex.receive({"id": 2, "result": {"thread": {"id": "thr"}}})
     assert started == [Started("thr")]
     return codex
@@ -252,8 +253,8 @@ def test_codex_approvals_are_declined_and_asked_and_unknown_requests_refused() -
 
 
 def test_codex_broken_handshake() -> None:
-    codex = CodexTranslator("/w")
-    codex.handshake()
+    codex = CodexTranslator("/w", model="m1")
+    assert sent(codex.handshake())[2]["params"] == {"cwd": "/w", "model": "m1"}
     out = codex.receive({"id": 1, "error": {"code": 1, "message": "nope"}})
     assert isinstance(out[0], Broken)
     assert "nope" in out[0].reason

@@ -74,6 +74,9 @@ def _preload() -> None:
     import tether.runtime.child_io
     import tether.transports.watch
     import tether.wire  # noqa: F401
+    from tether.runtime.adapters import preload
+
+    preload()  # the adapters of the agents forked like built-in children
 
 
 def _rehearse(start: Signals) -> None:

@@ -20,7 +20,7 @@ import os
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from tether.runtime.adapters.registry import DEFAULT_AGENT, find_command, get_agent
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tether.agent.runner import EmitFn, TurnRunner
     from tether.runtime.adapters.early import Early
 
-__all__ = ["START_TIMEOUT_ENV", "AdapterOptions", "open_runner"]
+__all__ = ["START_TIMEOUT_ENV", "AdapterOptions", "open_runner", "preload"]
 
 # The run's start timeout in seconds, set by the parent (``tether.spawn``): it bounds the
 # agent CLI's hand-shake (``AdapterOptions.start_s``); without it the default applies.
@@ -50,6 +50,7 @@ class AdapterOptions(NamedTuple):
     run_dir: Path | None = None  # where the adapter may keep files (the run directory)
     model: str | None = None  # the run's model (commands says how each CLI gets it)
     process: subprocess.Popen[bytes] | None = None  # the CLI, started early (early.py)
+    sent: Sequence[dict[str, Any]] = ()  # what early.py wrote to its stdin already
     start_s: float | None = None  # the run's start timeout: the hand-shake's bound
     started_at: float | None = None  # time.monotonic() when the child started
 
@@ -113,7 +114,20 @@ def open_runner(
         run_dir,
         model=model,
         process=None if early is None else early.popen,
+        sent=() if early is None else early.sent,
         start_s=start_s,
         started_at=started_at,
     )
     return cls.for_agent(options, emit)
+
+
+def preload() -> None:
+    """Import the adapters of the agents that are forked from the fork server
+    (:data:`~tether.runtime.adapters.commands.LAUNCHES`), the fork server's template calls
+    it: a forked adapter child then imports nothing while its CLI starts (~50 ms of CPU
+    per child on a loaded machine, spent while the CLI needs the cores)."""
+    from tether.runtime.adapters import driver  # noqa: F401 (the runners' driver)
+    from tether.runtime.adapters.commands import LAUNCHES
+
+    for agent in LAUNCHES:
+        importlib.import_module(get_agent(agent).runner.partition(":")[0])

@@ -2,7 +2,9 @@
 
 Theory of operation (:class:`CodexTranslator`). The hand-shake is ``initialize``, the
 ``initialized`` notification and ``thread/start {cwd, model?}`` (the run's model, when
-one is given); the thread id is the CLI's session id (``thread/resume`` takes it).
+one is given), all three at once (:func:`~.commands.codex_handshake`: ``tether child``
+writes them as soon as Codex starts); the thread id is the CLI's session id
+(``thread/resume`` takes it).
 A tether turn is one or more Codex turns:
 
 - the opening message: ``turn/start {threadId, input: [{type: text, text}]}``;
@@ -44,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tether.agent.provider import Usage
 from tether.agent.runner import EmitFn, Injection, TurnRunner
-from tether.runtime.adapters.commands import approval_args
+from tether.runtime.adapters.commands import approval_args, codex_handshake
 from tether.runtime.adapters.jsonrpc import (
     METHOD_NOT_FOUND,
     Notification,
@@ -71,9 +73,8 @@ from tether.runtime.adapters.translate import (
 if TYPE_CHECKING:
     from tether.runtime.adapters import AdapterOptions
 
-__all__ = ["CLIENT_NAME", "CodexRunner", "CodexTranslator", "approval_args"]
+__all__ = ["CodexRunner", "CodexTranslator", "approval_args"]
 
-CLIENT_NAME: Final = "tether"
 _STATUS_STOPS: Final = {"completed": "stop", "interrupted": "aborted", "failed": "error"}
 _TEXT_ITEMS: Final = frozenset({"agentMessage", "reasoning", "plan"})
 _SILENT_ITEMS: Final = frozenset({"userMessage", "hookPrompt", "contextCompaction"})
@@ -99,9 +100,8 @@ class _Call:
 class CodexTranslator:
     """Codex app-server <-> wire (see the module docstring)."""
 
-    def __init__(self, cwd: str, version: str = "0", *, model: str | None = None) -> None:
+    def __init__(self, cwd: str, *, model: str | None = None) -> None:
         self.cwd = cwd
-        self.version = version
         self.model = model  # the run's model: thread/start {model}
         self.rpc = Outbox(jsonrpc=False)
         self.thread: str | None = None
@@ -120,9 +120,7 @@ class CodexTranslator:
     # -- commands -----------------------------------------------------------------------
 
     def handshake(self) -> list[Action]:
-        info = {"name": CLIENT_NAME, "title": "tether", "version": self.version}
-        params = {"clientInfo": info, "capabilities": {"experimentalApi": True}}
-        return [Send(self.rpc.request("initialize", params))]
+        return [Send(m) for m in codex_handshake(self.rpc, self.cwd, self.model)]
 
     def start_turn(self, opening: Injection) -> list[Action]:
         """Open a Codex turn with ``opening`` (announced by the driver)."""
@@ -175,15 +173,7 @@ class CodexTranslator:
     def _response(self, got: Response, method: str | None) -> list[Action]:
         failure = error_message(got.error) if got.error is not None else None
         if method == "initialize":
-            if failure is not None:
-                return [Broken(f"codex refused initialize: {failure}")]
-            thread = {"cwd": self.cwd}
-            if self.model:
-                thread["model"] = self.model
-            return [
-                Send(self.rpc.notify("initialized")),
-                Send(self.rpc.request("thread/start", thread)),
-            ]
+            return [] if failure is None else [Broken(f"codex refused initialize: {failure}")]
         if method == "thread/start":
             self.thread = text_of(field(got.result, "thread", "id")) or None
             if failure is not None or self.thread is None:

@@ -15,6 +15,13 @@ in ``session/set_model`` (their translators). A model given both as the run's mo
 as a ``--agent-arg`` flag is an error (:class:`ModelTwice`): one of them would be
 silently ignored.
 
+:data:`HANDSHAKES`: the messages an agent's hand-shake opens with that need nothing from
+the CLI's answers (Codex: ``initialize``, ``initialized`` and ``thread/start``, pipelined:
+the app-server reads them in order). ``tether child`` writes them to the CLI's stdin as
+soon as the CLI is started (:mod:`~tether.runtime.adapters.early`), so the CLI answers
+them when it is up, not when the adapter is; the adapter's translator opens its
+hand-shake with the same messages (the driver checks that) and does not send them again.
+
 Imports nothing heavy: ``tether child`` calls it before ``ready``.
 """
 
@@ -22,12 +29,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from tether.errors import AgentError
+from tether.runtime.adapters.jsonrpc import Outbox
 
 __all__ = [
     "CLAUDE_ARGS",
+    "CODEX_CLIENT",
+    "HANDSHAKES",
     "LAUNCHES",
     "MODE_ARG",
     "QUIET_ENV",
@@ -36,6 +46,7 @@ __all__ = [
     "approval_args",
     "claude_command",
     "cli_launch",
+    "codex_handshake",
     "split_mode_arg",
 ]
 
@@ -161,3 +172,29 @@ def cli_launch(
     resolved); None for an agent not in :data:`LAUNCHES`. Raises :class:`ModelTwice`."""
     build = LAUNCHES.get(agent)
     return None if build is None else build(list(argv), list(agent_args), dict(env), model)
+
+
+CODEX_CLIENT: Final = {"name": "tether", "title": "tether", "version": "0"}
+
+
+def codex_handshake(rpc: Outbox, cwd: str, model: str | None) -> list[dict[str, Any]]:
+    """Codex's hand-shake, pipelined: ``initialize``, ``initialized``, ``thread/start {cwd,
+    model?}`` (its answer, the thread id, is what a turn needs)."""
+    params = {"clientInfo": CODEX_CLIENT, "capabilities": {"experimentalApi": True}}
+    thread = {"cwd": cwd} if not model else {"cwd": cwd, "model": model}
+    return [
+        rpc.request("initialize", params),
+        rpc.notify("initialized"),
+        rpc.request("thread/start", thread),
+    ]
+
+
+def _codex_opening(cwd: str, model: str | None) -> list[dict[str, Any]]:
+    return codex_handshake(Outbox(jsonrpc=False), cwd, model)
+
+
+# The agents whose hand-shake opens with messages written as the CLI starts (see above):
+# given the CLI's working directory and the run's model, those messages.
+HANDSHAKES: Final[dict[str, Callable[[str, str | None], list[dict[str, Any]]]]] = {
+    "codex": _codex_opening,
+}

@@ -9,8 +9,10 @@ message to the CLI, emit a display event, write an inbox ``approval_request``, n
 end of the CLI's turn, or fail the set-up.
 
 - :meth:`prepare` starts the CLI (stdin stays open for the whole run: pi exits on EOF)
-  and runs the hand-shake; the CLI's session id is shown in an ``info`` event and, with a
-  run directory, kept in its ``agent-session`` file (0600) for resume.
+  and runs the hand-shake (minus its opening when ``tether child`` wrote that as the CLI
+  started: ``AdapterOptions.sent``, checked against the translator's); the CLI's session
+  id is shown in an ``info`` event and, with a run directory, kept in its
+  ``agent-session`` file (0600) for resume.
 - :meth:`run_turn` opens a turn with the opening message, then until the CLI's turn
   ends: steers (and, where the CLI takes them natively, follow-ups) go to the
   translator's ``inject`` as the presenter queues them; finalize's interrupt goes to
@@ -118,6 +120,7 @@ class TranslatingRunner:
         started_at = time.monotonic() if options.started_at is None else options.started_at
         self._handshake_by = started_at + self._start_s
         self.process = self._new_process(options.argv, options.process)
+        self._sent = list(options.sent)  # the hand-shake's opening, written early
         self.session: str | None = None
         self._started = asyncio.Event()
         self._problem: str | None = None
@@ -148,6 +151,19 @@ class TranslatingRunner:
             raise
         finally:
             self._prepared.set()
+
+    def _unsent(self, actions: list[Action]) -> list[Action]:
+        """The hand-shake's actions without the messages written early (the same ones)."""
+        sent, self._sent = self._sent, []
+        if not sent:
+            return actions
+        early = [a.message for a in actions[: len(sent)] if isinstance(a, Send)]
+        if early != sent:
+            raise RunnerSetupError(
+                f"{self.traits.name}: the hand-shake written as the CLI started differs "
+                "from the adapter's (a bug in tether)"
+            )
+        return actions[len(sent) :]
 
     def _new_process(
         self, argv: Sequence[str], started: subprocess.Popen[bytes] | None = None
@@ -300,7 +316,7 @@ class TranslatingRunner:
             elif isinstance(action, Ask):
                 self._ask(action)
             elif isinstance(action, Broken):
-                self._problem = action.reason
+                self._problem = self._problem or action.reason  # the first says why
                 self._started.set()
 
     def _ended(self, action: Ended) -> None:

@@ -5,7 +5,10 @@ An agent CLI takes one to several seconds to start; ``tether child`` takes 0.1-0
 in that order the two costs add up. :func:`start_early` starts the CLI as soon as the
 flags are parsed, so they overlap: the CLI boots while ``tether child`` writes ``ready``
 and builds its adapter, which then adopts the running process
-(:class:`~tether.runtime.adapters.base.CliProcess` given ``started=``).
+(:class:`~tether.runtime.adapters.base.CliProcess` given ``started=``). For an agent
+in :data:`~.commands.HANDSHAKES` the opening of its hand-shake is written to the CLI's
+stdin right after it starts (:attr:`Early.sent`): the CLI reads it as soon as it is up,
+and the adapter does not send it again.
 
 :func:`spawn_cli` is the one way an adapter starts a CLI process (early or not): pipes
 for stdin, stdout and stderr, its own session (``procs.NEW_GROUP``: one group to end),
@@ -22,21 +25,23 @@ from __future__ import annotations
 import contextlib
 import subprocess
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tether import reaper
-from tether.runtime.adapters.commands import CliLaunch, cli_launch
+from tether.runtime.adapters.commands import HANDSHAKES, CliLaunch, cli_launch
 from tether.runtime.adapters.registry import find_command, get_agent
 
 __all__ = ["Early", "spawn_cli", "start_early", "stop_early"]
 
 
 class Early(NamedTuple):
-    """A CLI started early: the launch it was started with, and its process."""
+    """A CLI started early: the launch it was started with, its process, and the
+    messages already written to its stdin (the opening of its hand-shake)."""
 
     agent: str
     launch: CliLaunch
     popen: subprocess.Popen[bytes]
+    sent: Sequence[dict[str, Any]] = ()
 
 
 def spawn_cli(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
@@ -70,9 +75,26 @@ def start_early(
         launch = None if argv is None else cli_launch(agent, argv, agent_args, env, model)
         if launch is None:
             return None
-        return Early(agent, launch, spawn_cli(launch.argv, cwd, launch.env))
+        popen = spawn_cli(launch.argv, cwd, launch.env)
     except (OSError, ValueError):
         return None
+    opening = HANDSHAKES.get(agent)
+    sent = () if opening is None else tuple(opening(cwd, model))
+    if sent:
+        _write_lines(popen, sent)
+    return Early(agent, launch, popen, sent)
+
+
+def _write_lines(popen: subprocess.Popen[bytes], messages: Sequence[dict[str, Any]]) -> None:
+    """The messages as JSON lines on the CLI's stdin (an empty pipe: one short write).
+
+    A CLI that is already gone is left for the adapter to find (its stdout's end)."""
+    import json
+
+    assert popen.stdin is not None
+    data = b"".join(json.dumps(m, separators=(",", ":")).encode() + b"\n" for m in messages)
+    with contextlib.suppress(OSError):
+        popen.stdin.write(data)
 
 
 def stop_early(early: Early | None) -> None:
