@@ -74,7 +74,7 @@ def _preload() -> None:
     import tether.runtime.child_io
     import tether.transports.watch
     import tether.wire  # noqa: F401
-    from tether.runtime.adapters import preload
+    from tether.runtime.adapters.preload import preload
 
     preload()  # the adapters of the agents forked like built-in children
 

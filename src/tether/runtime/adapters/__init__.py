@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tether.agent.runner import EmitFn, TurnRunner
     from tether.runtime.adapters.early import Early
 
-__all__ = ["START_TIMEOUT_ENV", "AdapterOptions", "open_runner", "preload"]
+__all__ = ["START_TIMEOUT_ENV", "AdapterOptions", "open_runner"]
 
 # The run's start timeout in seconds, set by the parent (``tether.spawn``): it bounds the
 # agent CLI's hand-shake (``AdapterOptions.start_s``); without it the default applies.
@@ -119,15 +119,3 @@ def open_runner(
         started_at=started_at,
     )
     return cls.for_agent(options, emit)
-
-
-def preload() -> None:
-    """Import the adapters of the agents that are forked from the fork server
-    (:data:`~tether.runtime.adapters.commands.LAUNCHES`), the fork server's template calls
-    it: a forked adapter child then imports nothing while its CLI starts (~50 ms of CPU
-    per child on a loaded machine, spent while the CLI needs the cores)."""
-    from tether.runtime.adapters import driver  # noqa: F401 (the runners' driver)
-    from tether.runtime.adapters.commands import LAUNCHES
-
-    for agent in LAUNCHES:
-        importlib.import_module(get_agent(agent).runner.partition(":")[0])
