@@ -11,7 +11,7 @@ import pytest
 from tests.channels import backend, nats_server, open_channel
 
 from tether.daemon.bridge import BRIDGE_CONSUMER, Inbound, Outbound, last_seq
-from tether.transports.channel import Channel, Entry, FileChannel, TransportError
+from tether.transports.channel import Channel, Entry, FileChannel, PartialAppend, TransportError
 
 __all__ = ["backend", "nats_server"]  # fixtures
 
@@ -47,6 +47,9 @@ def test_outbound_forwards_each_line_once_across_a_restart(
             first = Outbound(channel, "run.r1.events", events)
             await first.start()
             assert await first.pump() == 5
+            assert first.uncommitted  # a pump forwards; the owner commits when it likes
+            await first.commit()
+            assert not first.uncommitted
             first.close()
             _write(events, b"}\n" + b'{"seq":6}\n')
             # A restarted bridge resumes just past its commit: the partial line, now
@@ -130,8 +133,9 @@ def test_outbound_reads_a_failed_batch_again_from_the_failed_line(tmp_path: Path
         try:
             bridge = Outbound(channel, "run.r.events", events)
             await bridge.start()
-            with pytest.raises(TransportError):
+            with pytest.raises(PartialAppend) as failed:
                 await bridge.pump()  # lines 0 and 1 went; line 2 failed
+            assert len(failed.value.offsets) == 2
             assert await bridge.pump() == 4
             got = await _entries(channel, "run.r.events", 6)
             assert [e.data for e in got] == [b'{"seq":%d}' % i for i in range(6)]

@@ -11,7 +11,10 @@ the host daemon bridges those files to channels (``run.<id>.control``, ``.events
   message ids are unique across a whole stream), so forwarding a line twice (a bridge killed
   between publish and commit) stores it once; the bridge's progress (the local offset just
   past the last forwarded line) is committed on the channel under the ``bridge`` consumer,
-  so a restarted bridge resumes there.
+  so a restarted bridge resumes there. The new lines go in one ``append_many`` (published
+  together, their acknowledgements gathered after); the owner commits when it likes (a
+  commit is a round trip and a stored message of its own: the host link commits about once
+  a second, and a restart then sends again what came after, stored once by its ids).
 - :class:`Inbound` appends a channel's control lines to the local control file. A line is
   written only if its ``seq`` is above the highest already in the file (read at start), so
   a redelivery after a crash never doubles a control; progress is committed as the
@@ -29,13 +32,15 @@ from pathlib import Path
 import msgspec
 
 from tether import jsondepth
-from tether.transports.channel import Channel, Entry
+from tether.transports.channel import Channel, Entry, PartialAppend
 from tether.transports.tail import FileTail, TailStatus
 from tether.wire.lines import Line
 
 __all__ = ["BRIDGE_CONSUMER", "Inbound", "Outbound", "last_seq"]
 
 BRIDGE_CONSUMER = "bridge"
+PUMP_LINES = 512  # lines an Outbound sends in one burst, then waits for their acks
+PUMP_BYTES = 512 * 1024
 
 
 class _Seq(msgspec.Struct):
@@ -76,6 +81,7 @@ class Outbound:
         self.forwarded = 0
         self.skipped = 0
         self._tail: FileTail | None = None
+        self._committed = 0
 
     @property
     def started(self) -> bool:
@@ -84,32 +90,58 @@ class Outbound:
     async def start(self) -> None:
         """Resume just past the last line a previous bridge committed."""
         offset = await self.channel.committed(self.name, BRIDGE_CONSUMER)
-        self._tail = FileTail(self.path, offset=offset or 0)
+        self._committed = offset or 0
+        self._tail = FileTail(self.path, offset=self._committed)
+
+    @property
+    def uncommitted(self) -> bool:
+        """Lines were forwarded (or skipped) since the last :meth:`commit`."""
+        return self._tail is not None and self._tail.offset > self._committed
+
+    async def commit(self) -> None:
+        """Record the progress (the local offset past the last line forwarded), so a
+        restarted bridge resumes there; never while a :meth:`pump` is in progress."""
+        if self._tail is not None and self._tail.offset > self._committed:
+            offset = self._tail.offset
+            await self.channel.commit(self.name, BRIDGE_CONSUMER, offset)
+            self._committed = offset
 
     async def pump(self) -> int:
-        """Forward one bounded batch of new lines; how many lines it read (0: none new)."""
+        """Forward the new lines (at most ``PUMP_LINES``, about ``PUMP_BYTES``) in one
+        :meth:`~tether.transports.channel.Channel.append_many`; how many lines it read (0:
+        none new). It does not commit: :meth:`commit` does, as often as the caller likes."""
         assert self._tail is not None, "call start() first"
-        read = self._tail.read()
-        if read.status is TailStatus.TRUNCATED:
-            raise OSError(f"{self.path} shrank: the bridge cannot continue")
-        count = 0
-        for item in read.items:
-            if not isinstance(item, Line) or len(item.data) >= self.channel.max_line_bytes:
-                self.skipped += 1
-                continue
-            msg_id = f"{self.name}:{item.offset}"
+        batch: list[tuple[bytes, str | None]] = []
+        offsets: list[int] = []  # the local offset of each line in ``batch``
+        read_count = size = 0
+        while read_count < PUMP_LINES and size < PUMP_BYTES:
+            read = self._tail.read()
+            if read.status is TailStatus.TRUNCATED:
+                raise OSError(f"{self.path} shrank: the bridge cannot continue")
+            if not read.items:
+                break
+            read_count += len(read.items)
+            for item in read.items:
+                if not isinstance(item, Line) or len(item.data) >= self.channel.max_line_bytes:
+                    self.skipped += 1
+                    continue
+                batch.append((item.data, f"{self.name}:{item.offset}"))
+                offsets.append(item.offset)
+                size += len(item.data)
+        if batch:
             try:
-                await self.channel.append(self.name, item.data, msg_id=msg_id)
-            except BaseException:
-                # The channel is away (or we are cancelled): read again from this line
-                # next time; lines sent before it carry ids, so a resend stores nothing.
-                self._rewind(item.offset)
+                await self.channel.append_many(self.name, batch)
+            except PartialAppend as error:
+                # Read again from the first line not stored; the lines before it (and any
+                # that went through after all) carry ids, so a resend stores nothing twice.
+                self.forwarded += len(error.offsets)
+                self._rewind(offsets[len(error.offsets)])
                 raise
-            count += 1
-        if read.items:
-            await self.channel.commit(self.name, BRIDGE_CONSUMER, self._tail.offset)
-        self.forwarded += count
-        return len(read.items)
+            except BaseException:  # cancelled, or the channel failed otherwise
+                self._rewind(offsets[0])
+                raise
+        self.forwarded += len(batch)
+        return read_count
 
     def _rewind(self, offset: int) -> None:
         if self._tail is not None:

@@ -22,7 +22,10 @@ no second socket hop:
   ``.events`` / ``.inbox`` with
   :class:`~tether.daemon.bridge.Outbound` (``Nats-Msg-Id = run:offset``), woken by the
   process's one file watcher, so any host can tail a run from a sequence, and a restarted
-  link resumes from its commits with nothing lost or doubled. A pass gathers changes for
+  link resumes from its commits with nothing lost or doubled. A pass publishes the lines
+  of every changed file together and gathers the acknowledgements after; each bridge
+  commits at most every ``COMMIT_EVERY_S`` (a restart re-sends what came after, stored
+  once by its message ids). A pass gathers changes for
   ``FORWARD_BATCH_S`` and then waits (at most ``FORWARD_DEFER_S``) until no call is in
   flight in the daemon, so a control's replication does not slow its own ack; lines
   reach JetStream that much later.
@@ -36,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 import socket
 import time
@@ -87,6 +91,11 @@ HOST_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 REGISTRY_BUCKET = "tether_agents"
 FORWARD_BATCH_S = 0.005  # a forwarding pass gathers what changed this long
 FORWARD_DEFER_S = 0.01  # then waits at most this long for the calls in flight
+# A bridge commits its progress at most this often (each commit is a JetStream round trip
+# and a stored message, which cost more than the lines a steer forwards): a restart sends
+# again what came after its last commit, and the message ids store it once.
+COMMIT_EVERY_S = 1.0
+CLOSE_COMMIT_S = 2.0  # a daemon leaving commits what it forwarded, within this long
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,6 +213,7 @@ class HostLink:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._bridges: dict[str, list[Outbound]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._uncommitted: dict[Outbound, float] = {}  # bridge -> since when
         self._rows: dict[str, bytes] = {}
         self._watcher: FileWatcher | None = None
         self._subscription: Any = None
@@ -333,6 +343,7 @@ class HostLink:
 
     def _detach(self, name: str) -> None:
         for bridge in self._bridges.pop(name, []):
+            self._uncommitted.pop(bridge, None)
             if self._watcher is not None:
                 self._watcher.unwatch(bridge.path)
             bridge.close()
@@ -347,12 +358,31 @@ class HostLink:
             # 2 ms slower (bench/scale_out.py, "steer->ack, no cluster" beside it).
             await asyncio.sleep(FORWARD_BATCH_S)
             await self.daemon.quiet(FORWARD_DEFER_S)
-            for bridges in list(self._bridges.values()):
-                # every file of a run whose files changed: an ack written meanwhile goes
-                # in this pass beside its control line
-                if not changed or any(bridge.path in changed for bridge in bridges):
-                    for bridge in bridges:
-                        await self._pump(bridge)
+            # every file of a run whose files changed (an ack written meanwhile goes in
+            # this pass beside its control line), all at once: their lines leave in one
+            # write to NATS and their acknowledgements come back together
+            due = [
+                bridge
+                for bridges in list(self._bridges.values())
+                if not changed or any(bridge.path in changed for bridge in bridges)
+                for bridge in bridges
+            ]
+            await asyncio.gather(*(self._pump(bridge) for bridge in due))
+            await self._commit_due(time.monotonic() - COMMIT_EVERY_S)
+
+    async def _commit_due(self, before: float) -> None:
+        """Commit the bridges with progress whose last commit is older than ``before``."""
+        due = [bridge for bridge, at in self._uncommitted.items() if at <= before]
+        await asyncio.gather(*(self._commit(bridge) for bridge in due))
+
+    async def _commit(self, bridge: Outbound) -> None:
+        async with self._locks.setdefault(bridge.name, asyncio.Lock()):
+            try:
+                await bridge.commit()
+            except TransportError as error:  # kept as due: the next pass tries again
+                log.warning("host %s: committing %s failed: %s", self.host, bridge.name, error)
+                return
+            self._uncommitted.pop(bridge, None)
 
     async def _pump(self, bridge: Outbound) -> None:
         lock = self._locks.setdefault(bridge.name, asyncio.Lock())
@@ -378,6 +408,8 @@ class HostLink:
             log.warning("host %s: forwarding %s failed: %s", self.host, bridge.name, error)
         except Exception:
             log.exception("host %s: forwarding %s failed; retrying", self.host, bridge.name)
+        if bridge.uncommitted:  # due a second after the commit before it
+            self._uncommitted.setdefault(bridge, time.monotonic())
 
     # -- leaving ------------------------------------------------------------------------
 
@@ -387,6 +419,9 @@ class HostLink:
         for task in list(self._tasks):
             with contextlib.suppress(BaseException):
                 await task
+        with contextlib.suppress(Exception):  # leave the progress for the next daemon
+            async with asyncio.timeout(CLOSE_COMMIT_S):
+                await self._commit_due(math.inf)
         if self._subscription is not None:
             with contextlib.suppress(Exception):
                 await self._subscription.unsubscribe()

@@ -9,6 +9,11 @@ an append-only sequence of lines. A :class:`Channel` names such streams with dot
   for NATS JetStream). A retried append with the same ``msg_id`` stores nothing new and
   returns the first offset, so a writer that crashed without knowing whether its append
   went through can simply try again.
+- ``append_many(name, [(line, msg_id), ...])`` appends several lines in order and returns
+  their offsets; a transport with a network between may send them all before waiting for
+  any acknowledgement. When one fails it raises :class:`PartialAppend` carrying the
+  offsets of the leading lines that were stored: the caller sends the rest again (with
+  message ids, a line that went through after all is stored once).
 - ``tail(name, after=...)`` yields the entries after the entry at ``after`` (or from the
   start), in order, then waits for new ones: the blocking tail.
 - ``commit(name, consumer, offset)`` records that ``consumer`` has processed everything up
@@ -34,7 +39,7 @@ import fcntl
 import os
 import re
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -53,6 +58,7 @@ __all__ = [
     "Channel",
     "Entry",
     "FileChannel",
+    "PartialAppend",
     "Skipped",
     "TransportError",
     "check_line",
@@ -70,6 +76,14 @@ FILE_DEDUPE_WINDOW_BYTES = 256 * 1024
 
 class TransportError(TetherError):
     """A channel operation was refused (bad name, line out of bounds) or its store failed."""
+
+
+class PartialAppend(TransportError):
+    """``append_many`` stored only its first ``len(offsets)`` lines (in order)."""
+
+    def __init__(self, message: str, offsets: list[int]) -> None:
+        super().__init__(message)
+        self.offsets = offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +137,10 @@ class Channel(Protocol):
 
     async def append(self, name: str, line: bytes, *, msg_id: str | None = None) -> int: ...
 
+    async def append_many(
+        self, name: str, lines: Sequence[tuple[bytes, str | None]]
+    ) -> list[int]: ...
+
     def tail(self, name: str, *, after: int | None = None) -> AsyncIterator[Entry | Skipped]: ...
 
     async def commit(self, name: str, consumer: str, offset: int) -> None: ...
@@ -162,6 +180,18 @@ class FileChannel:
 
     async def append(self, name: str, line: bytes, *, msg_id: str | None = None) -> int:
         return self.append_nowait(name, line, msg_id=msg_id)
+
+    async def append_many(self, name: str, lines: Sequence[tuple[bytes, str | None]]) -> list[int]:
+        for line, msg_id in lines:  # all refused before any is written, as over NATS
+            check_line(line, self.max_line_bytes)
+            check_msg_id(msg_id)
+        offsets: list[int] = []
+        for line, msg_id in lines:
+            try:
+                offsets.append(await self.append(name, line, msg_id=msg_id))
+            except (TransportError, OSError) as error:
+                raise PartialAppend(str(error), offsets) from error
+        return offsets
 
     def append_nowait(self, name: str, line: bytes, *, msg_id: str | None = None) -> int:
         """:meth:`append` without the event loop (a file append never waits on a peer)."""

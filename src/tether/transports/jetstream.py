@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether.transports.channel import (
     Entry,
+    PartialAppend,
     Skipped,
     TransportError,
     check_consumer,
@@ -43,7 +45,10 @@ if TYPE_CHECKING:
 
 __all__ = ["JetStreamChannel", "connect_options", "open_jetstream", "redacted", "server_list"]
 
+log = logging.getLogger("tether.transports.jetstream")
+
 DUPLICATE_WINDOW_S = 120.0
+PUBLISH_TIMEOUT_S = 5.0  # the acknowledgements of one append_many, all together
 # A tail holds at most this many undelivered messages (and bytes) in memory.
 TAIL_PENDING_MSGS = 1024
 TAIL_PENDING_BYTES = 16 * 1024 * 1024
@@ -180,6 +185,51 @@ class JetStreamChannel:
         except NatsError as error:
             raise TransportError(f"append to {name!r} failed: {error}") from error
         return int(ack.seq)
+
+    async def append_many(self, name: str, lines: Sequence[tuple[bytes, str | None]]) -> list[int]:
+        """Publish every line at once (one write to the socket), then gather the acks.
+
+        One connection's publishes reach the stream in the order sent, and the burst goes
+        to the socket whole, so a dropped connection loses a suffix of it: the stored
+        lines are a prefix, whose offsets :class:`PartialAppend` carries. (A stream whose
+        leader changes in the middle of a burst could store a line after a failed one;
+        that is logged as an error, and the failed line is then stored after it.)
+        """
+        from nats.errors import Error as NatsError
+
+        subject = self.subject(name)
+        for line, msg_id in lines:
+            check_line(line, self.max_line_bytes)
+            check_msg_id(msg_id)
+        acks: list[asyncio.Future[Any]] = []
+        failure: BaseException | None = None
+        try:
+            for line, msg_id in lines:
+                headers = None if msg_id is None else {"Nats-Msg-Id": msg_id}
+                acks.append(await self.js.publish_async(subject, line, headers=headers))
+        except NatsError as error:  # e.g. the outbound buffer is full while reconnecting
+            failure = error
+        try:
+            if acks:
+                _, late = await asyncio.wait(acks, timeout=PUBLISH_TIMEOUT_S)
+                if late:
+                    failure = failure or TimeoutError(
+                        f"no acknowledgement in {PUBLISH_TIMEOUT_S:g} s"
+                    )
+        finally:
+            for ack in acks:
+                ack.cancel()  # the late ones (a done future ignores it)
+        offsets: list[int] = []
+        for ack in acks:
+            if ack.cancelled() or ack.exception() is not None:
+                failure = failure or ack.exception() or TimeoutError("no acknowledgement")
+                break
+            offsets.append(int(ack.result().seq))
+        if len(offsets) == len(lines):
+            return offsets
+        if any(not a.cancelled() and a.exception() is None for a in acks[len(offsets) :]):
+            log.error("%s: a line after a failed one was stored (a leader change?)", name)
+        raise PartialAppend(f"append to {name!r} failed: {failure}", offsets)
 
     async def tail(self, name: str, *, after: int | None = None) -> AsyncIterator[Entry | Skipped]:
         """The entries after ``after``, then new ones, until cancelled.
