@@ -74,7 +74,8 @@ def test_append_many_stores_a_batch_in_order_once_even_when_sent_again(
     async def body(channel: Channel) -> None:
         batch = [(b'{"n":%d}' % i, f"b:{i}") for i in range(300)]
         offsets = await channel.append_many("run.m.events", batch[:200])
-        assert offsets == sorted(set(offsets)) and len(offsets) == 200
+        assert offsets == sorted(set(offsets))
+        assert len(offsets) == 200
         # a bridge that lost the acks sends from an earlier line again: stored once
         again = await channel.append_many("run.m.events", batch[100:])
         assert again[:100] == offsets[100:]
