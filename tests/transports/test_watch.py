@@ -292,3 +292,29 @@ def test_lost_directory_is_polled_then_rewatched(
     a.write_bytes(b"x\n")  # the next poll re-adds the directory watch
     assert a in collect(w, {a})
     assert len(w._wds) == 1
+
+
+def test_only_unwatched_directories_are_kept_as_polled(
+    inotify_watcher: tuple[FileWatcher, Path, Path], tmp_path: Path
+) -> None:
+    """A wait looks at the polled directories only (a daemon watches 1,000 run dirs): the
+    set follows every watch gained, lost and dropped."""
+    w, a, _ = inotify_watcher
+    assert w._polled_dirs() == []
+    later = tmp_path / "later" / "events.jsonl"
+    w.watch(later)  # its directory does not exist yet: polled
+    assert [d.path for d in w._polled_dirs()] == [os.fsencode(later.parent)]
+    later.parent.mkdir()
+    w.set_poll_interval(0.01)
+    later.write_bytes(b"x\n")
+    assert later in collect(w, {later})  # a poll found it and gave it a watch
+    assert w._polled_dirs() == []
+    (wd,) = {d.wd for d in w._dirs.values() if d.path == os.fsencode(a.parent)}
+    assert wd is not None
+    w._parse_events(event(wd, IN_IGNORED))  # the kernel dropped a's directory watch
+    assert [d.path for d in w._polled_dirs()] == [os.fsencode(a.parent)]
+    w.unwatch(later)
+    w.unwatch(a)
+    w.unwatch(tmp_path / "b.jsonl")
+    assert w._polled_dirs() == []
+    assert w._dirs == {}

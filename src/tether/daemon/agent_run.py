@@ -556,7 +556,7 @@ class AgentRun:
             **extra,
         }
         try:
-            self._registry.update(self.name, **fields)
+            self._registry.save(self.name, **fields)
         except KeyError:
             pass  # removed meanwhile (rm --force)
         except sqlite3.Error as exc:

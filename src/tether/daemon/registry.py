@@ -190,7 +190,14 @@ class AgentRegistry:
         return [_from_row(row) for row in cursor]
 
     def update(self, name: str, /, **fields: Any) -> AgentRecord:
-        """Set ``fields`` on the row; raises :class:`AgentNotFound` or ``ValueError``."""
+        """Set ``fields`` on the row and read it back; raises :class:`AgentNotFound` or
+        ``ValueError``."""
+        self.save(name, **fields)
+        return self.require(name)
+
+    def save(self, name: str, /, **fields: Any) -> None:
+        """:meth:`update` without reading the row back (an agent persisting its progress
+        has no use for it)."""
         unknown = set(fields) - _UPDATABLE
         if unknown:
             raise ValueError(f"cannot update {sorted(unknown)}")
@@ -206,7 +213,6 @@ class AgentRegistry:
             )
         if cursor.rowcount == 0:
             raise AgentNotFound(name)
-        return self.require(name)
 
     def set_state(self, name: str, state: str, *, detail: str | None = None) -> AgentRecord:
         return self.update(name, state=state, detail=detail)

@@ -145,8 +145,11 @@ class WatchHub:
 
     def _dispatch(self, changed: set[Path]) -> None:
         for path in changed:
-            with self._lock:
-                callbacks = list(self._subs.get(Path(os.path.abspath(path)), {}).values())
+            with self._lock:  # the watcher hands back the absolute paths we gave it
+                subs = self._subs.get(path)
+                if subs is None:
+                    subs = self._subs.get(Path(os.path.abspath(path)), {})
+                callbacks = list(subs.values())
             for callback in callbacks:
                 try:
                     callback(path)

@@ -142,6 +142,7 @@ class FileWatcher:
         self._poll_interval = _check_interval(poll_interval)
         self._paths: dict[Path, Path] = {}  # absolute path -> path as given
         self._dirs: dict[bytes, _Dir] = {}
+        self._polled: set[bytes] = set()  # the keys of the dirs without a watch (polled)
         self._wds: dict[int, list[_Dir]] = {}
         self._signatures: dict[Path, Signature] = {}
         self._pending: set[Path] = set()
@@ -195,7 +196,8 @@ class FileWatcher:
         directory = self._dirs.get(dir_key)
         if directory is None:
             directory = self._dirs[dir_key] = _Dir(dir_key)
-            self._add_dir_watch(directory)
+            if not self._add_dir_watch(directory):
+                self._polled.add(dir_key)
         self._paths[absolute] = given
         directory.names[os.fsencode(absolute.name)] = absolute
         self._signatures[absolute] = _signature(absolute)
@@ -214,6 +216,7 @@ class FileWatcher:
         if not directory.names:
             del self._dirs[dir_key]
             self._drop_dir_watch(directory)
+            self._polled.discard(dir_key)
 
     def _add_dir_watch(self, directory: _Dir) -> bool:
         if self._fd is None or self._libc is None:
@@ -222,6 +225,7 @@ class FileWatcher:
         if wd < 0:
             return False  # missing, no permission, out of watches: polled instead
         directory.wd = wd
+        self._polled.discard(directory.path)
         sharing = self._wds.setdefault(wd, [])
         if directory not in sharing:
             sharing.append(directory)
@@ -229,6 +233,8 @@ class FileWatcher:
 
     def _drop_dir_watch(self, directory: _Dir) -> None:
         wd, directory.wd = directory.wd, None
+        if self._dirs.get(directory.path) is directory:
+            self._polled.add(directory.path)
         if wd is None:
             return
         sharing = self._wds.get(wd, [])
@@ -291,6 +297,7 @@ class FileWatcher:
         if removed_by_kernel and directory.wd is not None:
             self._wds.pop(directory.wd, None)
             directory.wd = None
+            self._polled.add(directory.path)
         else:
             self._drop_dir_watch(directory)
         for absolute in directory.names.values():
@@ -304,12 +311,15 @@ class FileWatcher:
         self._wds.clear()
         for directory in self._dirs.values():
             directory.wd = None
+        self._polled.update(self._dirs)
         self._pending.update(self._paths)
 
     # -- polling ------------------------------------------------------------
 
     def _polled_dirs(self) -> list[_Dir]:
-        return [d for d in self._dirs.values() if d.wd is None]
+        """The directories without a watch (kept as a set: a wait costs nothing per
+        watched directory, however many there are)."""
+        return [self._dirs[key] for key in self._polled]
 
     def _poll(self) -> None:
         self._next_poll = time.monotonic() + self._poll_interval
@@ -343,7 +353,7 @@ class FileWatcher:
             while os.read(self._wake_r, 4096):
                 pass
         self._read_events()
-        if self._polled_dirs() and time.monotonic() >= self._next_poll:
+        if self._polled and time.monotonic() >= self._next_poll:
             self._poll()
         with self._lock:
             pending, self._pending = self._pending, set()
@@ -354,7 +364,7 @@ class FileWatcher:
         """How long to block before the next check, or None for no limit."""
         now = time.monotonic()
         limits = [] if deadline is None else [deadline - now]
-        if self._polled_dirs():
+        if self._polled:
             limits.append(self._next_poll - now)
         return max(0.0, min(limits)) if limits else None
 
@@ -429,6 +439,7 @@ class FileWatcher:
         self._fd = None
         self._paths.clear()
         self._dirs.clear()
+        self._polled.clear()
         self._wds.clear()
 
     def __enter__(self) -> FileWatcher:
