@@ -9,8 +9,11 @@
   an echo responder in another process, and ``RemoteRunHandle.steer`` (the verb, then
   the ack read back from JetStream). With ``--r3`` also against a three-node cluster
   whose streams and registry have three replicas.
-- **fan-in**: one process tails ``--runs`` run channels at once; a line is appended to a
-  random one, and the time until that tail yields it is recorded (p50/p99).
+- **fan-in**: one process follows ``--runs`` run channels at once, with one ordered
+  consumer per run and then with one consumer over ``run.*.events`` demultiplexed by
+  channel name (``JetStreamChannel.tail_matching``); each run first gets a greeting line,
+  and the sampling starts once every follower has read its own; then a line is appended
+  to a random run, and the time until its follower has it is recorded (p50/p99).
 - **appends/s**: acknowledged appends, one at a time and 64 in flight, with message ids.
 
 Targets (issue 15): cross-host ack p50 <= 2 ms (R1), <= 4 ms (R3), within 1.5x of bare
@@ -59,6 +62,13 @@ async def main():
     await asyncio.Event().wait()
 asyncio.run(main())
 """
+
+
+FAN_IN = {
+    "core": "core NATS sub (floor)",
+    "per-run": "one tail per run",
+    "matching": "one tail, run.*",
+}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -183,35 +193,84 @@ async def ack_round_trips(
         await plain.close()
 
 
-async def fan_in(url: str, runs: int, samples: int) -> dict[str, float]:
+class Arrivals:
+    """What the followers of a fan-in saw: greetings first, then the timed samples."""
+
+    def __init__(self, runs: int, samples: int) -> None:
+        self.runs, self.samples = runs, samples
+        self.sent: dict[bytes, tuple[str, float]] = {}
+        self.latencies: list[float] = []
+        self.greeted: set[str] = set()
+        self.ready, self.done = asyncio.Event(), asyncio.Event()
+
+    def seen(self, name: str, data: bytes) -> None:
+        if data == b"{}":  # the greeting every run gets first: its follower is live
+            self.greeted.add(name)
+            if len(self.greeted) == self.runs:
+                self.ready.set()
+            return
+        expected = self.sent.pop(data, None)
+        if expected is not None and expected[0] == name:
+            self.latencies.append(time.perf_counter() - expected[1])
+            if len(self.latencies) >= self.samples:
+                self.done.set()
+
+
+async def fan_in(url: str, runs: int, samples: int, *, mode: str) -> dict[str, float]:
+    """One process follows ``runs`` run channels: one ordered consumer per run
+    (``per-run``), one consumer over ``run.*.events`` demultiplexed by channel name
+    (``matching``), or (``core``, the floor) a plain NATS subscription over the same
+    names, published to outside the stream (nothing stored)."""
     channel = await open_jetstream(url, prefix="fan" + os.urandom(3).hex())
     names = [f"run.r{i}.events" for i in range(runs)]
-    sent: dict[bytes, float] = {}
-    latencies: list[float] = []
-    done = asyncio.Event()
+    seen = Arrivals(runs, samples)
 
     async def follow(name: str) -> None:
         async for item in channel.tail(name):
-            if isinstance(item, Entry) and item.data in sent:
-                latencies.append(time.perf_counter() - sent.pop(item.data))
-                if len(latencies) >= samples:
-                    done.set()
+            if isinstance(item, Entry):
+                seen.seen(name, item.data)
 
-    tails = [asyncio.ensure_future(follow(name)) for name in names]
+    async def follow_all() -> None:
+        async for name, entry in channel.tail_matching("run.*.events"):
+            seen.seen(name, entry.data)
+
+    async def core_message(message: Any) -> None:
+        seen.seen(message.subject.removeprefix("core."), message.data)
+
+    async def append(name: str, line: bytes) -> None:
+        if mode == "core":
+            await channel.client.publish(f"core.{name}", line)
+            await channel.client.flush()
+        else:
+            await channel.append(name, line)
+
+    subscription = None
+    if mode == "core":
+        subscription = await channel.client.subscribe("core.run.*.events", cb=core_message)
+    followers = (
+        [follow_all()] if mode == "matching" else [] if mode == "core" else map(follow, names)
+    )
+    tails = [asyncio.ensure_future(follower) for follower in followers]
     try:
-        await asyncio.sleep(2.0)  # let every ordered consumer be created
+        for name in names:
+            await append(name, b"{}")
+        async with asyncio.timeout(60):
+            await seen.ready.wait()  # every follower is subscribed and has read its greeting
         for i in range(samples):
             line = b'{"n":%d}' % i
-            sent[line] = time.perf_counter()
-            await channel.append(random.choice(names), line)
+            name = random.choice(names)
+            seen.sent[line] = (name, time.perf_counter())
+            await append(name, line)
             await asyncio.sleep(0.002)
         async with asyncio.timeout(30):
-            await done.wait()
-        return summary(latencies)
+            await seen.done.wait()
+        return summary(seen.latencies)
     finally:
         for tail in tails:
             tail.cancel()
         await asyncio.gather(*tails, return_exceptions=True)
+        if subscription is not None:
+            await subscription.unsubscribe()
         await channel.aclose()
 
 
@@ -245,7 +304,8 @@ def run_cluster(args: argparse.Namespace, url: str, replicas: int, label: str) -
         acks = asyncio.run(ack_round_trips(url, envs["B"], envs["plain"], args.samples))
     result: dict[str, Any] = {"label": label, "acks": acks}
     if replicas == 1:
-        result["fan_in"] = asyncio.run(fan_in(url, args.runs, args.samples))
+        for mode in FAN_IN:
+            result[mode] = asyncio.run(fan_in(url, args.runs, args.samples, mode=mode))
     result["appends"] = asyncio.run(append_rates(url, args.appends))
     return result
 
@@ -260,11 +320,10 @@ def report(result: dict[str, Any]) -> None:
             f"  {name:<28} p50 {figures['p50_ms']:6.2f} ms  p99 {figures['p99_ms']:6.2f} ms"
             f"  n {figures['n']:>4}  p50/bare {ratio:4.2f}x"
         )
-    if "fan_in" in result:
-        f = result["fan_in"]
-        print(
-            f"  fan-in, one tail per run     p50 {f['p50_ms']:6.2f} ms  p99 {f['p99_ms']:6.2f} ms"
-        )
+    for key, label in FAN_IN.items():
+        if key in result:
+            f = result[key]
+            print(f"  fan-in, {label:<20} p50 {f['p50_ms']:6.2f} ms  p99 {f['p99_ms']:6.2f} ms")
     for name, rate in result["appends"].items():
         print(f"  {name:<28} {rate:9.0f}")
 

@@ -52,6 +52,7 @@ PUBLISH_TIMEOUT_S = 5.0  # the acknowledgements of one append_many, all together
 # A tail holds at most this many undelivered messages (and bytes) in memory.
 TAIL_PENDING_MSGS = 1024
 TAIL_PENDING_BYTES = 16 * 1024 * 1024
+TAIL_MATCHING_PENDING_MSGS = 16_384  # a tail over many channels (same byte bound)
 RESUBSCRIBE_S = 0.2  # the first pause before a tail subscribes again
 CONNECT_TIMEOUT_S = 10.0  # the first connection, all attempts included
 KNOWN_COMMITS = 65_536  # commit revisions remembered per channel object
@@ -239,22 +240,52 @@ class JetStreamChannel:
         subscribes again just past the last entry it gave out, so it never ends on its own
         and never repeats or skips an entry.
         """
+        async for _, entry in self._follow(self.subject(name), after, TAIL_PENDING_MSGS):
+            yield entry
+
+    async def tail_matching(
+        self, pattern: str, *, after: int | None = None
+    ) -> AsyncIterator[tuple[str, Entry]]:
+        """``(channel name, entry)`` for every channel whose name matches ``pattern`` (NATS
+        wildcards: ``*`` one token, a last ``>`` the rest, as in ``h.B.run.*.events``),
+        in stream order, after the stream sequence ``after``: one consumer for many runs
+        (a parent following a thousand runs needs no thousand consumers, their heartbeats
+        and their flow control). The offsets are the stream's, as :meth:`tail` gives them,
+        so a reader resumes the whole set from the last one it handled."""
+        start = len(self.subject("x")) - 1
+        wanted = self.subject_pattern(pattern)
+        async for subject, entry in self._follow(wanted, after, TAIL_MATCHING_PENDING_MSGS):
+            yield subject[start:], entry
+
+    def subject_pattern(self, pattern: str) -> str:
+        parts = pattern.split(".")
+        for index, part in enumerate(parts):
+            if part == "*" or (part == ">" and index == len(parts) - 1):
+                continue
+            check_name(part)
+        if len(parts) > 16:
+            raise TransportError(f"bad channel pattern {pattern!r}")
+        return f"{self.prefix}.ch.{pattern}"
+
+    async def _follow(
+        self, subject: str, after: int | None, pending: int
+    ) -> AsyncIterator[tuple[str, Entry]]:
         last = after or 0
         while True:
-            subscription = await self._subscribe(name, last)
+            subscription = await self._subscribe(subject, last, pending)
             try:
                 async for message in subscription.messages:
                     seq = int(message.metadata.sequence.stream)
                     if seq <= last:
                         continue
                     last = seq
-                    yield Entry(seq, message.data)
+                    yield message.subject, Entry(seq, message.data)
             finally:
                 with contextlib.suppress(Exception):
                     await subscription.unsubscribe()
             await asyncio.sleep(RESUBSCRIBE_S)
 
-    async def _subscribe(self, name: str, last: int) -> Any:
+    async def _subscribe(self, subject: str, last: int, pending: int) -> Any:
         from nats.errors import Error as NatsError
         from nats.js.api import ConsumerConfig, DeliverPolicy
 
@@ -265,11 +296,11 @@ class JetStreamChannel:
             )
             try:
                 return await self.js.subscribe(
-                    self.subject(name),
+                    subject,
                     stream=self.stream,  # known: no STREAM.NAMES round trip (nor permission)
                     ordered_consumer=True,
                     config=config,
-                    pending_msgs_limit=TAIL_PENDING_MSGS,
+                    pending_msgs_limit=pending,
                     pending_bytes_limit=TAIL_PENDING_BYTES,
                 )
             except (NatsError, TimeoutError):  # no leader yet, or the connection is away

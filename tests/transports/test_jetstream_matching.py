@@ -1,0 +1,69 @@
+"""One JetStream consumer over many channels (``tail_matching``), on a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from tests.channels import nats_server
+from tests.nats_server import NatsServer
+
+from tether.transports.channel import Entry, TransportError
+from tether.transports.jetstream import JetStreamChannel, open_jetstream
+
+__all__ = ["nats_server"]  # fixture
+
+
+async def _take(
+    channel: JetStreamChannel, pattern: str, count: int, after: int | None = None
+) -> list[tuple[str, Entry]]:
+    got: list[tuple[str, Entry]] = []
+    async with asyncio.timeout(20):
+        async for item in channel.tail_matching(pattern, after=after):
+            got.append(item)
+            if len(got) == count:
+                break
+    return got
+
+
+def test_one_tail_follows_the_matching_channels_in_stream_order(nats_server: NatsServer) -> None:
+    async def body() -> None:
+        channel = await open_jetstream(nats_server.url, prefix=f"m{os.urandom(4).hex()}")
+        try:
+            wrote: list[tuple[str, int, bytes]] = []
+            last = 0
+            for i in range(30):
+                name = f"run.r{i % 3}.events"
+                line = b'{"n":%d}' % i
+                wrote.append((name, await channel.append(name, line), line))
+                last = await channel.append(f"run.r{i % 3}.control", b"not an event")
+            got = await _take(channel, "run.*.events", 30)
+            assert [(name, entry.offset, entry.data) for name, entry in got] == wrote
+            # resuming the whole set after the last offset handled
+            resumed = await _take(channel, "run.*.events", 10, after=got[19][1].offset)
+            assert [entry.data for _, entry in resumed] == [line for *_, line in wrote[20:]]
+            # a live one, appended once the tail waits
+            waiting = asyncio.ensure_future(_take(channel, "run.>", 1, after=last))
+            await asyncio.sleep(0)
+            offset = await channel.append("run.r9.inbox", b"late")
+            assert [(name, entry) for name, entry in await waiting] == [
+                ("run.r9.inbox", Entry(offset, b"late"))
+            ]
+        finally:
+            await channel.aclose()
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("pattern", ["run.>.events", "run.a b", "", "run..x", "a." * 16 + "b"])
+def test_bad_patterns_are_refused(nats_server: NatsServer, pattern: str) -> None:
+    async def body() -> None:
+        channel = await open_jetstream(nats_server.url, prefix=f"m{os.urandom(4).hex()}")
+        try:
+            with pytest.raises(TransportError):
+                await _take(channel, pattern, 1)
+        finally:
+            await channel.aclose()
+
+    asyncio.run(body())
