@@ -16,6 +16,15 @@ Prints medians and ratios against baselines measured in the same run:
   then the RSS and PSS (``/proc/PID/smaps_rollup``) per child with all of them alive (the
   ``tether.spawn`` ones in a long scripted turn), the template's own PSS counted into the
   forked children's total. ``--spawns 0`` skips it.
+- cold (``--cold N``, issue 16): N cold ``tether run`` processes (a fresh interpreter each,
+  the scripted provider), each timed from just before its start to its run directory
+  appearing (the parent's own start-up: interpreter, imports, arguments, the run directory)
+  and on to the child's ``ready`` line in ``events.jsonl`` (the child's start: exec'd, a
+  second interpreter). Interleaved with the floors: ``python -c pass`` (one interpreter
+  start), ``python -c "import tether.cli.run, tether.runtime.parent"`` (the parent's
+  imports) and ``python -c "import tether.cli.child, tether.agent.loop"`` (what any
+  process must have imported before a child can say ``ready``, forked or exec'd). The
+  files are polled every 0.5 ms.
 """
 
 from __future__ import annotations
@@ -208,6 +217,76 @@ def _daemon_spawns(count: int, script: Path) -> None:
         stop_servers(root, daemon, echo)
 
 
+def _poll(found: Any, deadline: float) -> Any:
+    while time.perf_counter() < deadline:
+        if (value := found()) is not None:
+            return value
+        time.sleep(0.0005)
+    raise TimeoutError("the cold run did not get there in time")
+
+
+def _cold_run(home: Path, script: Path) -> tuple[float, float]:
+    """(start to run directory, start to ``ready``) of one cold ``tether run``, seconds."""
+    runs = home / "runs"
+    before = set(os.listdir(runs)) if runs.exists() else set()
+    command = [sys.executable, "-m", "tether", "run", "--provider", "scripted"]
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [*command, "--script", str(script), "cold"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def new_dir() -> Path | None:
+        fresh = set(os.listdir(runs)) - before if runs.exists() else set()
+        return runs / fresh.pop() if fresh else None
+
+    def ready(events: Path) -> bool | None:
+        with contextlib.suppress(OSError):
+            if b'"type":"ready"' in events.read_bytes():
+                return True
+        return None
+
+    deadline = start + 30
+    run_dir = _poll(new_dir, deadline)
+    at_dir = time.perf_counter() - start
+    _poll(lambda: ready(run_dir / "events.jsonl"), deadline)
+    at_ready = time.perf_counter() - start
+    assert proc.wait(timeout=60) == 0
+    return at_dir, at_ready
+
+
+def _cold_runs(count: int, home: Path, script: Path) -> None:
+    codes = {
+        "pass": "pass",
+        "imports": "import tether.cli.run, tether.runtime.parent",
+        "child": "import tether.cli.child, tether.agent.loop",
+    }
+    floors: dict[str, list[float]] = {name: [] for name in codes}
+    dirs: list[float] = []
+    readies: list[float] = []
+    for index in range(-1, count):  # -1: one uncounted round (the database, the caches)
+        for name, code in codes.items():
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            if index >= 0:
+                floors[name].append(time.perf_counter() - start)
+        at_dir, at_ready = _cold_run(home, script)
+        if index >= 0:
+            dirs.append(at_dir)
+            readies.append(at_ready)
+    child = [r - d for d, r in zip(dirs, readies, strict=True)]
+    print(
+        f"cold tether run, start to the child's ready: p50 {_pct(readies, 0.5):.1f} ms"
+        f" (p99 {_pct(readies, 0.99):.1f}) = parent start-up to its run directory p50"
+        f" {_pct(dirs, 0.5):.1f} ms + the exec'd child to ready p50 {_pct(child, 0.5):.1f} ms;"
+        f" floors: python -c pass p50 {_pct(floors['pass'], 0.5):.1f} ms, the parent's"
+        f" imports p50 {_pct(floors['imports'], 0.5):.1f} ms, an interpreter importing the"
+        f" child's modules p50 {_pct(floors['child'], 0.5):.1f} ms ({count} runs, interleaved)"
+    )
+
+
 def _ppid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
@@ -217,6 +296,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--spawns", type=int, default=20, help="spawns each way (0: skip)")
     parser.add_argument("--only-spawns", action="store_true", help="skip the run and ack rounds")
+    parser.add_argument("--cold", type=int, default=0, help="cold `tether run` starts (0: skip)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as home:
         os.environ["TETHER_HOME"] = home
@@ -225,6 +305,8 @@ def main() -> None:
         slow = Path(home) / "slow.json"
         slow.write_text(json.dumps([{"text": "slow", "delay_ms": 60_000}]))
         print(f"load average {os.getloadavg()[0]:.1f}")
+        if args.cold:
+            _cold_runs(args.cold, Path(home), quick)
         if args.spawns:
             asyncio.run(_parent_spawns(args.spawns, slow))
             _daemon_spawns(args.spawns, slow)

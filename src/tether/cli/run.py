@@ -138,10 +138,8 @@ def finalize_after(deadline: float | None, before: float | None) -> float | None
 
 
 async def _main(args: argparse.Namespace, task: str) -> int:
-    from tether.display import open_display
     from tether.runtime.parent import SpawnError, spawn
 
-    display = open_display(args.output, stdout=sys.stdout, stderr=sys.stderr)
     child_args = list(args.child_arg)
     if args.script is not None:
         child_args += ["--script", _absolute(args.script)]
@@ -160,13 +158,13 @@ async def _main(args: argparse.Namespace, task: str) -> int:
             follow_nested=True,
         )
     except SpawnError as exc:
-        display.notice(str(exc), level="error")
-        display.close()
-        return exits.FAILED
+        return _refused(args, str(exc), exits.FAILED)
     except OSError as exc:  # nothing could start: an unsafe directory, a full disk...
-        display.notice(f"cannot start the run: {_os_error(exc)}", level="error")
-        display.close()
-        return exits.USAGE
+        return _refused(args, f"cannot start the run: {_os_error(exc)}", exits.USAGE)
+    # The display (and, for a terminal, rich) is imported once the child is starting: its
+    # import overlaps the child's start-up instead of delaying it. The child's first
+    # events wait in its file until the display reads them.
+    display = _open_display(args)
     presenter = DisplayFeed(display)
     controls = _Controls(handle, display, read_stdin=not args.no_stdin)
     controls.install()
@@ -191,6 +189,20 @@ async def _main(args: argparse.Namespace, task: str) -> int:
     )
     display.close()
     return exit_code(result.status, result.stop_reason)
+
+
+def _open_display(args: argparse.Namespace) -> Any:
+    from tether.display import open_display
+
+    return open_display(args.output, stdout=sys.stdout, stderr=sys.stderr)
+
+
+def _refused(args: argparse.Namespace, notice: str, code: int) -> int:
+    """The run could not start: say why on the display, return ``code``."""
+    display = _open_display(args)
+    display.notice(notice, level="error")
+    display.close()
+    return code
 
 
 def _os_error(exc: OSError) -> str:
