@@ -117,9 +117,13 @@ def test_an_sdk_client_gets_pushes_and_replies(agentd: AgentDaemon) -> None:
                     "envelope": envelope("please summarise", agent="w1", run_id="r"),
                 },
             )
+            # held, not written: the client is not listening before it lists the tools
+            # (a notification written before this ping would be read before its answer)
+            await session.send_ping()
+            assert got == []
+            tools = await session.list_tools()
             with anyio.fail_after(30):
                 await arrived.wait()
-            tools = await session.list_tools()
             to_agent = await session.call_tool("reply", {"text": "here is my answer"})
             to_peer = await session.call_tool(
                 "reply", {"text": "hello peer", "to": peer.channel_id}
@@ -176,6 +180,7 @@ def test_the_channel_server_registers_again_after_a_daemon_restart(agentd: Agent
             ClientSession(read, write, notification_bindings=[binding]) as session,
         ):
             await session.initialize()
+            await session.list_tools()  # as Claude Code does: from here on it listens
             # its session's channel (registering the same session returns the same one)
             channel_id = await anyio.to_thread.run_sync(
                 one_shot, agentd, "channel.register_channel", {"cc_session_id": "cc-restart"}

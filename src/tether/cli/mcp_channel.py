@@ -13,8 +13,17 @@ On the other side it opens one connection to the tether daemon, registers its se
 daemon sends it ``channel.deliver {channel_id, envelope}`` for every push to the channel
 (``channel.push_to_channel``, or an agent spawned with ``channel_id`` whose inbox is
 forwarded), and each envelope is written to Claude Code as its notification. A delivery
-is answered once the notification is written; before the MCP client has initialized,
-deliveries are held (up to :data:`MAX_EARLY`) and written right after it does.
+is answered once the notification is written, or held (up to :data:`MAX_EARLY`) while
+the client is not listening yet.
+
+When a client listens: Claude Code drops a notification it has no handler for, and it
+sets its channel handler only after the connection is set up: initialize, then the tool
+list (seen: 10-20 ms after ``tools/list``; a notification written at ``initialized``
+was lost). So the server writes nothing before the client has listed its tools and
+answered :data:`LISTEN_PINGS` pings sent one after the other behind that answer (the
+second is sent after the answer is surely out, and Claude Code reads it after the tool
+list, so the handler is set by the time the notification after it is read). A client that
+does not answer a ping within :data:`PING_TIMEOUT_S` gets its notifications anyway.
 
 It offers one tool, ``reply {text, to?}``: ``to`` names an agent (the reply is sent to it
 as a ``follow-up``, which it reads in its next turn) or a channel id (pushed there, with
@@ -52,7 +61,9 @@ if TYPE_CHECKING:
 SERVER_NAME: Final = "tether"
 CHANNEL_CAPABILITY: Final = "claude/channel"
 NOTIFICATION: Final = "notifications/claude/channel"
-MAX_EARLY: Final = 256  # deliveries held until the MCP client has initialized
+MAX_EARLY: Final = 256  # deliveries held until the MCP client listens
+LISTEN_PINGS: Final = 2  # pings answered after the tool list before the first notification
+PING_TIMEOUT_S: Final = 5.0
 RECONNECT_S: Final = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)  # pauses before registering again
 INSTRUCTIONS: Final = (
     'Messages from tether agents arrive as <channel source="tether" ...> tags; the tag '
@@ -141,8 +152,9 @@ class ChannelBridge:
         self.channel_id: str | None = None
         self.last_meta: dict[str, str] = {}
         self._daemon: AsyncDaemonClient | None = None
-        self._mcp: ServerSession | None = None
+        self._mcp: ServerSession | None = None  # set once the client listens
         self._early: deque[dict[str, Any]] = deque()
+        self._listener: asyncio.Task[None] | None = None
 
     async def serve(self) -> int:
         from mcp.server.stdio import stdio_server
@@ -158,24 +170,21 @@ class ChannelBridge:
                 await server.run(read_stream, write_stream, options)
         finally:
             keeper.cancel()
+            if self._listener is not None:
+                self._listener.cancel()
             if self._daemon is not None:
                 await self._daemon.close()
         return 0
 
     def _server(self) -> Any:
-        import mcp_types as types
         from mcp.server.lowlevel import Server
 
-        server: Any = Server(
+        return Server(
             SERVER_NAME,
             instructions=INSTRUCTIONS,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
-        server.add_notification_handler(
-            "notifications/initialized", types.NotificationParams, self._initialized
-        )
-        return server
 
     # -- the daemon side ------------------------------------------------------------------------
 
@@ -227,29 +236,41 @@ class ChannelBridge:
                 raise DaemonCallError(ErrorCode.BUSY, "the Claude Code session is not ready")
             self._early.append(notification)
             return {"held": True}
-        await self._notify(notification)
+        await self._notify(self._mcp, notification)
         return {"shown": True}
 
     # -- the MCP side ---------------------------------------------------------------------------
 
-    async def _initialized(self, ctx: Any, params: Any) -> None:
-        self._mcp = ctx.session
-        while self._early:
-            await self._notify(self._early.popleft())
+    async def _listen(self, session: ServerSession) -> None:
+        """Wait until the client listens (see the module doc), then write what was held."""
+        from mcp.shared.exceptions import MCPError
 
-    async def _notify(self, params: dict[str, Any]) -> None:
+        for _ in range(LISTEN_PINGS):
+            try:
+                async with asyncio.timeout(PING_TIMEOUT_S):
+                    await session.send_ping()
+            except (TimeoutError, MCPError) as exc:  # no answer, an error, the stream closed
+                _warn(f"the client did not answer a ping ({exc!r}); writing anyway")
+                break
+        while self._early:  # deliveries coming in meanwhile queue behind, in order
+            await self._notify(session, self._early.popleft())
+        self._mcp = session  # from here on deliveries are written at once
+
+    async def _notify(self, session: ServerSession, params: dict[str, Any]) -> None:
         from typing import cast
 
         import mcp_types as types
 
         meta = params.get("meta") or {}
         self.last_meta = {k: v for k, v in meta.items() if isinstance(v, str)}
-        assert self._mcp is not None
         message = _notification_model()(method=NOTIFICATION, params=params)
-        await self._mcp.send_notification(cast(types.ServerNotification, message))
+        await session.send_notification(cast(types.ServerNotification, message))
 
     async def _list_tools(self, ctx: Any, params: Any) -> Any:
         import mcp_types as types
+
+        if self._listener is None:
+            self._listener = asyncio.create_task(self._listen(ctx.session))
 
         reply = types.Tool(
             name="reply",
