@@ -14,7 +14,9 @@
   channel name (``JetStreamChannel.tail_matching``); each run first gets a greeting line,
   and the sampling starts once every follower has read its own; then a line is appended
   to a random run, and the time until its follower has it is recorded (p50/p99).
-- **appends/s**: acknowledged appends, one at a time and 64 in flight, with message ids.
+- **appends/s**: acknowledged appends with message ids, one at a time, 64 in flight, in
+  ``append_many`` bursts of 512; and a host bridge (``Outbound``) forwarding a control
+  flood already in its file (the lines/s from the first pump to its commit).
 
 Targets (issue 15): cross-host ack p50 <= 2 ms (R1), <= 4 ms (R3), within 1.5x of bare
 NATS request/reply; 1,000-run fan-in p99 <= 5 ms.
@@ -45,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from tests.nats_server import run_nats_cluster, run_nats_server  # noqa: E402
 
 from tether.daemon.aclient import AsyncDaemonClient  # noqa: E402
+from tether.daemon.bridge import PUMP_LINES, Outbound  # noqa: E402
 from tether.daemon.remote import call_host, connect  # noqa: E402
 from tether.daemon.remote_run import spawn_remote  # noqa: E402
 from tether.transports.channel import Entry  # noqa: E402
@@ -291,9 +294,36 @@ async def append_rates(url: str, count: int) -> dict[str, float]:
                 )
             )
         many = count / (time.perf_counter() - start)
-        return {"appends/s, 1 in flight": one, "appends/s, 64 in flight": many}
+        start = time.perf_counter()
+        lines = [(b'{"n":%d}' % i, f"c:{i}") for i in range(count)]
+        for base in range(0, count, PUMP_LINES):
+            await channel.append_many("run.c.events", lines[base : base + PUMP_LINES])
+        burst = count / (time.perf_counter() - start)
+        return {
+            "appends/s, 1 in flight": one,
+            "appends/s, 64 in flight": many,
+            f"appends/s, append_many {PUMP_LINES}": burst,
+            "forwarded lines/s (a flood)": await forwarding_rate(channel, count),
+        }
     finally:
         await channel.aclose()
+
+
+async def forwarding_rate(channel: Any, count: int) -> float:
+    """A host's bridge (``Outbound``) forwarding a control flood already in its file."""
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="tbf") as tmp:
+        path = Path(tmp) / "control.jsonl"
+        path.write_bytes(b"".join(b'{"seq":%d,"type":"steer"}\n' % i for i in range(count)))
+        bridge = Outbound(channel, "run.d.control", path)
+        await bridge.start()
+        start = time.perf_counter()
+        while await bridge.pump():
+            pass
+        await bridge.commit()
+        elapsed = time.perf_counter() - start
+        bridge.close()
+        assert bridge.forwarded == count
+        return count / elapsed
 
 
 def run_cluster(args: argparse.Namespace, url: str, replicas: int, label: str) -> dict[str, Any]:
