@@ -4,6 +4,12 @@ Every connection is in autocommit mode (callers open their own ``BEGIN IMMEDIATE
 transactions), waits up to :data:`BUSY_TIMEOUT_S` for a lock held by another process (a
 drain, the daemon, a CLI command), and uses WAL with ``synchronous = NORMAL``: readers
 never block the writer, and a crash loses no committed transaction.
+
+A database created here has :data:`PAGE_SIZE` pages (an existing one keeps its own: SQLite
+ignores the pragma once the file has pages). Bulk inserts (an inbox drain: ~200 B rows, two
+B-trees) cost 1.2-1.3x less CPU with 16 KiB pages than with the default 4 KiB (fewer page
+splits, and a quarter of the WAL writes and checkpoint copies, each a system call); a small
+commit writes a few 16 KiB pages instead of 4 KiB ones.
 """
 
 from __future__ import annotations
@@ -12,9 +18,10 @@ import os
 import sqlite3
 from typing import Final
 
-__all__ = ["BUSY_TIMEOUT_S", "connect"]
+__all__ = ["BUSY_TIMEOUT_S", "PAGE_SIZE", "connect"]
 
 BUSY_TIMEOUT_S: Final = 30.0
+PAGE_SIZE: Final = 16384
 
 
 def connect(
@@ -32,6 +39,7 @@ def connect(
         if named_rows:
             db.row_factory = sqlite3.Row
         db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        db.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # before WAL writes the first page
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = NORMAL")
     except BaseException:
