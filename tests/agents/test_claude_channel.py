@@ -8,23 +8,19 @@ Two tests:
   Claude Code process. The model never sees it there: Claude Code 2.1.197 ignores
   ``--dangerously-load-development-channels`` in a non-interactive session (see
   docs/channels.md).
-- an interactive Claude Code on a pseudo-terminal, loading the channel server as a
-  development channel: a daemon push reaches the model, i.e. its next model request
-  (logged by the scripted model server) carries the pushed text in a ``<channel>`` tag.
+- ``agent.spawn {pty: true, channel: true, argv: [claude, ...]}``: an interactive Claude
+  Code as a PTY agent, loading the channel server as a development channel (the test
+  presses Enter on its warning through ``agent.drive``): a daemon push reaches the
+  model, i.e. its next model request (logged by the scripted model server) carries the
+  pushed text in a ``<channel>`` tag; one push made while Claude Code starts, one live.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import re
-import signal
-import struct
-import subprocess
 import sys
-import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,8 +30,10 @@ from typing import Any
 import pytest
 
 from tether.daemon import claude_channel
-from tether.daemon.client import DaemonCallError, DaemonClient
+from tether.daemon.client import DaemonCallError, DaemonClientError
+from tether.daemon.drive_client import DriveConnection
 from tether.modelserver import open_model_server
+from tether.transports.ws import WsBinary, WsClosed
 
 from .cli_helpers import MARK, assert_no_survivors, cli_env, daemon_client, kill_marked
 from .test_claude import Claude, claude_cli, make_claude
@@ -123,45 +121,44 @@ def claude_home(home: Path, work: Path) -> None:
     (home / ".claude.json").write_text(json.dumps(config))
 
 
-class Terminal:
-    """Claude Code's pseudo-terminal: a thread drains it (Claude Code blocks on a full
-    pty) and answers the development-channels warning with Enter, once."""
+class Screen:
+    """A PTY agent's screen through ``agent.drive``: a thread reads it and answers Claude
+    Code's development-channels warning with Enter, once."""
 
-    def __init__(self) -> None:
-        self.master, self.slave = pty.openpty()
-        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    def __init__(self, name: str, socket: Path) -> None:
+        self.drive = DriveConnection.open(name, socket)
         self.text = ""
         self.confirmed = False
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-
-    def start(self) -> None:
-        os.close(self.slave)
+        self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
-    def _drain(self) -> None:
+    def _read(self) -> None:
         seen = b""
         while True:
             try:
-                chunk = os.read(self.master, 65536)
-            except OSError:  # EIO: the last process holding the pty is gone
+                events = self.drive.receive()
+            except (OSError, DaemonClientError):  # closed: the agent ended, or close()
                 return
-            if not chunk:
-                return
-            seen = (seen + chunk)[-65536:]
-            self.text = ANSI.sub(" ", seen.decode(errors="replace"))
-            if not self.confirmed and DEV_CHANNELS_PROMPT in self.text:
-                self.confirmed = True
-                os.write(self.master, b"\r")
+            for event in events:
+                if isinstance(event, WsClosed):
+                    return
+                if not isinstance(event, WsBinary):
+                    continue
+                seen = (seen + event.data)[-65536:]
+                self.text = ANSI.sub(" ", seen.decode(errors="replace"))
+                if not self.confirmed and DEV_CHANNELS_PROMPT in self.text:
+                    self.confirmed = True
+                    self.drive.send_input(b"\r")
 
     def close(self) -> None:
+        self.drive.close()
         self._reader.join(timeout=10)
-        os.close(self.master)
 
 
 ANSI = re.compile(r"\x1b\[[0-9;?>=]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
-def diagnosis(debug: Path, terminal: Terminal) -> str:
+def diagnosis(debug: Path, terminal: Screen) -> str:
     """Claude Code's channel lines from its debug log, and the end of its screen."""
     lines = debug.read_text(errors="replace").splitlines() if debug.exists() else []
     channel = [line for line in lines if "tether" in line or "hannel" in line]
@@ -194,42 +191,31 @@ def claude_world(tmp_path: Path, claude_cli: str) -> Iterator[tuple[str, dict[st
             kill_marked(env[MARK])
 
 
-def test_an_interactive_claude_code_shows_a_daemon_push_to_the_model(
+def test_a_pty_claude_agent_with_a_channel_shows_a_daemon_push_to_the_model(
     claude_world: tuple[str, dict[str, str], Any], tmp_path: Path
 ) -> None:
     program, env, server = claude_world
-    work = tmp_path / "work"
+    debug = tmp_path / "claude-debug.log"
+    argv = [program, "--strict-mcp-config", "--debug-file", str(debug)]
     with daemon_client(env) as client:
-        with DaemonClient.connect(client.path) as once:  # one connection, as fno-agents does
-            reserved = once.call("channel.register_channel", {"cc_session_id": "cc-pty"})
-        channel_id = reserved["mcp_channel_id"]
+        spawn = {"name": "cc", "pty": True, "channel": True, "argv": argv, "cols": 120}
+        status = client.call("agent.spawn", spawn | {"rows": 40, "cwd": str(tmp_path / "work")})
+        assert status["argv"][: len(argv)] == argv
+        assert "--dangerously-load-development-channels" in status["argv"]
+        channel_id = status["channel_id"]
 
-        # pushed before Claude Code starts: held by the daemon, handed to the channel
-        # server when it registers, written once Claude Code listens
         def push(text: str) -> dict[str, Any]:
             return {"mcp_channel_id": channel_id, "envelope": claude_channel_envelope(text)}
 
+        # pushed while Claude Code starts: held by the daemon, handed to the channel
+        # server when it registers, written once Claude Code listens
         held = client.call("channel.push_to_channel", push("MARKER-1 pushed early"))
         assert held["delivered"] is False
-        config = claude_channel.mcp_config("cc-pty", "pty", str(client.path))
-        config_path = claude_channel.write_config(tmp_path / "mcp", "pty", config)
-        debug = tmp_path / "claude-debug.log"
-        argv = [program, *claude_channel.claude_args(config_path), "--strict-mcp-config"]
-        terminal = Terminal()
-        claude = subprocess.Popen(
-            [*argv, "--debug-file", str(debug)],
-            cwd=work,
-            env=env,
-            stdin=terminal.slave,
-            stdout=terminal.slave,
-            stderr=terminal.slave,
-            start_new_session=True,
-        )
-        terminal.start()
+        screen = Screen("cc", client.path)
         try:
             first = server.wait_request(lambda r: "MARKER-1" in json.dumps(r["body"]), 90)
-            assert first is not None, diagnosis(debug, terminal)
-            assert terminal.confirmed
+            assert first is not None, diagnosis(debug, screen)
+            assert screen.confirmed
             assert first["path"] == "/v1/messages"
             tag = '<channel source=\\"tether\\" agent=\\"ci\\">\\nMARKER-1 pushed early'
             assert tag in json.dumps(first["body"])
@@ -237,16 +223,12 @@ def test_an_interactive_claude_code_shows_a_daemon_push_to_the_model(
             live = client.call("channel.push_to_channel", push("MARKER-2 pushed live"))
             assert live == {"routed": True, "delivered": True}
             second = server.wait_request(lambda r: "MARKER-2" in json.dumps(r["body"]), 60)
-            assert second is not None, diagnosis(debug, terminal)
+            assert second is not None, diagnosis(debug, screen)
             assert second["n"] > first["n"]
         finally:
-            os.killpg(claude.pid, signal.SIGTERM)
-            try:
-                claude.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(claude.pid, signal.SIGKILL)
-                claude.wait(timeout=15)
-            terminal.close()
+            stopped = client.call("agent.stop", {"name": "cc", "mode": "close", "timeout_s": 15})
+            screen.close()
+        assert stopped["ended"] is True
     assert_no_survivors(env[MARK], timeout=15)
 
 

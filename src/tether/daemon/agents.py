@@ -56,7 +56,9 @@ Verbs (params -> result; errors are ``RpcError`` codes):
   (:mod:`tether.daemon.answers`); ``list`` and ``status`` carry each wire agent's
   unanswered ``questions: [{key, type, text, at}]``.
 - PTY agents (:mod:`tether.daemon.pty_agent`): ``agent.spawn {name, pty: true, argv,
-  cols?=80, rows?=24, cwd?, env?}`` runs any program on a pseudo-terminal; ``status``,
+  cols?=80, rows?=24, cwd?, env?, channel?}`` runs any program on a pseudo-terminal
+  (``channel: true``: argv is Claude Code's, given the agent's channel as for ``agent:
+  "claude"``; an interactive Claude Code shows its pushes to the model); ``status``,
   ``list``, ``stop`` and ``rm`` serve them too, and ``agent.drive {name}`` turns the
   connection into a WebSocket onto the terminal (:mod:`tether.daemon.drive`). The wire
   verbs (``ask``, ``steer``, ``events``, ...) answer ``invalid_status`` for them.
@@ -267,7 +269,7 @@ class AgentVerbs:
         if args.cwd is not None and not Path(args.cwd).is_absolute():
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "cwd must be an absolute path")
         if args.pty:
-            return await self._spawn_pty(args)
+            return await self._spawn_pty(args, context)
         if args.channel:
             args = self._with_channel(args, context)
         agent, answer = await self.sup.spawn(args)
@@ -283,26 +285,35 @@ class AgentVerbs:
 
     def _with_channel(self, args: SpawnRequest, context: CallContext) -> SpawnRequest:
         """``channel: true``: the agent's reserved channel and Claude Code's flags for it."""
-        from tether import paths
-        from tether.daemon import claude_channel as cc
         from tether.runtime.adapters.registry import resolve_agent
 
-        hub = self.sup.channels
-        if hub is None or resolve_agent(args.agent, args.provider) != "claude":
+        if resolve_agent(args.agent, args.provider) != "claude":
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "channel: true goes with agent: claude")
         if args.channel_id is not None:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "give channel: true or channel_id")
-        session = cc.session_of(args.name)
-        channel = hub.reserve(session, args.name)
-        socket = str(context.daemon.statistics()["socket"])
-        config = cc.mcp_config(session, args.name, socket)
-        path = cc.write_config(paths.state_dir() / "mcp", args.name, config)
-        agent_args = [*(args.agent_args or []), *cc.claude_args(path)]
+        flags, channel_id = self._claude_channel(args.name, context)
+        agent_args = [*(args.agent_args or []), *flags]
         return msgspec.structs.replace(
-            args, agent="claude", agent_args=agent_args, channel_id=channel.channel_id
+            args, agent="claude", agent_args=agent_args, channel_id=channel_id
         )
 
-    async def _spawn_pty(self, args: SpawnRequest) -> dict[str, Any]:
+    def _claude_channel(self, name: str, context: CallContext) -> tuple[list[str], str]:
+        """The agent's channel reserved, its MCP config written: Claude Code's flags that
+        load it, and the channel's id."""
+        from tether import paths
+        from tether.daemon import claude_channel as cc
+
+        hub = self.sup.channels
+        if hub is None:
+            raise RpcFailure(ErrorCode.INVALID_PARAMS, "this daemon serves no channels")
+        session = cc.session_of(name)
+        channel = hub.reserve(session, name)
+        socket = str(context.daemon.statistics()["socket"])
+        config = cc.mcp_config(session, name, socket)
+        path = cc.write_config(paths.state_dir() / "mcp", name, config)
+        return cc.claude_args(path), channel.channel_id
+
+    async def _spawn_pty(self, args: SpawnRequest, context: CallContext) -> dict[str, Any]:
         if not args.argv or not all(isinstance(a, str) and a and "\0" not in a for a in args.argv):
             raise RpcFailure(
                 ErrorCode.INVALID_PARAMS, "a PTY agent needs argv: a list of non-empty strings"
@@ -315,13 +326,18 @@ class AgentVerbs:
                 ErrorCode.INVALID_PARAMS,
                 f"a PTY agent runs argv only; {', '.join(unused) or 'wait'} does not apply",
             )
+        argv, channel_id = list(args.argv), None
+        if args.channel:  # argv is Claude Code's: load the channel server into it
+            flags, channel_id = self._claude_channel(args.name, context)
+            argv += flags
         agent = await self.ptys.spawn(
             args.name,
-            list(args.argv),
+            argv,
             cwd=args.cwd or os.getcwd(),
             cols=args.cols,
             rows=args.rows,
             env=args.env,
+            channel_id=channel_id,
         )
         return agent.status_dict()
 

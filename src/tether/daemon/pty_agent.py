@@ -253,7 +253,7 @@ class PtyAgent:
             "last_seq": 0,
             "provider": None,
             "model": None,
-            "channel_id": None,
+            "channel_id": record.channel_id,
             "adopted": self.adopted,
             "argv": record.argv,
             "attached": self.attached,
@@ -382,6 +382,7 @@ class PtyFleet:
         cols: int,
         rows: int,
         env: dict[str, str] | None = None,
+        channel_id: str | None = None,
     ) -> PtyAgent:
         if name in self.agents or name in self.sup.agents:
             raise RpcFailure(ErrorCode.AGENT_EXISTS, f"an agent named {name!r} already exists")
@@ -396,6 +397,7 @@ class PtyFleet:
             cwd=cwd,
             argv=argv,
             created_at=now,
+            channel_id=channel_id,
             pty={"cols": cols, "rows": rows, "socket": str(run.path / SOCKET_NAME)},
         )
         try:
