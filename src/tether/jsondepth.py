@@ -84,6 +84,8 @@ class TooDeep(TetherError, msgspec.DecodeError):
 
 def check_depth(data: bytes | bytearray | memoryview | str, limit: int = MAX_JSON_DEPTH) -> None:
     """Raise :class:`TooDeep` when ``data`` nests arrays/objects deeper than ``limit``."""
+    if len(data) <= limit:  # each level takes an opening bracket: it cannot be deeper
+        return
     if isinstance(data, str):
         if _few_openers(data, _OPENERS_S, limit):
             return

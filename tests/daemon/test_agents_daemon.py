@@ -64,6 +64,34 @@ def test_spawn_ask_status_list_stop_rm(agentd: AgentDaemon) -> None:
     assert agentd.call("agent.list")["agents"] == []
 
 
+def test_status_answers_follow_every_change(agentd: AgentDaemon) -> None:
+    """``agent.status`` is answered from its cached encoding while nothing it shows has
+    changed: every answer equals the agent's freshly built ``agent.list`` row (plus
+    ``final_text`` once ended), before and after a turn and after the end."""
+
+    def settled() -> dict[str, Any]:
+        for _ in range(100):  # until no event lands between the two status calls
+            before = agentd.status("s1")
+            (row,) = agentd.call("agent.list")["agents"]
+            after = agentd.status("s1")
+            if before == after:
+                assert {k: v for k, v in after.items() if k != "final_text"} == row
+                return after
+        raise AssertionError("the agent never settled")
+
+    agentd.spawn("s1", [{"text": "one"}, {"text": "two"}], task="first", wait=True)
+    first = settled()
+    assert (first["state"], first["turn"]) == ("ready", 1)
+    agentd.call("agent.ask", {"name": "s1", "text": "second"})
+    second = settled()
+    assert second["turn"] == 2
+    assert second["last_seq"] > first["last_seq"]
+    agentd.call("agent.stop", {"name": "s1"})
+    ended = settled()
+    assert (ended["state"], ended["status"], ended["final_text"]) == ("done", "exited", "two")
+    agentd.call("agent.rm", {"name": "s1"})
+
+
 def test_names_and_params_are_checked(agentd: AgentDaemon) -> None:
     for bad in ("", "a b", "x" * 65, "é", "a/b"):
         agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": bad})

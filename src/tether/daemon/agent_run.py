@@ -45,6 +45,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
+
 from tether import fsafe, procs
 from tether.daemon.agent_state import Follower
 from tether.daemon.fno_shapes import reference_base
@@ -157,6 +159,8 @@ class AgentRun:
         self._ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._tokens: list[tuple[Path, int]] = []
         self._task: asyncio.Task[None] | None = None
+        # agent.status's encoded answer and what it was built from (see status_stamp)
+        self.status_cache: tuple[tuple[Any, ...], msgspec.Raw] | None = None
 
     # -- public -----------------------------------------------------------------------
 
@@ -311,6 +315,22 @@ class AgentRun:
         if not self.ended:
             self._persist(force=True)
         self._release()
+
+    def status_stamp(self) -> tuple[Any, ...] | None:
+        """Everything :meth:`status_dict` (and the reference's keys beside it) is built from
+        that can change, or None when that is not cheap to tell (notes or channel counters,
+        which change in place): equal stamps, equal answers."""
+        if self.notes or self.record.channel_id:
+            return None
+        mirror = self.mirror
+        return (
+            self.status,
+            self.watch.live_state,
+            mirror.turn,
+            mirror.receiver.seq,
+            self.orphaned,
+            self.final_text,
+        )
 
     def status_dict(self) -> dict[str, Any]:
         record = self.record

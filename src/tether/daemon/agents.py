@@ -200,6 +200,19 @@ class SpawnRequest(SpawnParams, frozen=True):
     rows: PtySize = 24
 
 
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+def _status_name(params: Any) -> str | None:
+    """``agent.status``'s ``name`` (None: the daemon's own status); ``{"name": str}``, the
+    common call, without a conversion."""
+    if type(params) is dict and len(params) == 1:
+        name = params.get("name")
+        if type(name) is str:
+            return name
+    return decode_params(params, StatusParams).name
+
+
 def check_name(name: str) -> str:
     if not NAME_RULE.fullmatch(name):
         raise RpcFailure(
@@ -398,27 +411,40 @@ class AgentVerbs:
         }
         return self._with_questions(rows, reply)
 
-    def status(self, context: CallContext, params: Any) -> Reply:
-        name = decode_params(params, StatusParams).name
+    def status(self, context: CallContext, params: Any) -> Reply | msgspec.Raw:
+        name = _status_name(params)
         if name is None:
             agents: list[AgentRun | PtyAgent] = [
                 *self.sup.agents.values(),
                 *self.ptys.agents.values(),
             ]
             return daemon_status(context.daemon.statistics(), agents)
-        pty = self.ptys.get(check_name(name))
-        if pty is not None:
-            return with_reference(pty.status_dict(), pty)
-        agent = self.sup.require(name)
+        agent = self.sup.agents.get(name)  # a wire agent's name was checked at its spawn
+        if agent is None:
+            pty = self.ptys.get(check_name(name))
+            if pty is not None:
+                return with_reference(pty.status_dict(), pty)
+            agent = self.sup.require(name)
+        questions = self.answers.cached_one(agent.run_id, agent.inbox_version)
+        if questions is None:
+            row = self._status_row(agent)
+            return self._with_questions([(row, agent)], row)
+        stamp = agent.status_stamp()
+        if stamp is None:
+            return {**self._status_row(agent), "questions": questions}
+        key = (stamp, questions)  # tuple equality: equal questions, equal answer
+        hit = agent.status_cache
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        raw = msgspec.Raw(_ENCODER.encode({**self._status_row(agent), "questions": questions}))
+        agent.status_cache = (key, raw)
+        return raw
+
+    def _status_row(self, agent: AgentRun) -> dict[str, Any]:
         data = agent.status_dict()
         if agent.ended and agent.final_text:  # the whole answer, once read (status only)
             data["final_text"] = agent.final_text
-        row = with_reference(data, agent)
-        questions = self.answers.cached_one(agent.run_id, agent.inbox_version)
-        if questions is None:
-            return self._with_questions([(row, agent)], row)
-        row["questions"] = questions
-        return row
+        return with_reference(data, agent)
 
     def _with_questions(
         self, rows: Sequence[tuple[dict[str, Any], AgentRun | PtyAgent]], reply: dict[str, Any]

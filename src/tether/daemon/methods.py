@@ -56,6 +56,8 @@ class MethodRegistry(Generic[C]):
     def __init__(self) -> None:
         self._entries: dict[str, _Entry[C]] = {}
         self._sorted: list[str] = []
+        # ``get(method)``: the entry, or None (the dict's own get: no Python frame a call)
+        self.get: Callable[[str], _Entry[C] | None] = self._entries.get
 
     def register(self, method: str, handler: Handler[C], *, extension: bool = False) -> None:
         """Add ``handler`` for ``method``. Methods outside the spec's namespaces need
@@ -67,9 +69,6 @@ class MethodRegistry(Generic[C]):
         is_async = inspect.iscoroutinefunction(handler)
         self._entries[method] = _Entry(handler, is_async)
         self._sorted = sorted(self._entries)
-
-    def get(self, method: str) -> _Entry[C] | None:
-        return self._entries.get(method)
 
     def methods(self) -> list[str]:
         return list(self._sorted)

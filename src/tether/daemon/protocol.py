@@ -383,7 +383,8 @@ def decode_message(body: bytes) -> Request | Response | ProtocolError:
     does not skips that try (a client's: a large answer is not parsed twice).
     """
     try:
-        jsondepth.check_depth(body)
+        if len(body) > jsondepth.MAX_JSON_DEPTH:  # a shorter body cannot nest deeper
+            jsondepth.check_depth(body)
         if b'"method"' in body:
             return _REQUEST_DECODER.decode(body)
     except jsondepth.TooDeep as exc:
@@ -447,8 +448,13 @@ class _Failed(msgspec.Struct, frozen=True):
 
 
 def encode_ok(id: int, result: Any) -> bytes:
-    """One whole frame ``{id, result}`` (the hot path: no intermediate :class:`Response`)."""
-    return encode_frame(_ENCODER.encode(_Ok(id, result)))
+    """One whole frame ``{id, result}`` (the hot path: no intermediate :class:`Response`;
+    :func:`encode_frame` inline)."""
+    body = _ENCODER.encode(_Ok(id, result))
+    size = len(body)
+    if size > MAX_FRAME_BYTES:
+        raise FrameTooLarge(size)
+    return size.to_bytes(PREFIX_BYTES, "little") + body
 
 
 def encode_failure(id: int, code: ErrorCode, message: str) -> bytes:

@@ -338,7 +338,11 @@ class Connection(asyncio.Protocol):
         if isinstance(message, ProtocolError):
             self._fail_and_close(recover_id(body), ErrorCode.MALFORMED_FRAME, message.message)
         elif isinstance(message, Request):
-            self._on_request(message)
+            step = self.daemon.route(message, self)
+            if type(step) is bytes:
+                self._write(step)
+            else:
+                self._start(cast(Awaitable[bytes], step))
         else:
             future = self._pending.get(message.id)
             if future is not None and not future.done():
@@ -346,12 +350,8 @@ class Connection(asyncio.Protocol):
             else:
                 log.debug("dropping a response to unknown id %d", message.id)
 
-    def _on_request(self, request: Request) -> None:
-        step = self.daemon.route(request, self)
-        if isinstance(step, bytes):
-            self._write(step)
-            return
-        task = asyncio.ensure_future(self._run(step))
+    def _start(self, answer: Awaitable[bytes]) -> None:
+        task = asyncio.ensure_future(self._run(answer))
         self._tasks.add(task)
         self.daemon._call_started()
         task.add_done_callback(self._task_done)
