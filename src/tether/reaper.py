@@ -28,8 +28,11 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from typing import Final
+
+TYPE_CHECKING = False  # typing's, without importing typing: the reaper starts per run
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+    from typing import Final
 
 __all__ = ["REAP_ENV", "marked_env", "reap", "track", "untrack"]
 

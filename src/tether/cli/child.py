@@ -20,13 +20,13 @@ import math
 import os
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether import exits
 
 if TYPE_CHECKING:
     import asyncio
+    from pathlib import Path
 
     from tether.agent.runner import EmitFn, TurnControl, TurnOutcome, TurnRequest, TurnRunner
     from tether.runtime.adapters.early import Early
@@ -260,6 +260,8 @@ def _main(
     started: float,
     early_cli: list[Early],
 ) -> int:
+    from pathlib import Path  # here: an agent's CLI starts before (early.py)
+
     from tether.wire.env import read_wire_env
 
     control = read_wire_env(env, "CONTROL_PATH")

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import importlib
 import os
-import shlex
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from tether.runtime.adapters.registry import DEFAULT_AGENT, find_command, get_agent
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pathlib's import is ~8 ms, before the CLI starts (early.py)
     import subprocess
+    from pathlib import Path
 
     from tether.agent.runner import EmitFn, TurnRunner
     from tether.runtime.adapters.early import Early
@@ -85,6 +84,8 @@ def open_runner(
         raise RunnerSetupError(f"agent {agent!r} has no adapter")
     argv = early.launch.argv if early is not None else find_command(kind, command, env)
     if argv is None:
+        import shlex
+
         wanted = shlex.join(command) if command else " ".join(kind.command)
         if not wanted:
             raise RunnerSetupError(f"--agent {agent} needs the agent's command after --")
