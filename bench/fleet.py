@@ -53,6 +53,7 @@ from daemon import (  # bench/daemon.py: the servers, the round-trip client
     _Client,
     _run,
     daemon_env,
+    padded_frame,
     start_servers,
     stop_servers,
 )
@@ -193,12 +194,6 @@ async def timed_calls(path: Path, payloads: list[bytes]) -> list[float]:
     assert conn.transport is not None
     conn.transport.close()
     return out
-
-
-def padded_frame(size: int) -> bytes:
-    """A request frame of about ``size`` bytes, for the echo server."""
-    filler = "x" * max(0, size - 60)
-    return encode_call(1, "echo.pad", {"pad": filler})
 
 
 async def answer_size(path: Path, method: str, params: Any) -> int:
