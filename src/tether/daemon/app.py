@@ -12,7 +12,8 @@ Who installs what, read top to bottom in :func:`build_daemon`::
     daemon.on_start(ptys.start)             re-attach to PTY holders
     daemon.on_shutdown(supervisor.shutdown) stop supervising (children live on)
 
-:func:`run_daemon` adds the process around it: the private socket directory, the lock,
+:func:`run_daemon` adds the process around it: a short scheduler slice
+(:mod:`tether.sched`), the private socket directory, the lock,
 the socket (:mod:`tether.daemon.lifecycle`), the event loop, the signals and, when asked,
 the link to a cluster of hosts (:mod:`tether.daemon.hosts`). Nothing is
 discovered and no part writes itself into another: each is handed what it needs here.
@@ -41,6 +42,7 @@ from tether.daemon.lifecycle import (
 from tether.daemon.pty_agent import PtyFleet
 from tether.daemon.server import Daemon, ServerConfig
 from tether.daemon.supervisor import Supervisor
+from tether.sched import request_short_slice
 
 if TYPE_CHECKING:
     from tether.daemon.hosts import ClusterOptions
@@ -82,6 +84,8 @@ def run_daemon(
     import asyncio
 
     socket_path = config.socket_path
+    # Before any thread or child exists, so they all inherit it (tether.sched).
+    log.info("scheduler slice %s ns", request_short_slice() or "unchanged")
     limit = raise_open_files_limit()  # each agent holds a few descriptors
     log.info("descriptor limit %d", limit)
     ensure_socket_dir(socket_path.parent)
