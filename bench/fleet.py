@@ -1,7 +1,7 @@
 """A fleet of idle built-in agents under one daemon: spawn, memory, idle CPU, latency, stop.
 
     .venv/bin/python bench/fleet.py [--agents 1000] [--idle-seconds 30] [--sample 20]
-        [--parallel 16] [--acks 500] [--statuses 1000] [--lists 20]
+        [--parallel 16] [--acks 500] [--ack-gap-ms 30] [--statuses 1000] [--lists 20]
 
 One real daemon (``python -m tether daemon --foreground``) and, for the baselines, the bare
 length-prefixed echo server of ``bench/daemon.py`` (whose helpers this script reuses).
@@ -19,9 +19,11 @@ length-prefixed echo server of ``bench/daemon.py`` (whose helpers this script re
    of random agents, one client, closed loop; the baseline is the echo server carrying a
    frame of the same size in the same run.
 5. **control-to-ack**: ``agent.follow_up`` to random agents (the daemon answers when the
-   child's ``control-ack`` is read back; the turn it starts then runs on its own); the
-   floors, same run: one echo round trip (the socket) and one pipe round trip to another
-   process (a child's wake-up and answer).
+   child's ``control-ack`` is read back; the turn it starts then runs on its own), back to
+   back (each ack competes with the turns started before it: the daemon's and children's
+   CPU per follow-up and the daemon's wait for a CPU are printed) and ``--ack-gap-ms``
+   apart; the floors, same run: one echo round trip (the socket) and one pipe round trip
+   to another process (a child's wake-up and answer).
 6. **full turns**: ``agent.ask`` to ``--sample`` random agents (follow-up -> the scripted
    answer), checked.
 7. **stop**: ``agent.stop`` (close) of every agent, then checked: no child process left, no
@@ -205,11 +207,15 @@ async def answer_size(path: Path, method: str, params: Any) -> int:
     return len(msgspec.json.encode(result))
 
 
-async def acks(path: Path, names: list[str], count: int) -> list[float]:
+async def acks(path: Path, names: list[str], count: int, gap_s: float = 0.0) -> list[float]:
+    """``agent.follow_up`` to ``count`` random agents, one at a time (each starts a turn),
+    ``gap_s`` apart (0: back to back, so each ack competes with the turns before it)."""
     client = await AsyncDaemonClient.open(path)
     out = []
     try:
         for index in range(count):
+            if gap_s:
+                await asyncio.sleep(gap_s)
             name = random.choice(names)
             began = time.perf_counter()
             result = await client.call("agent.follow_up", {"name": name, "text": f"ping {index}"})
@@ -303,6 +309,7 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=20, help="agents driven through a turn")
     parser.add_argument("--parallel", type=int, default=16, help="spawns in flight")
     parser.add_argument("--acks", type=int, default=500)
+    parser.add_argument("--ack-gap-ms", type=float, default=30.0)
     parser.add_argument("--statuses", type=int, default=1000)
     parser.add_argument("--lists", type=int, default=20)
     args = parser.parse_args()
@@ -361,7 +368,7 @@ def run(
 
     idle(args, daemon_pid, list(pids.values()), helpers)
     latency(args, daemon_pid, sockets, names)
-    ack_latency(args, path, echo_path, names)
+    ack_latency(args, (daemon_pid, list(pids.values())), path, echo_path, names)
     sample = random.sample(names, min(args.sample, n))
     turns = _run(full_turns(path, sample))
     print(f"full turns (agent.ask -> the scripted answer): {len(turns)} agents, {ms(turns)}")
@@ -443,14 +450,43 @@ def latency(
     )
 
 
-def ack_latency(args: argparse.Namespace, path: Path, echo_path: Path, names: list[str]) -> None:
-    count = min(args.acks, len(names) * (SCRIPT_REPLIES // 4))
+def schedstat(pid: int) -> tuple[int, int]:
+    """(ns on a CPU, ns runnable but waiting for one) of the main thread of ``pid``."""
+    try:
+        fields = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except OSError:
+        return 0, 0
+    return int(fields[0]), int(fields[1])
+
+
+def ack_latency(
+    args: argparse.Namespace,
+    procs: tuple[int, list[int]],
+    path: Path,
+    echo_path: Path,
+    names: list[str],
+) -> None:
+    daemon_pid, children = procs
+    count = min(args.acks, len(names) * (SCRIPT_REPLIES // 8))
+    cpu = cpu_seconds(daemon_pid), sum(map(cpu_seconds, children))
+    ran0, waited0 = schedstat(daemon_pid)
     got = _run(acks(path, names, count))
+    ran, waited = schedstat(daemon_pid)
+    ran, waited = ran - ran0, waited - waited0
+    d_cpu = (cpu_seconds(daemon_pid) - cpu[0]) / count * 1000
+    c_cpu = (sum(map(cpu_seconds, children)) - cpu[1]) / count * 1000
+    spaced = _run(acks(path, names, count // 2, args.ack_gap_ms / 1000))
     pipe = pipe_floor(count)
     echo = _run(timed_calls(echo_path, [encode_call(1, "echo", None)] * count))
     print(
-        f"control-to-ack (agent.follow_up to random agents, {count}): {ms(got)} "
-        f"(target p99 <= 5 ms); floors: socket echo {ms(echo)}, pipe round trip {ms(pipe)}"
+        f"control-to-ack (agent.follow_up to random agents, {count} back to back): {ms(got)} "
+        f"(target p99 <= 5 ms); per follow-up: daemon CPU {d_cpu:.2f} ms, children CPU "
+        f"{c_cpu:.2f} ms (the turn it starts), the daemon's main thread ran "
+        f"{ran / count / 1e6:.2f} ms and waited for a CPU {waited / count / 1e6:.2f} ms"
+    )
+    print(
+        f"control-to-ack, {count // 2} spaced {args.ack_gap_ms:g} ms apart (the turn before "
+        f"has ended): {ms(spaced)}; floors: socket echo {ms(echo)}, pipe round trip {ms(pipe)}"
     )
 
 
