@@ -83,6 +83,7 @@ __all__ = [
     "inbox_channel",
     "open_host_link",
     "rpc_subject",
+    "run_channels",
 ]
 
 log = logging.getLogger("tether.daemon.hosts")
@@ -186,6 +187,11 @@ def inbox_channel(host: str, run_id: str) -> str:
 
 def control_channel(host: str, run_id: str) -> str:
     return f"h.{check_host(host)}.run.{run_id}.control"
+
+
+def run_channels(host: str, run_id: str) -> str:
+    """The pattern matching a run's three channels (for ``tail_matching``)."""
+    return f"h.{check_host(host)}.run.{run_id}.*"
 
 
 def failure(request_id: int, code: ErrorCode, message: str) -> bytes:

@@ -6,10 +6,12 @@ and inbox lines into JetStream (:mod:`tether.daemon.hosts`). Here we
 
 - send controls through the host's verbs over NATS (``agent.steer`` and friends answer
   with the control's ``seq`` once the child has acknowledged it);
-- tail the run's control and event channels and mirror them with the same
-  :class:`~tether.runtime.mirror.RunMirror` a local parent uses. The two channels are
-  separate streams, so an ack is held until its control has been read;
-- tail its inbox channel; and build the :class:`~tether.runtime.outcome.RunResult` from the
+- follow the run's control, event and inbox channels through one consumer
+  (``h.<host>.run.<id>.*``, :meth:`~tether.transports.jetstream.JetStreamChannel.tail_matching`)
+  and mirror them with the same :class:`~tether.runtime.mirror.RunMirror` a local parent
+  uses. The host forwards each file on its own, so an ack can be stored before its
+  control line: it is held until its control has been read;
+- hand on its inbox lines; and build the :class:`~tether.runtime.outcome.RunResult` from the
   verdict as a local parent does (a text the child had to cut comes from the host's
   ``agent.status``).
 
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import jsondepth
 from tether.daemon.client import DaemonCallError
-from tether.daemon.hosts import control_channel, events_channel, inbox_channel
+from tether.daemon.hosts import control_channel, events_channel, inbox_channel, run_channels
 from tether.daemon.protocol import ErrorCode
 from tether.daemon.remote import call_host, connect
 from tether.errors import ControlRefused, RunEnded
@@ -40,7 +42,6 @@ from tether.runtime.mirror import ChannelError, RunMirror
 from tether.runtime.outcome import Timeouts
 from tether.runtime.supervise import RunWatch
 from tether.runtime.updates import InboxItem, Update
-from tether.transports.channel import Entry
 from tether.wire import AnyEvent, ControlAck
 from tether.wire.session import ControlKind
 
@@ -135,8 +136,7 @@ class RemoteRunHandle(RunHandle):
         self._tasks: list[asyncio.Task[Any]] = []
 
     def start(self) -> None:
-        for coroutine in (self._follow_controls(), self._follow_events(), self._follow_inbox()):
-            self._tasks.append(asyncio.ensure_future(coroutine))
+        self._tasks.append(asyncio.ensure_future(self._follow()))
 
     # -- controls: the host's verbs -----------------------------------------------------
 
@@ -174,25 +174,34 @@ class RemoteRunHandle(RunHandle):
 
     # -- reading ------------------------------------------------------------------------
 
-    async def _follow_controls(self) -> None:
-        async for item in self.channel.tail(control_channel(self.host, self.run_id)):
-            if isinstance(item, Entry):
-                self.mirror.expect(item.data)
-                self._controls_seen = max(self._controls_seen, self.mirror.sender.seq)
-                await self._release_held()
+    async def _follow(self) -> None:
+        """The run's three channels through one consumer (``h.<host>.run.<id>.*``), each
+        entry handed on by the channel it is in."""
+        handlers = {
+            control_channel(self.host, self.run_id): self._on_control,
+            events_channel(self.host, self.run_id): self._on_event,
+            inbox_channel(self.host, self.run_id): self._on_inbox,
+        }
+        pattern = run_channels(self.host, self.run_id)
+        async for name, entry in self.channel.tail_matching(pattern):
+            handler = handlers.get(name)
+            if handler is not None:
+                await handler(entry.data)
 
-    async def _follow_events(self) -> None:
-        async for item in self.channel.tail(events_channel(self.host, self.run_id)):
-            if not isinstance(item, Entry):
-                continue
-            event, error = self._decode(item.data)
-            if error is not None:
-                self._put(error)
-            if event is not None:
-                self._hold(event, item.data)
-                await self._release_held()
-            if self.done:
-                return
+    async def _on_control(self, line: bytes) -> None:
+        self.mirror.expect(line)
+        self._controls_seen = max(self._controls_seen, self.mirror.sender.seq)
+        await self._release_held()
+
+    async def _on_event(self, line: bytes) -> None:
+        if self.done:
+            return
+        event, error = self._decode(line)
+        if error is not None:
+            self._put(error)
+        if event is not None:
+            self._hold(event, line)
+            await self._release_held()
 
     def _decode(self, line: bytes) -> tuple[AnyEvent | None, ChannelError | None]:
         from tether.wire import Rejection, decode_event
@@ -232,14 +241,11 @@ class RemoteRunHandle(RunHandle):
             self._put(ChannelError(problem, run=self.run_id))
         self._event(event, raw)
 
-    async def _follow_inbox(self) -> None:
-        async for item in self.channel.tail(inbox_channel(self.host, self.run_id)):
-            if not isinstance(item, Entry):
-                continue
-            with contextlib.suppress(ValueError):
-                message = jsondepth.decode_any(item.data)
-                if isinstance(message, dict):
-                    self._put(InboxItem(self.run_id, message))
+    async def _on_inbox(self, line: bytes) -> None:
+        with contextlib.suppress(ValueError):
+            message = jsondepth.decode_any(line)
+            if isinstance(message, dict):
+                self._put(InboxItem(self.run_id, message))
 
     def _put(self, update: Update) -> None:
         self._updates.put(update)
