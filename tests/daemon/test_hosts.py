@@ -372,15 +372,19 @@ async def _read_all(channel: object, name: str, count: int) -> list[Entry]:
     return got
 
 
-async def _drive(handle: tether_api.RunHandle) -> tuple[tether_api.RunResult, list[int]]:
+async def _drive(
+    handle: tether_api.RunHandle, inbox: list[dict[str, object]] | None = None
+) -> tuple[tether_api.RunResult, list[int]]:
     """One piece of user code for any run, local or remote: steer, follow up, close,
-    read the updates, wait for the result."""
+    read the updates (inbox messages into ``inbox``), wait for the result."""
     seqs: list[int] = []
 
     async def read() -> None:
         async for update in handle.updates():
             if isinstance(update, tether_api.RunEvent):
                 seqs.append(update.event.seq)
+            elif isinstance(update, tether_api.InboxItem) and inbox is not None:
+                inbox.append(update.message)
 
     reader = asyncio.ensure_future(read())
     steered = await handle.steer("also this")
@@ -417,15 +421,23 @@ def test_the_python_api_spawns_and_drives_a_run_on_another_host(
         )
         assert isinstance(local, tether_api.LocalRunHandle)
         assert isinstance(handle, tether_api.RemoteRunHandle)
+        status = json.loads(
+            tether(hosts["A"].env, "--host", "B", "status", handle.name, "--json").stdout
+        )
+        with (Path(str(status["run_dir"])) / "inbox.jsonl").open("ab") as shell:
+            shell.write(b'{"type":"progress","text":"from the shell"}\n')
+        inbox: list[dict[str, object]] = []
         try:
             for run in (local, handle):
-                result, seqs = await _drive(run)
+                result, seqs = await _drive(run, inbox if run is handle else None)
                 assert result.status == "done", result.error
                 assert result.final_text == long_text
                 assert not result.truncated
                 assert run.state.value == "done"
                 assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # none lost or doubled
                 assert isinstance(run.mirror.exit, Exit)
+            # a shell's line in B's inbox file, forwarded by B and read from JetStream
+            assert {"type": "progress", "text": "from the shell"} in inbox
         finally:
             await handle.release()
             await local.aclose()
