@@ -13,6 +13,8 @@ Two tests:
   presses Enter on its warning through ``agent.drive``): a daemon push reaches the
   model, i.e. its next model request (logged by the scripted model server) carries the
   pushed text in a ``<channel>`` tag; one push made while Claude Code starts, one live.
+  The model answers the first with the ``reply`` tool, which lands in the pushing
+  agent's inbox as a follow-up.
 """
 
 from __future__ import annotations
@@ -95,6 +97,12 @@ def test_a_claude_agent_with_a_channel_receives_pushes(
 
 DEV_CHANNELS_PROMPT = "I am using this for local development"
 API_KEY = "sk-ant-tether-test-0123456789abcdefghij"
+# the model answers the first channel message with the channel server's reply tool
+REPLY_TOOL = "mcp__tether__reply"
+REPLY_CALL = {
+    "text": "Answering the channel.",
+    "tool_calls": [{"name": REPLY_TOOL, "arguments": {"text": "REPLY-FROM-CLAUDE"}}],
+}
 # Claude Code turns these off its feature flags (GrowthBook), and with them channels
 FLAG_KILLERS = (
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
@@ -169,7 +177,7 @@ def diagnosis(debug: Path, terminal: Screen) -> str:
 def claude_world(tmp_path: Path, claude_cli: str) -> Iterator[tuple[str, dict[str, str], Any]]:
     """An environment for an interactive Claude Code (its own HOME, prepared) and a
     scripted model server; nothing started under the environment's mark survives."""
-    script = [{"text": "Got the channel message."}] * 4
+    script = [REPLY_CALL, {"text": "Replied."}, *[{"text": "Got the channel message."}] * 4]
     with open_model_server(script, log=tmp_path / "requests.jsonl") as server:
         env = cli_env(
             tmp_path,
@@ -196,8 +204,14 @@ def test_a_pty_claude_agent_with_a_channel_shows_a_daemon_push_to_the_model(
 ) -> None:
     program, env, server = claude_world
     debug = tmp_path / "claude-debug.log"
-    argv = [program, "--strict-mcp-config", "--debug-file", str(debug)]
+    argv = [program, "--strict-mcp-config", "--allowedTools", REPLY_TOOL]
+    argv += ["--debug-file", str(debug)]
     with daemon_client(env) as client:
+        # the agent the pushes come from (meta.agent "ci"), to get Claude Code's reply
+        script = tmp_path / "ci.json"
+        script.write_text(json.dumps([{"text": "waiting"}, {"text": "thanks"}]))
+        ci = {"name": "ci", "task": "wait", "script": str(script), "wait": True}
+        assert client.call("agent.spawn", ci | {"cwd": str(tmp_path)})["state"] == "ready"
         spawn = {"name": "cc", "pty": True, "channel": True, "argv": argv, "cols": 120}
         status = client.call("agent.spawn", spawn | {"rows": 40, "cwd": str(tmp_path / "work")})
         assert status["argv"][: len(argv)] == argv
@@ -219,15 +233,28 @@ def test_a_pty_claude_agent_with_a_channel_shows_a_daemon_push_to_the_model(
             assert first["path"] == "/v1/messages"
             tag = '<channel source=\\"tether\\" agent=\\"ci\\">\\nMARKER-1 pushed early'
             assert tag in json.dumps(first["body"])
+            # the model answered with the reply tool: the channel server sent it to "ci"
+            result = server.wait_request(lambda r: "sent to agent ci" in json.dumps(r["body"]), 60)
+            assert result is not None, diagnosis(debug, screen)
+            assert "REPLY-FROM-CLAUDE" in json.dumps(result["body"])
             # the session listens now: a push is delivered at once and shown to the model
             live = client.call("channel.push_to_channel", push("MARKER-2 pushed live"))
             assert live == {"routed": True, "delivered": True}
             second = server.wait_request(lambda r: "MARKER-2" in json.dumps(r["body"]), 60)
             assert second is not None, diagnosis(debug, screen)
-            assert second["n"] > first["n"]
+            assert second["n"] > result["n"] > first["n"]
+            # and "ci" read it as a follow-up, in its next turn
+            deadline = time.monotonic() + 30
+            while client.call("agent.status", {"name": "ci"})["turn"] < 2:
+                assert time.monotonic() < deadline, "ci never took the reply"
+                time.sleep(0.05)
+            events = client.call("agent.events", {"name": "ci"})["events"]
+            follow = [e["text"] for e in events if e["type"] == "follow-up-injected"]
+            assert follow == ["REPLY-FROM-CLAUDE"]
         finally:
             stopped = client.call("agent.stop", {"name": "cc", "mode": "close", "timeout_s": 15})
             screen.close()
+            client.call("agent.stop", {"name": "ci", "mode": "close", "timeout_s": 15})
         assert stopped["ended"] is True
     assert_no_survivors(env[MARK], timeout=15)
 
