@@ -257,6 +257,7 @@ async def direct(name: str, url: str, home: Path, acks: int) -> dict[str, Any]:
         await cli.prompt(harness, "hello", home, args)
         await harness.until(cli.is_answer)
         first = time.perf_counter() - started
+        cpu = sum(cpu_split(proc.pid).values())  # the CLI and what it started
         await harness.until(lambda m: cli.is_idle(harness, m))
         trips = []
         for n in range(acks):
@@ -272,7 +273,7 @@ async def direct(name: str, url: str, home: Path, acks: int) -> dict[str, Any]:
         except TimeoutError:  # claude-code-acp never leaves on EOF
             os.killpg(proc.pid, 9)
             await proc.wait()
-    return {"first": first, "trips": trips}
+    return {"first": first, "trips": trips, "cli_cpu": cpu}
 
 
 async def through_tether(
@@ -303,6 +304,7 @@ async def through_tether(
     )
     finder = asyncio.ensure_future(_cli_started(handle.pid, boot))
     ready = first = None
+    cpu: dict[str, float] = {}
     async for update in handle.updates():
         if not isinstance(update, RunEvent):
             continue
@@ -311,6 +313,7 @@ async def through_tether(
             ready = time.perf_counter() - started
         if kind == "assistant-text-delta":
             first = time.perf_counter() - started
+            cpu = cpu_split(handle.pid)
             break
         if kind == "exit":
             finder.cancel()
@@ -327,10 +330,37 @@ async def through_tether(
         assert ack.status == "accepted", ack
     await handle.cancel()
     await handle.wait()
-    return {"ready": ready, "first": first, "trips": trips, "exec": exec_at}
+    return {"ready": ready, "first": first, "trips": trips, "exec": exec_at, **cpu}
 
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[bytes]:
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        return handle.read().rsplit(b")", 1)[1].split()
+
+
+def _is_tether(pid: int) -> bool:
+    """``tether child`` or its reaper (else: the CLI or a process it started)."""
+    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+        argv = handle.read().split(b"\0")
+    return b"tether" in argv[1:3] or b"tether.reaper" in argv
+
+
+def cpu_split(child: int) -> dict[str, float]:
+    """CPU seconds so far (user + system, from /proc: 1/CLK_TCK resolution) of the tether
+    child and its reaper (``adapter_cpu``) and of the CLI and what it started (``cli_cpu``).
+    The parent's own CPU is not counted (the model server shares its process)."""
+    split = {"adapter_cpu": 0.0, "cli_cpu": 0.0}
+    for pid in [child, *descendants(child)]:
+        try:
+            fields = _stat(pid)
+            key = "adapter_cpu" if pid == child or _is_tether(pid) else "cli_cpu"
+        except OSError:
+            continue
+        split[key] += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return split
 
 
 async def _cli_started(child: int, boot: float) -> float:
@@ -348,14 +378,10 @@ def _cli_start_time(child: int) -> float | None:
     first process below ``child`` that is neither ``tether`` nor its reaper."""
     for pid in descendants(child):
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                argv = handle.read().split(b"\0")
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
+            if not _is_tether(pid):
+                return int(_stat(pid)[19]) / CLK_TCK
         except OSError:
             continue
-        if b"tether" not in argv[1:3] and b"tether.reaper" not in argv:
-            return int(fields[19]) / CLK_TCK
     return None
 
 
@@ -396,6 +422,7 @@ def report(name: str, data: dict[str, Any]) -> dict[str, Any]:
         "agent": name,
         "rounds": len(direct_start),
         "direct_first_answer_ms": [ms(x) for x in direct_start],
+        "direct_cli_cpu_ms_p50": ms(statistics.median(d["cli_cpu"] for d in data["direct"])),
         "direct_trip_ms_p50": ms(statistics.median(direct_trips)),
         "direct_trip_ms_p99": ms(pct(direct_trips, 0.99)),
     }
@@ -412,6 +439,9 @@ def report(name: str, data: dict[str, Any]) -> dict[str, Any]:
         execs = [t["exec"] for t in runs if t["exec"] is not None]
         if execs:
             row[f"{series}_cli_exec_ms_p50"] = ms(statistics.median(execs))
+        adapter = statistics.median(t["adapter_cpu"] for t in runs)
+        cli = statistics.median(t["cli_cpu"] for t in runs)
+        row[f"{series}_cpu_ms_p50_adapter_cli"] = [ms(adapter), ms(cli)]
         row[f"{series}_ack_ms_p50"] = ms(statistics.median(trips))
         row[f"{series}_ack_ms_p99"] = ms(pct(trips, 0.99))
         row[f"{series}_ack_added_ms_p50"] = round(
