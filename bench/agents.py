@@ -3,7 +3,11 @@
 For each agent CLI that is installed (:data:`CLIS`: Claude Code, Codex app-server, pi,
 Gemini CLI over ACP, claude-code-acp), in one run, against one scripted model server
 (``tether.modelserver``, each CLI pointed at it as ``tether.modelserver.clients`` says),
-alternating a direct round and a tether round (and a "before" round with ``--before``):
+in rounds of one run per series, each series going first in turn (the first run of a
+round is favoured): ``direct`` (the CLI alone), ``cold`` (``tether child`` exec'd, as the
+first run of a process: ``TETHER_FORKSERVER=0``), ``warm`` (forked from the fork server's
+running template, as in the daemon or a parent that starts many runs; it is started
+before the first round) and, with ``--before``, ``before``:
 
 - start-up to the first answer: from starting the process to the first text delta of
   the CLI's first reply. Direct: a minimal harness speaking the CLI's own protocol
@@ -17,7 +21,11 @@ alternating a direct round and a tether round (and a "before" round with ``--bef
   ``tether.spawn(task, agent=NAME)`` until the run's first ``assistant-text-delta``
   reaches the parent (the parent's set-up, ``tether child``, the adapter and its
   hand-shake, the CLI, the event file and the parent's tail). The overhead is the median
-  of the per-round ratios. Also tether's spawn-to-``ready``.
+  of the per-round ratios. Also tether's spawn-to-``ready``, when the CLI's process
+  started (``cli_exec``: from ``/proc``, 10 ms resolution) and the CPU spent until the
+  first answer by tether's child and its reaper and by the CLI (and by the CLI alone in
+  the direct run): on a machine whose cores are busy, tether's CPU share is what it can
+  take from the CLI's start-up, the exec delay what it adds in series.
 - control round trip: direct, one request the CLI answers at once, written to its stdin
   while it is idle after its first answer, until the answer is read from its stdout
   (Claude Code ``control_request`` ``mcp_status``; pi ``get_state``; Codex and ACP
@@ -25,7 +33,7 @@ alternating a direct round and a tether round (and a "before" round with ``--bef
   found" error by their dispatcher); through tether, ``handle.follow_up(...)`` until its
   ``control-ack``, while a turn runs (its model call held by the server).
 
-``--before SRC`` adds a third series: the same tether rounds with the child run from
+``--before SRC`` adds a series: the same tether rounds with the child run from
 another source tree (``PYTHONPATH=SRC`` in its environment, exec'd: never forked from this
 process's fork server, whose template runs this tree; e.g. ``git archive`` of the commit
 before a change), so a change is measured before and after in the same run.
