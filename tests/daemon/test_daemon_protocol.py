@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+from typing import Any
 
 import msgspec
 import pytest
@@ -394,3 +395,13 @@ def test_arbitrary_json_never_raises(value: object) -> None:
     body = msgspec.json.encode(value)
     for decode in (decode_request, decode_response, decode_message):
         assert isinstance(decode(body), Request | Response | ProtocolError)
+
+
+@pytest.mark.parametrize("decode", [decode_request, decode_message])
+def test_an_id_over_u64_is_refused_where_frames_are_read(decode: Any) -> None:
+    assert decode(b'{"id":18446744073709551615,"method":"agent.list"}') == Request(
+        2**64 - 1, "agent.list"
+    )
+    refused = decode(b'{"id":18446744073709551616,"method":"agent.list"}')
+    assert isinstance(refused, ProtocolError)
+    assert "does not fit in a u64" in refused.message

@@ -291,14 +291,15 @@ class RpcError(msgspec.Struct, frozen=True):
 
 
 class Request(msgspec.Struct, frozen=True):
-    """A call: ``method`` is ``<namespace>.<verb>``; ``params`` is ``null`` when absent."""
+    """A call: ``method`` is ``<namespace>.<verb>``; ``params`` is ``null`` when absent.
+
+    The id's u64 bound is checked where frames are read (:func:`decode_request`,
+    :func:`decode_message`), not on every construction: no Python runs per decoded call.
+    """
 
     id: U64
     method: str
     params: Any = None
-
-    def __post_init__(self) -> None:
-        _check_id(self.id)
 
     @property
     def namespace(self) -> Namespace:
@@ -344,6 +345,10 @@ class _Frame(msgspec.Struct, frozen=True):
     error: RpcError | UnsetType = UNSET
 
 
+def _id_too_large(id: int) -> ProtocolError:
+    return ProtocolError.json(f"id {id} does not fit in a u64")
+
+
 def _check_id(id: int) -> None:
     if id > MAX_ID:
         raise ValueError(f"id {id} does not fit in a u64")
@@ -363,9 +368,10 @@ _ENCODER: Final = msgspec.json.Encoder()
 
 def decode_request(body: bytes) -> Request | ProtocolError:
     try:
-        return jsondepth.decode(_REQUEST_DECODER, body)
+        request = jsondepth.decode(_REQUEST_DECODER, body)
     except msgspec.DecodeError as exc:
         return ProtocolError.json(str(exc))
+    return request if request.id <= MAX_ID else _id_too_large(request.id)
 
 
 def decode_response(body: bytes) -> Response | ProtocolError:
@@ -386,7 +392,8 @@ def decode_message(body: bytes) -> Request | Response | ProtocolError:
         if len(body) > jsondepth.MAX_JSON_DEPTH:  # a shorter body cannot nest deeper
             jsondepth.check_depth(body)
         if b'"method"' in body:
-            return _REQUEST_DECODER.decode(body)
+            request = _REQUEST_DECODER.decode(body)
+            return request if request.id <= MAX_ID else _id_too_large(request.id)
     except jsondepth.TooDeep as exc:
         return ProtocolError.json(str(exc))
     except msgspec.DecodeError:
@@ -396,7 +403,7 @@ def decode_message(body: bytes) -> Request | Response | ProtocolError:
     except msgspec.DecodeError as exc:
         return ProtocolError.json(str(exc))
     if frame.id > MAX_ID:
-        return ProtocolError.json(f"id {frame.id} does not fit in a u64")
+        return _id_too_large(frame.id)
     if frame.method is not UNSET:
         params = None if frame.params is UNSET else frame.params
         return Request(frame.id, frame.method, params)
