@@ -87,3 +87,48 @@ def test_a_64_mib_inbox_keeps_the_parents_peak_rss_low(tmp_path: Path) -> None:
     start = float(words[words.index("start") + 1])
     assert peak - start < 100, out
     assert "rows stored 65664," in out, out
+
+
+def _db_descriptors(db: Path) -> int:
+    """This process's descriptors open on ``db`` or its ``-wal``/``-shm`` files."""
+    names = {str(db), f"{db}-wal", f"{db}-shm"}
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}") in names
+        except OSError:
+            pass
+    return found
+
+
+def test_the_tails_of_one_database_share_one_connection(tmp_path: Path) -> None:
+    """Many runs (a daemon's 1,000 agents) drain through one connection, not one each
+    (~190 KiB and two descriptors a connection); the last tail's close closes it, and
+    every run's rows are stored under its own run id."""
+    import sqlite3
+
+    db = tmp_path / "db.sqlite"
+    inboxes = []
+    for n in range(20):
+        inbox = tmp_path / f"inbox{n}.jsonl"
+        create_inbox(inbox)
+        _fill(inbox, n + 1)
+        inboxes.append(inbox)
+
+    async def go() -> tuple[int, int, int]:
+        tails = [InboxTail(inbox, f"r{n}", db) for n, inbox in enumerate(inboxes)]
+        await asyncio.gather(*(tail.drain() for tail in tails))
+        shared = _db_descriptors(db)
+        for tail in tails[:-1]:
+            await tail.close()
+        still = _db_descriptors(db)
+        await tails[-1].close()
+        return shared, still, _db_descriptors(db)
+
+    shared, still, after = asyncio.run(go())
+    assert 0 < shared <= 3  # the database, its WAL and its shared memory, once
+    assert still == shared
+    assert after == 0
+    with sqlite3.connect(db) as conn:
+        rows = dict(conn.execute("SELECT run_id, count(*) FROM inbox_messages GROUP BY run_id"))
+    assert rows == {f"r{n}": n + 1 for n in range(20)}

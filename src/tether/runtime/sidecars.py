@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tether import jsondepth
 from tether.store.index import RunIndex, RunRecord
@@ -58,19 +59,56 @@ class Recorder:
 INBOX_SLICE_BYTES = 1 << 20  # inbox bytes read (and handed out) per drain: bounded memory
 
 
+class _SharedStore:
+    """One inbox connection per database for every tail of this process (each one would
+    cost ~190 KiB and two descriptors: 1,000 agents under one daemon), used by one
+    worker at a time under its lock; closed when its last tail closes."""
+
+    _lock: ClassVar = threading.Lock()
+    _open: ClassVar[dict[str, _SharedStore]] = {}  # the process's one registry
+
+    def __init__(self, key: str, db: Path | None) -> None:
+        from tether.inbox import open_store
+
+        self.key, self.users = key, 1
+        self.store: Any = open_store(db)
+        self.lock = threading.Lock()
+
+    @classmethod
+    def acquire(cls, db: Path | None) -> _SharedStore:
+        key = "" if db is None else str(db)
+        with cls._lock:
+            shared = cls._open.get(key)
+            if shared is not None:
+                shared.users += 1
+                return shared
+            shared = cls._open[key] = _SharedStore(key, db)
+            return shared
+
+    def release(self) -> None:
+        with self._lock:
+            self.users -= 1
+            if self.users > 0:
+                return
+            del self._open[self.key]
+        with self.lock:
+            self.store.close()
+
+
 class InboxTail:
     """The run's inbox, drained into SQLite by the inbox package, one bounded slice a call.
 
     :meth:`drain` reads at most :data:`INBOX_SLICE_BYTES` of the file and returns the
     messages of that slice with their sizes; :attr:`more` says whether more is waiting
     (the caller comes back after yielding), so a 1 GiB inbox never sits in memory.
-    :meth:`close` stores whatever is left without handing it out.
+    :meth:`close` stores whatever is left without handing it out. The tails of one
+    database share its connection (:class:`_SharedStore`).
     """
 
     def __init__(self, path: Path, run_id: str, db: Path | None) -> None:
         self.path, self.run_id, self.db = path, run_id, db
         self.more = False
-        self._store: Any = None
+        self._shared: _SharedStore | None = None
         self._broken = False
 
     async def drain(self) -> list[tuple[dict[str, Any], int]]:
@@ -84,13 +122,18 @@ class InboxTail:
             return []
 
     def _drain_sync(self, collect: bool) -> list[tuple[dict[str, Any], int]]:
-        from tether.inbox import drain_file, open_store
+        from tether.inbox import drain_file
 
-        if self._store is None:
-            self._store = open_store(self.db)
-        result = drain_file(
-            self._store, self.path, self.run_id, collect=collect, max_bytes=INBOX_SLICE_BYTES
-        )
+        if self._shared is None:
+            self._shared = _SharedStore.acquire(self.db)
+        with self._shared.lock:
+            result = drain_file(
+                self._shared.store,
+                self.path,
+                self.run_id,
+                collect=collect,
+                max_bytes=INBOX_SLICE_BYTES,
+            )
         self.more = result.more
         return [_inbox_dict(m) for m in result.messages]
 
@@ -101,10 +144,10 @@ class InboxTail:
                 await asyncio.to_thread(self._drain_sync, False)
                 if not self.more:
                     break
-        if self._store is not None:
-            store, self._store = self._store, None
+        if self._shared is not None:
+            shared, self._shared = self._shared, None
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(store.close)
+                await asyncio.to_thread(shared.release)
 
 
 def _inbox_dict(stored: Any) -> tuple[dict[str, Any], int]:
