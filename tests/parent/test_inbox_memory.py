@@ -6,6 +6,7 @@ The data stays exact: every line is stored, in order, whatever the slicing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -94,10 +95,8 @@ def _db_descriptors(db: Path) -> int:
     names = {str(db), f"{db}-wal", f"{db}-shm"}
     found = 0
     for fd in os.listdir("/proc/self/fd"):
-        try:
+        with contextlib.suppress(OSError):
             found += os.readlink(f"/proc/self/fd/{fd}") in names
-        except OSError:
-            pass
     return found
 
 
