@@ -37,6 +37,7 @@ derives from a built-in (``ValueError``, ``KeyError``, ``OSError``) that is said
     │   ├── AgentExists               daemon.registry: the name is taken
     │   └── AgentNotFound             daemon.registry (KeyError): no such agent
     ├── TransportError                transports.channel: a channel refused or failed
+    │   └── PartialAppend             transports.channel: append_many stored a prefix only
     ├── TooDeep                       jsondepth (msgspec.DecodeError): JSON nested too deep;
     │                                 the decoders that call it return a rejection instead
     ├── UnsafeFileError               fsafe (OSError): a file a child can touch is unsafe
