@@ -20,10 +20,13 @@ When a client listens: Claude Code drops a notification it has no handler for, a
 sets its channel handler only after the connection is set up: initialize, then the tool
 list (seen: 10-20 ms after ``tools/list``; a notification written at ``initialized``
 was lost). So the server writes nothing before the client has listed its tools and
-answered :data:`LISTEN_PINGS` pings sent one after the other behind that answer (the
-second is sent after the answer is surely out, and Claude Code reads it after the tool
-list, so the handler is set by the time the notification after it is read). A client that
-does not answer a ping within :data:`PING_TIMEOUT_S` gets its notifications anyway.
+answered :data:`LISTEN_PINGS` pings sent one after the other behind that answer: the
+second goes out after the answer surely did, so Claude Code has read the tool list
+before it answers it, and reads the notification in a later read still. Claude Code
+gives no signal that it listens, so this is an ordering argument, not a handshake: it
+holds as long as Claude Code sets the handler without waiting on anything after it has
+the tool list (true of 2.1.197 in every run here). A client that does not answer a ping
+within :data:`PING_TIMEOUT_S` gets its notifications anyway.
 
 It offers one tool, ``reply {text, to?}``: ``to`` names an agent (the reply is sent to it
 as a ``follow-up``, which it reads in its next turn) or a channel id (pushed there, with
