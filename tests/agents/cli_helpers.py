@@ -1,7 +1,7 @@
 """Running real agent CLIs in tests: finding them, a private HOME, wire checks, survivors.
 
-A CLI is found on PATH or in ``$TETHER_CI_CACHE/npm/node_modules/.bin`` (where
-``.ci/setup`` installs the pinned npm packages). When it is missing the test FAILS under
+A CLI is found in ``$TETHER_CI_CACHE/npm/node_modules/.bin`` (where ``.ci/setup``
+installs the pinned npm packages), else on PATH. When it is missing the test FAILS under
 ``CI=true`` and is skipped otherwise, with a reason naming the package.
 
 Every process a test starts carries ``TETHER_TEST_MARK=<uuid>`` in its environment, and
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tether.runtime.adapters.registry import AGENTS, find_command, search_path
+from tether.runtime.adapters.registry import AGENTS, search_path
 
 MARK = "TETHER_TEST_MARK"
 CI_CACHE = "/var/cache/tether-ci"  # .ci/setup's default for $TETHER_CI_CACHE
@@ -34,15 +34,27 @@ Event = dict[str, Any]
 def require_cli(agent: str) -> str:
     """The agent's program (a path); fails under CI, skips locally, when it is missing."""
     kind = AGENTS[agent]
+    return require_program(kind.command[0], kind.package or "it")
+
+
+def require_program(program: str, package: str) -> str:
+    """``program``'s path: the pinned install first (a CLI on PATH may be another version:
+    Claude Code's own auto-updater installs one globally when it is left on), then PATH;
+    fails under CI, skips locally, when it is missing."""
+    import shutil
+
     env = dict(os.environ)
     env.setdefault("TETHER_CI_CACHE", CI_CACHE)
-    found = find_command(kind, kind.command[:1], env)
+    pinned = Path(env["TETHER_CI_CACHE"], "npm", "node_modules", ".bin", program)
+    if pinned.is_file() and os.access(pinned, os.X_OK):
+        return str(pinned)
+    found = shutil.which(program, path=search_path(env))
     if found is None:
-        why = f"{kind.command[0]} is not installed (.ci/setup installs {kind.package})"
+        why = f"{program} is not installed (.ci/setup installs {package})"
         if os.environ.get("CI") == "true":
             pytest.fail(why)
         pytest.skip(why)
-    return found[0]
+    return found
 
 
 def cli_env(root: Path, program: str, **extra: str) -> dict[str, str]:

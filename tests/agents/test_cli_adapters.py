@@ -26,7 +26,7 @@ from tether.modelserver import open_model_server
 from tether.runtime.adapters.registry import AGENTS, ack_notes
 
 from .agent_world import SETUPS, Setup, World, connect_daemon, of, shell, until
-from .cli_helpers import cli_env, kill_marked, read_events, require_cli, survivors
+from .cli_helpers import cli_env, kill_marked, read_events, require_cli, require_program, survivors
 
 
 class Worlds:
@@ -78,19 +78,7 @@ def make_world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World
 
 
 def _require_command(setup: Setup) -> str:
-    import shutil
-
-    from tether.runtime.adapters.registry import search_path
-
-    env = dict(os.environ)
-    env.setdefault("TETHER_CI_CACHE", "/var/cache/tether-ci")
-    found = shutil.which(setup.command[0], path=search_path(env))
-    if found is None:
-        why = f"{setup.command[0]} is not installed (.ci/setup installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
-    return found
+    return require_program(setup.command[0], AGENTS[setup.agent].package or setup.command[0])
 
 
 # -- tether run --agent NAME ----------------------------------------------------------------
