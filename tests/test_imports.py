@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tether.peercred",
         "tether.procs",
         "tether.reaper",
+        "tether.sched",
     ),
 )
 
