@@ -1,13 +1,13 @@
 """Claude Code with ``tether mcp-channel``: the REAL Claude Code (the pinned npm CLI).
 
-Two tests:
+Two sessions:
 
-- ``agent.spawn {agent: "claude", channel: true}`` (a ``-p`` stream-json session): Claude
-  Code starts the channel server from the MCP config the daemon wrote, the server
-  registers the agent's session, and a push to the agent's channel is delivered into the
-  Claude Code process. The model never sees it there: Claude Code 2.1.197 ignores
-  ``--dangerously-load-development-channels`` in a non-interactive session (see
-  docs/channels.md).
+- ``agent.spawn {agent: "claude", channel: true}`` (a ``-p`` stream-json session, which
+  never shows channel notifications to the model: see docs/channels.md): a push to the
+  agent's channel is sent to the agent as a steer carrying the ``<channel>`` tag and
+  answers ``delivered: true`` on the child's ack; the model's next request carries it.
+  The channel server is loaded all the same: the model (after ``WaitForMcpServers``)
+  answers with its ``reply`` tool, which lands in the pushing agent's inbox.
 - ``agent.spawn {pty: true, channel: true, argv: [claude, ...]}``: an interactive Claude
   Code as a PTY agent, loading the channel server as a development channel (the test
   presses Enter on its warning through ``agent.drive``): a daemon push reaches the
@@ -70,27 +70,79 @@ def test_mcp_config_names_the_channel_server(tmp_path: Path) -> None:
     ]
 
 
-def test_a_claude_agent_with_a_channel_receives_pushes(
-    make_claude: Callable[[list[Any]], Claude],
+def test_channel_text_is_the_tag_claude_code_shows() -> None:
+    pushed = claude_channel_envelope("build failed\non main")
+    assert claude_channel.channel_text(pushed) == (
+        '<channel source="tether" agent="ci">\nbuild failed\non main\n</channel>'
+    )
+    odd = {**pushed, "params": {"content": "x", "meta": {"who": 'a"<b>', "source": "me"}}}
+    assert claude_channel.channel_text(odd) == (
+        '<channel source="tether" who="a&quot;&lt;b&gt;">\nx\n</channel>'
+    )
+
+
+def test_a_claude_agent_with_a_channel_shows_a_daemon_push_to_the_model(
+    make_claude: Callable[[list[Any]], Claude], tmp_path: Path
 ) -> None:
-    world = make_claude([{"text": "Ready."}, {"text": "More."}, {"text": "Even more."}])
+    reply = {"text": "REPLY-FROM-CLAUDE", "to": "ci"}  # -p: the server saw no message
+    world = make_claude(
+        [
+            {"text": "Ready."},
+            # -p starts MCP servers in the background: the model waits for them first
+            {"text": "Waiting.", "tool_calls": [{"name": "WaitForMcpServers", "arguments": {}}]},
+            {"text": "Answering.", "tool_calls": [{"name": REPLY_TOOL, "arguments": reply}]},
+            {"text": "Replied."},
+            *[{"text": "More."}] * 3,
+        ]
+    )
     with daemon_client(world.env) as client:
         bad = {"name": "x", "channel": True, "cwd": str(world.work)}
         with pytest.raises(DaemonCallError, match="channel: true goes with agent: claude"):
             client.call("agent.spawn", bad)
+        script = tmp_path / "ci.json"  # the agent the push comes from, to get the reply
+        script.write_text(json.dumps([{"text": "waiting"}, {"text": "thanks"}]))
+        ci = {"name": "ci", "task": "wait", "script": str(script), "wait": True}
+        assert client.call("agent.spawn", ci | {"cwd": str(tmp_path)})["state"] == "ready"
         params = {"name": "cc", "task": "hi", "agent": "claude", "channel": True}
+        params |= {"agent_args": ["--allowedTools", f"{REPLY_TOOL},WaitForMcpServers"]}
         status = client.call("agent.spawn", params | {"cwd": str(world.work), "wait": True})
         assert status["answer"]["text"] == "Ready."
         channel_id = status["channel_id"]
         assert channel_id.startswith("ch_")
-        route = {"mcp_channel_id": channel_id, "envelope": envelope("PING")}
-        deadline = time.monotonic() + 90
-        pushed = client.call("channel.push_to_channel", route)
-        while not pushed["delivered"] and time.monotonic() < deadline:
-            time.sleep(0.5)  # Claude Code starts the channel server in the background
-            pushed = client.call("channel.push_to_channel", route)
-        assert pushed == {"routed": True, "delivered": True}
-        client.call("agent.stop", {"name": "cc", "mode": "close", "timeout_s": 30})
+        try:
+            # -p Claude Code shows no channel notification: the daemon steers the agent
+            # with the tag an interactive session shows, and says delivered on its ack
+            route = {"mcp_channel_id": channel_id, "envelope": claude_channel_envelope("MARK-P")}
+            assert client.call("channel.push_to_channel", route) == {
+                "routed": True,
+                "delivered": True,
+            }
+            pushed = world.server.wait_request(lambda r: "MARK-P" in json.dumps(r["body"]), 60)
+            assert pushed is not None, "the model never saw the push"
+            assert '<channel source=\\"tether\\" agent=\\"ci\\">\\nMARK-P\\n</channel>' in (
+                json.dumps(pushed["body"])
+            )
+            # the channel server is loaded for its reply tool, and the reply reaches "ci"
+            sent = world.server.wait_request(
+                lambda r: "sent to agent ci" in json.dumps(r["body"]), 60
+            )
+            assert sent is not None, "the reply tool did not reach ci"
+            assert REPLY_TOOL in [tool["name"] for tool in sent["body"]["tools"]]
+            deadline = time.monotonic() + 30
+            while client.call("agent.status", {"name": "ci"})["turn"] < 2:
+                assert time.monotonic() < deadline, "ci never took the reply"
+                time.sleep(0.05)
+            events = client.call("agent.events", {"name": "ci"})["events"]
+            follow = [e["text"] for e in events if e["type"] == "follow-up-injected"]
+            assert follow == ["REPLY-FROM-CLAUDE"]
+        finally:
+            client.call("agent.stop", {"name": "cc", "mode": "close", "timeout_s": 30})
+            client.call("agent.stop", {"name": "ci", "mode": "close", "timeout_s": 15})
+        # the agent has ended: a push is not delivered, and says why
+        ended = client.call("channel.push_to_channel", route)
+        assert ended["delivered"] is False
+        assert "cc" in ended["reason"]
+    assert_no_survivors(world.mark, timeout=15)
 
 
 # -- an interactive Claude Code on a pseudo-terminal ------------------------------------------

@@ -304,3 +304,39 @@ def test_channel_cli_without_a_daemon_gives_a_hint(daemon_env: DaemonProcess) ->
     assert result.returncode == 3
     assert "not running" in result.stderr
     assert "tether daemon start" in result.stderr
+
+
+# -- a channel whose pushes go to its agent (a -p Claude Code agent) ------------------------------
+
+
+def test_an_agent_channel_holds_pushes_until_its_agent_is_ready_then_delivers_in_order() -> None:
+    from tether.daemon.channels import ChannelHub, PushResult
+
+    async def scenario() -> None:
+        hub = ChannelHub()
+        channel = hub.reserve("tether-agent-cc", "cc", to_agent=True)
+        got: list[str] = []
+
+        async def deliver(sent: Any) -> PushResult:
+            got.append(sent["params"]["content"])
+            if sent["params"]["content"] == "refused":
+                return PushResult(routed=True, delivered=False, reason="agent 'cc' rejected")
+            return PushResult(routed=True, delivered=True)
+
+        for text in ("one", "two"):
+            held = await hub.push(channel.channel_id, envelope(text))
+            assert held.delivered is False
+            assert held.reason == "the agent is not ready; held until it is"
+        # registering (the channel server starting) does not send them to the receiver
+        assert hub.reserve("tether-agent-cc", "cc").to_agent
+        await hub.deliver_by(channel.channel_id, deliver)
+        assert got == ["one", "two"]
+        assert not channel.held
+        assert await hub.push(channel.channel_id, envelope("three")) == PushResult(
+            routed=True, delivered=True
+        )
+        refused = await hub.push(channel.channel_id, envelope("refused"))
+        assert refused == PushResult(routed=True, delivered=False, reason="agent 'cc' rejected")
+        assert got == ["one", "two", "three", "refused"]
+
+    asyncio.run(scenario())

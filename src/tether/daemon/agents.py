@@ -97,6 +97,7 @@ from tether.wire import Rejection, TooLarge, decode
 from tether.wire.session import AckStatus, ControlKind, State, decide
 
 if TYPE_CHECKING:
+    from tether.daemon.channels import Deliverer
     from tether.daemon.server import CallContext, Daemon
 
 NAME_RULE: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -286,6 +287,8 @@ class AgentVerbs:
         if args.channel:
             args = self._with_channel(args, context)
         agent, answer = await self.sup.spawn(args)
+        if args.channel and args.channel_id is not None and self.sup.channels is not None:
+            await self.sup.channels.deliver_by(args.channel_id, _channel_steer(agent))
         if answer is None:
             return with_reference(agent.status_dict(), agent)
         try:
@@ -304,15 +307,17 @@ class AgentVerbs:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "channel: true goes with agent: claude")
         if args.channel_id is not None:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "give channel: true or channel_id")
-        flags, channel_id = self._claude_channel(args.name, context)
+        flags, channel_id = self._claude_channel(args.name, context, to_agent=True)
         agent_args = [*(args.agent_args or []), *flags]
         return msgspec.structs.replace(
             args, agent="claude", agent_args=agent_args, channel_id=channel_id
         )
 
-    def _claude_channel(self, name: str, context: CallContext) -> tuple[list[str], str]:
-        """The agent's channel reserved, its MCP config written: Claude Code's flags that
-        load it, and the channel's id."""
+    def _claude_channel(
+        self, name: str, context: CallContext, *, to_agent: bool = False
+    ) -> tuple[list[str], str]:
+        """The agent's channel reserved (``to_agent``: its pushes go to the agent as
+        steers), its MCP config written: Claude Code's flags that load it, and its id."""
         from tether import paths
         from tether.daemon import claude_channel as cc
 
@@ -320,7 +325,7 @@ class AgentVerbs:
         if hub is None:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "this daemon serves no channels")
         session = cc.session_of(name)
-        channel = hub.reserve(session, name)
+        channel = hub.reserve(session, name, to_agent=to_agent)
         socket = str(context.daemon.statistics()["socket"])
         config = cc.mcp_config(session, name, socket)
         path = cc.write_config(paths.state_dir() / "mcp", name, config)
@@ -587,6 +592,24 @@ def _ask_kind(agent: AgentRun) -> ControlKind:
     if state in (State.READY, State.RUNNING):
         return ControlKind.FOLLOW_UP
     raise invalid_status(f"agent {agent.name!r} is {state}; ask needs ready or running")
+
+
+def _channel_steer(agent: AgentRun) -> Deliverer:
+    """A ``-p`` Claude Code agent's channel deliveries: each push sent to it as a steer
+    (queued while a turn runs, starting one when idle) carrying the ``<channel>`` tag;
+    delivered once the child accepted it."""
+    from tether.daemon.channels import PushResult
+    from tether.daemon.claude_channel import channel_text
+
+    async def deliver(envelope: Any) -> PushResult:
+        agent.catch_up()
+        try:
+            await _control(agent, ControlKind.STEER, {"text": channel_text(envelope)})
+        except RpcFailure as exc:
+            return PushResult(routed=True, delivered=False, reason=exc.message)
+        return PushResult(routed=True, delivered=True)
+
+    return deliver
 
 
 def _send(send: Callable[[ControlKind, str], Any], kind: ControlKind, text: str) -> Any:

@@ -26,16 +26,23 @@ only confirms the route: ``{routed: true}``. An unknown channel id is ``channel_
 
 Other daemon parts push with :meth:`ChannelHub.push` and build envelopes with
 :func:`make_channel_envelope` (the inbox uses this to forward messages).
+
+A channel reserved *for an agent* (:meth:`ChannelHub.reserve` with ``to_agent``: a ``-p``
+Claude Code agent, which never shows channel notifications to its model) sends its pushes
+to the agent instead of the receiver: :meth:`ChannelHub.deliver_by` gives it the
+agent's delivery once the agent is ready (held pushes go first, in order); until then
+pushes are held. The receiver (``tether mcp-channel``) still registers, for its tools.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -45,6 +52,8 @@ from tether.daemon.channel_store import ChannelStore
 from tether.daemon.methods import RpcFailure, decode_params
 from tether.daemon.protocol import ErrorCode
 from tether.daemon.server import CallContext, Connection, ConnectionClosed, Daemon
+
+log = logging.getLogger(__name__)
 
 ENVELOPE_JSONRPC: Final = "2.0"
 ENVELOPE_METHOD: Final = "notifications/claude/channel"
@@ -148,12 +157,17 @@ class Channel:
     created_at: float = field(default_factory=time.time)
     delivered: int = 0
     held: deque[Any] = field(default_factory=deque)
+    to_agent: bool = False  # pushes go to ``deliverer`` (an agent), not the receiver
+    deliverer: Deliverer | None = None
 
 
 class PushResult(msgspec.Struct, frozen=True, omit_defaults=True):
     routed: bool
     delivered: bool | None = None  # None: the push only confirmed the route
     reason: str | None = None
+
+
+Deliverer = Callable[[Any], Awaitable[PushResult]]  # an envelope -> what became of it
 
 
 class ChannelHub:
@@ -212,14 +226,18 @@ class ChannelHub:
         if channel.receiver is None or channel.receiver.closed:
             channel.receiver = connection  # a receiver that stays connected keeps receiving
         connection.add_close_callback(self._drop_connection)
-        if channel.held:
+        if channel.held and not channel.to_agent:
             task = asyncio.get_running_loop().create_task(self._hand_over(channel))
             self._handing.add(task)
             task.add_done_callback(self._handing.discard)
         return channel
 
-    def reserve(self, session_id: str, name: str | None) -> Channel:
-        """The session's channel, made without a receiver when it has none yet."""
+    def reserve(
+        self, session_id: str, name: str | None, *, to_agent: bool | None = None
+    ) -> Channel:
+        """The session's channel, made without a receiver when it has none yet;
+        ``to_agent`` True holds its pushes for :meth:`deliver_by`, False sends them to the
+        receiver again, None (registering) leaves that as it is."""
         channel = self._of_session(session_id, name)
         if channel is None:
             if len(self._channels) >= self.max_channels:
@@ -227,6 +245,8 @@ class ChannelHub:
             channel = Channel("ch_" + secrets.token_hex(8), session_id, name, None)
             self._channels[channel.channel_id] = channel
             self._save(channel)
+        if to_agent is not None:
+            channel.to_agent, channel.deliverer = to_agent, None
         return channel
 
     def _save(self, channel: Channel) -> None:
@@ -257,18 +277,39 @@ class ChannelHub:
         channel = self._channels.get(channel_id)
         if channel is None:
             raise _unknown_channel(channel_id)
+        if channel.to_agent:
+            if channel.deliverer is None:
+                return self._hold(channel, envelope, "the agent is not ready", "it is")
+            return await channel.deliverer(envelope)
         if channel.receiver is None:
-            return self._hold(channel, envelope)
+            return self._hold(
+                channel, envelope, "no receiver is connected", "the channel server registers"
+            )
         return await self._deliver(channel, channel.receiver, envelope)
 
-    def _hold(self, channel: Channel, envelope: Any) -> PushResult:
+    async def deliver_by(self, channel_id: str, deliverer: Deliverer) -> None:
+        """From now on ``deliverer`` takes the channel's pushes (its agent is ready); what
+        was held goes first, in order (a held envelope it refuses is dropped, logged)."""
+        channel = self._channels.get(channel_id)
+        if channel is None or not channel.to_agent:
+            return
+        while channel.held:  # pushes made meanwhile are held behind these
+            result = await deliverer(channel.held[0])
+            if not result.delivered:
+                log.warning("channel %s: held push dropped: %s", channel_id, result.reason)
+            channel.held.popleft()
+            if self._store is not None:
+                self._store.release_oldest(channel.channel_id)
+        channel.deliverer = deliverer
+
+    def _hold(self, channel: Channel, envelope: Any, why: str, until: str) -> PushResult:
         if len(channel.held) >= MAX_HELD:
-            reason = f"no receiver is connected and {MAX_HELD} envelopes already wait; dropped"
+            reason = f"{why} and {MAX_HELD} envelopes already wait; dropped"
             return PushResult(routed=True, delivered=False, reason=reason)
         channel.held.append(envelope)
         if self._store is not None:
             self._store.hold(channel.channel_id, envelope)
-        reason = "no receiver is connected; held until the channel server registers"
+        reason = f"{why}; held until {until}"
         return PushResult(routed=True, delivered=False, reason=reason)
 
     async def _hand_over(self, channel: Channel) -> None:

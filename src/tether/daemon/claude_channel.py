@@ -7,12 +7,19 @@ Claude Code's flags to load it as a development channel::
     --mcp-config FILE --dangerously-load-development-channels server:tether
 
 When Claude Code starts the server, it registers the session and becomes the channel's
-receiver; pushes made before that are held and handed over. The agent's ``channel_id`` is
-that channel, so its inbox messages are pushed there too. See docs/channels.md.
+receiver. The agent's ``channel_id`` is that channel, so its inbox messages are pushed
+there too. See docs/channels.md.
+
+A ``-p`` Claude Code (the adapter's mode) never shows channel notifications to its model,
+so the daemon sends that agent each push as a ``steer`` whose text is
+:func:`channel_text`, the tag an interactive session shows for the notification; the
+channel server stays loaded for its ``reply`` tool. An interactive (PTY) Claude Code gets
+the notification itself.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import secrets
@@ -52,3 +59,17 @@ def write_config(directory: Path, name: str, config: dict[str, Any]) -> Path:
 def claude_args(config_path: Path) -> list[str]:
     """Claude Code's arguments that load the channel server."""
     return ["--mcp-config", str(config_path), LOAD_FLAG, f"server:{SERVER}"]
+
+
+def channel_text(envelope: dict[str, Any]) -> str:
+    """The ``<channel>`` tag Claude Code shows its model for a (valid) channel envelope::
+
+    <channel source="tether" agent="ci">
+    TEXT
+    </channel>
+    """
+    params = envelope["params"]
+    meta = {k: v for k, v in params.get("meta", {}).items() if k != "source"}
+    tag = {"source": SERVER, **meta}  # the source is the server, always
+    attributes = "".join(f' {key}="{html.escape(value)}"' for key, value in tag.items())
+    return f"<channel{attributes}>\n{params['content']}\n</channel>"

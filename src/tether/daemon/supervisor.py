@@ -449,6 +449,9 @@ class Supervisor:
         channels = self.channels
         if channel_id is None or channels is None:
             return
+        channel = channels.get(channel_id)
+        if channel is not None and channel.to_agent and channel.name == agent.name:
+            return  # its own channel pushes to it: its inbox would loop back into it
         forwarder = self._forwarders.get(agent.name)
         if forwarder is None:
             forwarder = self._forwarders[agent.name] = _Forwarder(channels, agent, channel_id)
