@@ -301,3 +301,27 @@ def test_200_concurrent_clients_read_status(agentd: AgentDaemon) -> None:
 
     results = asyncio.run(main())
     assert results == [["ready"] * 5] * 200
+
+
+def test_a_recovered_agent_takes_pushes_to_its_own_channel_as_steers(
+    agentd: AgentDaemon,
+) -> None:
+    # an agent's own channel (session tether-agent-NAME, as channel: true reserves it) sends
+    # its pushes to the agent as steers, and still does after a daemon restart
+    own = {"cc_session_id": "tether-agent-own", "name": "own"}
+    channel_id = agentd.call("channel.register_channel", own)["channel_id"]
+    replies = [{"text": "ok"}, {"text": "steered"}]
+    agentd.spawn("own", replies, task="start", channel_id=channel_id, wait=True)
+    assert agentd.process.stop() == 0
+    agentd.restart()
+    params = {"content": "ping", "meta": {"agent": "ci"}}
+    envelope = {"jsonrpc": "2.0", "method": ENVELOPE_METHOD, "params": params}
+    route = {"mcp_channel_id": channel_id, "envelope": envelope}
+    assert agentd.call("channel.push_to_channel", route) == {"routed": True, "delivered": True}
+    agentd.wait_for("own", lambda status: status["turn"] == 2 and status["state"] == "ready")
+    texts = [event.get("text") for event in agentd.events("own")]
+    assert '<channel source="tether" agent="ci">\nping\n</channel>' in texts
+    agentd.call("agent.stop", {"name": "own", "mode": "close"})
+    ended = agentd.call("channel.push_to_channel", route)
+    assert ended["delivered"] is False
+    assert "own" in ended["reason"]

@@ -255,6 +255,20 @@ class AgentVerbs:
             daemon.methods.register(f"agent.{verb}", handler)
         daemon.methods.register("agent.drive", drive_handler(self.ptys))
 
+    async def rewire_channels(self) -> None:
+        """After recovery: the pushes to a ``-p`` Claude Code agent's own channel
+        (``channel: true``) go to it as steers again (the wiring is not stored)."""
+        from tether.daemon.claude_channel import session_of
+
+        hub = self.sup.channels
+        if hub is None:
+            return
+        for agent in list(self.sup.agents.values()):
+            channel = hub.get(agent.record.channel_id or "")
+            if channel is not None and channel.session_id == session_of(agent.name):
+                hub.reserve(channel.session_id, agent.name, to_agent=True)
+                await hub.deliver_by(channel.channel_id, _channel_steer(agent))
+
     def _agent(self, name: str) -> AgentRun:
         if self.ptys.get(check_name(name)) is not None:
             raise invalid_status(
@@ -602,6 +616,9 @@ def _channel_steer(agent: AgentRun) -> Deliverer:
     from tether.daemon.claude_channel import channel_text
 
     async def deliver(envelope: Any) -> PushResult:
+        if agent.ended:
+            reason = f"agent {agent.name!r} has ended ({agent.state})"
+            return PushResult(routed=True, delivered=False, reason=reason)
         agent.catch_up()
         try:
             await _control(agent, ControlKind.STEER, {"text": channel_text(envelope)})

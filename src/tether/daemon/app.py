@@ -63,9 +63,11 @@ def build_daemon(config: ServerConfig) -> Daemon:
     hub.install(daemon)
     supervisor = Supervisor(channels=hub)
     ptys = PtyFleet(supervisor)
-    AgentVerbs(supervisor, ptys).register(daemon)
+    verbs = AgentVerbs(supervisor, ptys)
+    verbs.register(daemon)
     daemon.on_start(hub.start)  # before the agents: a recovered agent may forward to one
     daemon.on_start(supervisor.start)
+    daemon.on_start(verbs.rewire_channels)  # after: the recovered -p Claude Code agents
     daemon.on_start(ptys.start)
     daemon.on_shutdown(ptys.shutdown)
     daemon.on_shutdown(supervisor.shutdown)
