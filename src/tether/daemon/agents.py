@@ -234,6 +234,7 @@ class AgentVerbs:
         self.sup = supervisor
         self.ptys = ptys
         self.answers = AnswerDesk(supervisor.db)
+        self._rewiring: set[asyncio.Task[None]] = set()  # see rewire_channels
 
     def register(self, daemon: Daemon) -> None:
         handlers: dict[str, Callable[[CallContext, Any], Any]] = {
@@ -257,7 +258,8 @@ class AgentVerbs:
 
     async def rewire_channels(self) -> None:
         """After recovery: the pushes to a ``-p`` Claude Code agent's own channel
-        (``channel: true``) go to it as steers again (the wiring is not stored)."""
+        (``channel: true``) go to it as steers again (the wiring is not stored); what
+        was held is sent first, in the background."""
         from tether.daemon.claude_channel import session_of
 
         hub = self.sup.channels
@@ -267,7 +269,11 @@ class AgentVerbs:
             channel = hub.get(agent.record.channel_id or "")
             if channel is not None and channel.session_id == session_of(agent.name):
                 hub.reserve(channel.session_id, agent.name, to_agent=True)
-                await hub.deliver_by(channel.channel_id, _channel_steer(agent))
+                # in a task: a slow child's held pushes must not hold up serving
+                wiring = hub.deliver_by(channel.channel_id, _channel_steer(agent))
+                task = asyncio.get_running_loop().create_task(wiring)
+                self._rewiring.add(task)
+                task.add_done_callback(self._rewiring.discard)
 
     def _agent(self, name: str) -> AgentRun:
         if self.ptys.get(check_name(name)) is not None:
