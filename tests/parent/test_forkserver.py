@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,34 @@ def test_only_builtin_children_are_forked() -> None:
     assert not forkserver.eligible(["/bin/sh", "-c", "true"])
     assert not forkserver.enabled({forkserver.ENV: "0"})
     assert forkserver.enabled({})
+
+
+SET_ENVIRON = """
+import json, os, subprocess, sys
+from tether.cli.forkserver import _set_environ
+wanted = json.loads(sys.argv[1])
+_set_environ(wanted)
+shown = subprocess.run(["env", "-0"], capture_output=True, check=True).stdout.decode()
+c_env = [x.split("=", 1) for x in shown.split("\\0")[:-1]]
+print(json.dumps([list(os.environ.items()), c_env]))
+"""
+
+
+@pytest.mark.parametrize("reorder", [False, True])
+def test_a_forked_childs_environment_is_the_requested_one_in_its_order(reorder: bool) -> None:
+    """What a forked child's os.environ and C environment hold (only what differs is
+    rewritten when the order allows): exactly the request's variables, in its order."""
+    base = {"PATH": os.environ.get("PATH", "/usr/bin"), "A": "1", "B": "2", "C": "3"}
+    wanted = {"PATH": base["PATH"], "B": "two", "C": "3", "D": "4"}  # A gone, B changed, D new
+    if reorder:
+        wanted = {"D": "4", **wanted}
+    out = subprocess.run(
+        [sys.executable, "-c", SET_ENVIRON, json.dumps(wanted)],
+        env=base,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    python_env, c_env = json.loads(out.stdout)
+    assert python_env == [list(item) for item in wanted.items()]
+    assert c_env == python_env
