@@ -108,20 +108,18 @@ class ServerConfig:
     listen_backlog: int = 1024
 
 
-class CallContext:
+class CallContext(msgspec.Struct, frozen=True):
     """What a handler knows about its call: the daemon, the connection, the request.
 
     ``connection`` is ``None`` for a call made inside the process (:meth:`Daemon.answer`,
     e.g. a host link relaying another host's request); a handler that needs one (to
-    stream, to upgrade, to receive pushes) takes it with :meth:`socket`.
+    stream, to upgrade, to receive pushes) takes it with :meth:`socket`. (A Struct: built
+    in C, one per call.)
     """
 
-    __slots__ = ("connection", "daemon", "request")
-
-    def __init__(self, daemon: Daemon, connection: Connection | None, request: Request) -> None:
-        self.daemon = daemon
-        self.connection = connection
-        self.request = request
+    daemon: Daemon
+    connection: Connection | None
+    request: Request
 
     def socket(self) -> Connection:
         """The caller's socket connection, or ``invalid_params`` when it has none."""
