@@ -39,7 +39,6 @@ returns the daemon's pid, uptime and counters. The CLI and the benchmark use it.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import socket
@@ -492,10 +491,6 @@ class Daemon:
                 await hook()
             except Exception:
                 log.exception("a start-up hook failed; serving anyway")
-        # What start-up built (imports, recovered agents) lives as long as the daemon: out
-        # of the collector's view, so a full collection walks only what came later.
-        gc.collect()
-        gc.freeze()
         # asyncio listens again with its own backlog (default 100, too few for a burst of
         # clients: an AF_UNIX connect then fails with EAGAIN, which asyncio mistakes for
         # "in progress" and the client sees ENOTCONN on its first write).
