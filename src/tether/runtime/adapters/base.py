@@ -29,7 +29,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -107,11 +107,6 @@ class JsonLines:
 
 def _preview(data: bytes) -> str:
     return data[:80].decode("utf-8", "replace")
-
-
-class _Exiting(Protocol):
-    @property
-    def returncode(self) -> int | None: ...
 
 
 class CliChild:
@@ -407,18 +402,18 @@ def adopt_orphans() -> bool:
     return _adopted[0]
 
 
-async def wait_exit(proc: _Exiting, seconds: float | None) -> bool:
+async def wait_exit(proc: CliChild, seconds: float | None) -> bool:
     """Wait until the process itself has exited (at most ``seconds``); True when it has.
 
-    Not ``proc.wait()``: on Python 3.11 that also waits for its pipes to close, which a
-    leftover process of its group can hold open.
+    Woken by the exit (:class:`CliChild` watches a pidfd), never polled: an idle adapter
+    child has no timer of its own (it woke 50 times a second while its CLI ran). Not
+    asyncio's ``Process.wait()``: on Python 3.11 that also waits for the pipes to close,
+    which a leftover process of its group can hold open.
     """
-    deadline = None if seconds is None else time.monotonic() + seconds
-    while proc.returncode is None:
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(EXIT_POLL_S)
-    return True
+    if proc.returncode is None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), seconds)
+    return proc.returncode is not None
 
 
 def with_stderr(note: str, stderr: str) -> str:
