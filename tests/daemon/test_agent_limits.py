@@ -48,7 +48,7 @@ def test_spawns_stop_short_of_the_descriptor_limit(limited: AgentDaemon) -> None
     assert open_files_limit(limited.process.pid) == (HARD, HARD)  # raised to the hard limit
     spawned: list[str] = []
     refusal: DaemonCallError | None = None
-    for index in range(HARD // 4):  # every agent takes several descriptors: bounded
+    for index in range(HARD):  # every agent takes at least one descriptor: bounded
         try:
             limited.spawn(f"a{index}", [{"text": "ok"}])
         except DaemonCallError as exc:
@@ -63,5 +63,7 @@ def test_spawns_stop_short_of_the_descriptor_limit(limited: AgentDaemon) -> None
     listed = [row["name"] for row in limited.call("agent.list")["agents"]]
     assert listed == spawned  # the refused one left nothing behind
     assert "pid" in limited.call("daemon.status")
-    limited.call("agent.rm", {"name": spawned[0], "force": True})
-    limited.spawn("again", [{"text": "ok"}])  # room again once one is removed
+    assert len(spawned) >= 3
+    for name in spawned[:3]:  # an agent holds ~3 descriptors, a spawn asks for 8 to be free
+        limited.call("agent.rm", {"name": name, "force": True})
+    limited.spawn("again", [{"text": "ok"}])  # room again once some are removed

@@ -155,9 +155,9 @@ def read_lock_pid(lock_path: Path) -> int | None:
 def raise_open_files_limit() -> int:
     """Raise this process's descriptor limit (``RLIMIT_NOFILE``) to its hard limit and
     return the soft limit now in force. Each agent holds several descriptors (its control
-    file, wake-up pipe, event file, pidfd, inbox database), so 1,000 agents need far more
-    than the usual soft limit of 1,024; the hard limit is as far as an unprivileged process
-    may go (an unlimited one is capped at the kernel's ``nr_open``)."""
+    file, wake-up pipe, event file, pidfd; one inbox database serves all), so 1,000 agents
+    need far more than the usual soft limit of 1,024; the hard limit is as far as an
+    unprivileged process may go (an unlimited one is capped at the kernel's ``nr_open``)."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -180,22 +180,26 @@ def _nr_open() -> int:
 
 
 def descriptors_free() -> tuple[int, int]:
-    """(about how many descriptors this process may still open, its soft limit).
+    """(how many descriptors this process may still open, its soft limit).
 
-    The kernel hands out the lowest free number, so a probe's number is at most the count
-    open: the estimate errs towards "more left" when earlier ones were closed (a real
-    ``EMFILE`` is still answered where it happens)."""
+    Counted in ``/proc/self/fd``. Without it, a probe: the kernel hands out the lowest
+    free number, so a probe's number is at most the count open and the estimate errs
+    towards "more left" when earlier ones were closed (a real ``EMFILE`` is still
+    answered where it happens)."""
     import resource
 
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft == resource.RLIM_INFINITY:
         soft = _nr_open()
     try:
-        probe = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        used = len(os.listdir("/proc/self/fd")) - 1  # less the listing's own descriptor
     except OSError:
-        return 0, int(soft)
-    os.close(probe)
-    return int(soft) - probe, int(soft)
+        try:
+            used = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return 0, int(soft)
+        os.close(used)
+    return int(soft) - used, int(soft)
 
 
 def bind_socket(path: Path, *, backlog: int) -> socket.socket:
