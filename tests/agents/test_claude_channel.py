@@ -99,10 +99,7 @@ def test_a_claude_agent_with_a_channel_shows_a_daemon_push_to_the_model(
         bad = {"name": "x", "channel": True, "cwd": str(world.work)}
         with pytest.raises(DaemonCallError, match="channel: true goes with agent: claude"):
             client.call("agent.spawn", bad)
-        script = tmp_path / "ci.json"  # the agent the push comes from, to get the reply
-        script.write_text(json.dumps([{"text": "waiting"}, {"text": "thanks"}]))
-        ci = {"name": "ci", "task": "wait", "script": str(script), "wait": True}
-        assert client.call("agent.spawn", ci | {"cwd": str(tmp_path)})["state"] == "ready"
+        spawn_ci(client, tmp_path)  # the agent the push comes from, to get the reply
         params = {"name": "cc", "task": "hi", "agent": "claude", "channel": True}
         params |= {"agent_args": ["--allowedTools", f"{REPLY_TOOL},WaitForMcpServers"]}
         status = client.call("agent.spawn", params | {"cwd": str(world.work), "wait": True})
@@ -128,13 +125,7 @@ def test_a_claude_agent_with_a_channel_shows_a_daemon_push_to_the_model(
             )
             assert sent is not None, "the reply tool did not reach ci"
             assert REPLY_TOOL in [tool["name"] for tool in sent["body"]["tools"]]
-            deadline = time.monotonic() + 30
-            while client.call("agent.status", {"name": "ci"})["turn"] < 2:
-                assert time.monotonic() < deadline, "ci never took the reply"
-                time.sleep(0.05)
-            events = client.call("agent.events", {"name": "ci"})["events"]
-            follow = [e["text"] for e in events if e["type"] == "follow-up-injected"]
-            assert follow == ["REPLY-FROM-CLAUDE"]
+            assert_ci_took_the_reply(client)
         finally:
             client.call("agent.stop", {"name": "cc", "mode": "close", "timeout_s": 30})
             client.call("agent.stop", {"name": "ci", "mode": "close", "timeout_s": 15})
@@ -259,11 +250,7 @@ def test_a_pty_claude_agent_with_a_channel_shows_a_daemon_push_to_the_model(
     argv = [program, "--strict-mcp-config", "--allowedTools", REPLY_TOOL]
     argv += ["--debug-file", str(debug)]
     with daemon_client(env) as client:
-        # the agent the pushes come from (meta.agent "ci"), to get Claude Code's reply
-        script = tmp_path / "ci.json"
-        script.write_text(json.dumps([{"text": "waiting"}, {"text": "thanks"}]))
-        ci = {"name": "ci", "task": "wait", "script": str(script), "wait": True}
-        assert client.call("agent.spawn", ci | {"cwd": str(tmp_path)})["state"] == "ready"
+        spawn_ci(client, tmp_path)  # the pushes come from it (meta.agent "ci"): the reply
         spawn = {"name": "cc", "pty": True, "channel": True, "argv": argv, "cols": 120}
         status = client.call("agent.spawn", spawn | {"rows": 40, "cwd": str(tmp_path / "work")})
         assert status["argv"][: len(argv)] == argv
@@ -296,13 +283,7 @@ def test_a_pty_claude_agent_with_a_channel_shows_a_daemon_push_to_the_model(
             assert second is not None, diagnosis(debug, screen)
             assert second["n"] > result["n"] > first["n"]
             # and "ci" read it as a follow-up, in its next turn
-            deadline = time.monotonic() + 30
-            while client.call("agent.status", {"name": "ci"})["turn"] < 2:
-                assert time.monotonic() < deadline, "ci never took the reply"
-                time.sleep(0.05)
-            events = client.call("agent.events", {"name": "ci"})["events"]
-            follow = [e["text"] for e in events if e["type"] == "follow-up-injected"]
-            assert follow == ["REPLY-FROM-CLAUDE"]
+            assert_ci_took_the_reply(client)
         finally:
             stopped = client.call("agent.stop", {"name": "cc", "mode": "close", "timeout_s": 15})
             screen.close()
@@ -317,3 +298,22 @@ def claude_channel_envelope(content: str) -> dict[str, Any]:
         "method": "notifications/claude/channel",
         "params": {"content": content, "meta": {"agent": "ci"}},
     }
+
+
+def spawn_ci(client: Any, tmp_path: Path) -> None:
+    """A scripted agent ``ci``, idle after its first turn: the replies go to it."""
+    script = tmp_path / "ci.json"
+    script.write_text(json.dumps([{"text": "waiting"}, {"text": "thanks"}]))
+    ci = {"name": "ci", "task": "wait", "script": str(script), "wait": True}
+    assert client.call("agent.spawn", ci | {"cwd": str(tmp_path)})["state"] == "ready"
+
+
+def assert_ci_took_the_reply(client: Any) -> None:
+    """``ci`` read Claude Code's reply as a follow-up, in its next turn."""
+    deadline = time.monotonic() + 30
+    while client.call("agent.status", {"name": "ci"})["turn"] < 2:
+        assert time.monotonic() < deadline, "ci never took the reply"
+        time.sleep(0.05)
+    events = client.call("agent.events", {"name": "ci"})["events"]
+    follow = [e["text"] for e in events if e["type"] == "follow-up-injected"]
+    assert follow == ["REPLY-FROM-CLAUDE"]
