@@ -234,6 +234,14 @@ def _uses_inotify(pid: int) -> bool:
     return False
 
 
+def _has_wake_fd(pid: int) -> bool:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(entry.startswith(b"TETHER_WAKE_FD=") for entry in environ)
+
+
 def _inotify_limit() -> str:
     try:
         return Path("/proc/sys/fs/inotify/max_user_instances").read_text().strip()
@@ -304,10 +312,14 @@ def _idle_agents(args: argparse.Namespace, path: Path, root: Path, daemon_pid: i
         f"memory: daemon RSS {daemon_rss / 1024:.0f} MiB; children RSS {rss / 1024:.0f} MiB "
         f"in all ({rss / 1024 / n:.1f} MiB each)"
     )
-    polling = sum(not _uses_inotify(pid) for pid in pids)
+    piped = sum(_has_wake_fd(pid) for pid in pids)
+    watching = sum(_uses_inotify(pid) for pid in pids)
+    neither = sum(not _has_wake_fd(pid) and not _uses_inotify(pid) for pid in pids)
     print(
-        f"children without an inotify instance (they poll their control file every 0.3 s): "
-        f"{polling} of {n} (fs.inotify.max_user_instances = {_inotify_limit()} per user)"
+        f"how the children are woken: {piped} of {n} through the wake-up pipe "
+        f"(TETHER_WAKE_FD), {watching} hold an inotify instance "
+        f"(fs.inotify.max_user_instances = {_inotify_limit()} per user), "
+        f"{neither} neither (they poll their control file)"
     )
     _run(_remove_agents(path, [f"idle{i}" for i in range(n)]))
 
