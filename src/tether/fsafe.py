@@ -27,7 +27,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Final
 
@@ -102,14 +102,26 @@ def check_regular(
     fd: int, name: str | os.PathLike[str], *, uid: int | None = None
 ) -> os.stat_result:
     """``fstat(fd)`` when it is a regular file with one link owned by ``uid``, else raise."""
-    st = os.fstat(fd)
-    want = os.getuid() if uid is None else uid
-    if not stat.S_ISREG(st.st_mode):
-        raise UnsafeFileError(name, "not a regular file")
-    if st.st_uid != want:
-        raise UnsafeFileError(name, f"owned by uid {st.st_uid}, not {want}")
+    st = _owned(fd, name, stat.S_ISREG, "a regular file", uid)
     if st.st_nlink != 1:
         raise UnsafeFileError(name, f"has {st.st_nlink} links, not 1")
+    return st
+
+
+def _owned(
+    fd: int,
+    name: str | os.PathLike[str],
+    is_kind: Callable[[int], bool],
+    kind: str,
+    uid: int | None,
+) -> os.stat_result:
+    """``fstat(fd)`` when it is ``kind`` (``is_kind`` of its mode) owned by ``uid``."""
+    st = os.fstat(fd)
+    want = os.getuid() if uid is None else uid
+    if not is_kind(st.st_mode):
+        raise UnsafeFileError(name, f"not {kind}")
+    if st.st_uid != want:
+        raise UnsafeFileError(name, f"owned by uid {st.st_uid}, not {want}")
     return st
 
 
@@ -150,12 +162,7 @@ def open_fifo(path: str | os.PathLike[str], flags: int, *, uid: int | None = Non
     with opened_dir(where) as dir_fd:
         fd = os.open(plain_name(name), flags | _SAFE, dir_fd=dir_fd)
     try:
-        st = os.fstat(fd)
-        want = os.getuid() if uid is None else uid
-        if not stat.S_ISFIFO(st.st_mode):
-            raise UnsafeFileError(path, "not a FIFO")
-        if st.st_uid != want:
-            raise UnsafeFileError(path, f"owned by uid {st.st_uid}, not {want}")
+        _owned(fd, path, stat.S_ISFIFO, "a FIFO", uid)
     except BaseException:
         os.close(fd)
         raise
