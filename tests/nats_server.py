@@ -7,6 +7,7 @@ the test; elsewhere it skips with the reason.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -20,8 +21,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tether.transports.jetstream import JetStreamChannel
 
 _LISTENING = re.compile(rb"Listening for client connections on [^:\s]+:(\d+)")
 _JETSTREAM_READY = b"Server is ready"
@@ -163,3 +168,18 @@ def run_nats_cluster(root: Path, size: int = 3) -> Iterator[NatsCluster]:
                 )
             )
         yield NatsCluster(nodes, stack, names)
+
+
+async def open_r3(urls: str, prefix: str) -> JetStreamChannel:
+    """A channel on a new cluster's R3 stream: the cluster elects its JetStream leader a
+    moment after its nodes listen, so opening is retried until then."""
+    from tether.transports.jetstream import open_jetstream
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return await open_jetstream(urls, prefix=prefix, replicas=3)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.25)

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.nats_server import NatsCluster, run_nats_cluster
+from tests.nats_server import NatsCluster, open_r3, run_nats_cluster
 
 from tether.transports.channel import Entry, TransportError
-from tether.transports.jetstream import JetStreamChannel, open_jetstream
+from tether.transports.jetstream import JetStreamChannel
 
 LINES = 300
 
@@ -26,18 +26,6 @@ LINES = 300
 def cluster(tmp_path: Path) -> Iterator[NatsCluster]:
     with run_nats_cluster(tmp_path / "cluster", size=3) as running:
         yield running
-
-
-async def _open_r3(urls: str, prefix: str) -> JetStreamChannel:
-    """The cluster elects its JetStream leader after the nodes listen: retry until then."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return await open_jetstream(urls, prefix=prefix, replicas=3)
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.25)
 
 
 async def _append_with_retry(channel: JetStreamChannel, index: int) -> int:
@@ -54,7 +42,7 @@ async def _append_with_retry(channel: JetStreamChannel, index: int) -> int:
 def test_killing_the_stream_leader_loses_and_doubles_nothing(cluster: NatsCluster) -> None:
     async def main() -> None:
         prefix = "r" + os.urandom(4).hex()
-        channel = await _open_r3(cluster.urls, prefix)
+        channel = await open_r3(cluster.urls, prefix)
         try:
             seen: list[Entry] = []
 

@@ -34,9 +34,18 @@ DEFAULT_TIMEOUT_S = 60.0
 async def connect(url: str, connect_options: dict[str, Any] | None = None) -> Client:
     import nats
 
-    from tether.transports.jetstream import CONNECT_TIMEOUT_S, redacted, server_list
+    from tether.transports.jetstream import (
+        CONNECT_TIMEOUT_S,
+        on_nats_error,
+        redacted,
+        server_list,
+    )
 
-    options: dict[str, Any] = {"connect_timeout": 5, "max_reconnect_attempts": 3}
+    options: dict[str, Any] = {
+        "connect_timeout": 5,
+        "max_reconnect_attempts": 3,
+        "error_cb": on_nats_error,
+    }
     options.update(connect_options or {})
     try:
         return await asyncio.wait_for(nats.connect(server_list(url), **options), CONNECT_TIMEOUT_S)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -40,19 +41,29 @@ from tether.wire.limits import MAX_LINE_BYTES
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
+    from nats.aio.msg import Msg
     from nats.js.client import JetStreamContext
     from nats.js.kv import KeyValue
 
-__all__ = ["JetStreamChannel", "connect_options", "open_jetstream", "redacted", "server_list"]
+__all__ = [
+    "JetStreamChannel",
+    "connect_options",
+    "on_nats_error",
+    "open_jetstream",
+    "redacted",
+    "server_list",
+]
 
 log = logging.getLogger("tether.transports.jetstream")
 
 DUPLICATE_WINDOW_S = 120.0
 PUBLISH_TIMEOUT_S = 5.0  # the acknowledgements of one append_many, all together
-# A tail holds at most this many undelivered messages (and bytes) in memory.
-TAIL_PENDING_MSGS = 1024
+# A tail holds at most this many undelivered messages (and bytes) in memory. The server
+# pushes a consumer's backlog as fast as it can (its flow control lets up to 32 MiB wait
+# in the client), so a reader behind by more drops messages (nats-py: "slow consumer")
+# and the tail subscribes again from the last entry it gave out (see ``_follow``).
+TAIL_PENDING_MSGS = 16_384
 TAIL_PENDING_BYTES = 16 * 1024 * 1024
-TAIL_MATCHING_PENDING_MSGS = 16_384  # a tail over many channels (same byte bound)
 RESUBSCRIBE_S = 0.2  # the first pause before a tail subscribes again
 CONNECT_TIMEOUT_S = 10.0  # the first connection, all attempts included
 KNOWN_COMMITS = 65_536  # commit revisions remembered per channel object
@@ -77,7 +88,11 @@ async def open_jetstream(
     check_consumer(prefix)
     # nats-py applies max_reconnect_attempts to the first connect too (and -1, or 0, retry a
     # refused login for ever): try a few times, then keep reconnecting for ever once in.
-    options: dict[str, Any] = {"max_reconnect_attempts": 2, "reconnect_time_wait": 0.2}
+    options: dict[str, Any] = {
+        "max_reconnect_attempts": 2,
+        "reconnect_time_wait": 0.2,
+        "error_cb": on_nats_error,
+    }
     options.update(connect_options or {})
     try:
         # Bounded as a whole: a failed TLS handshake can leave nats-py waiting for ever.
@@ -98,6 +113,21 @@ async def open_jetstream(
         await client.close()
         raise
     return channel
+
+
+async def on_nats_error(error: Exception) -> None:
+    """nats-py's error callback: a dropped message ("slow consumer") is handled by the
+    tail that owns the subscription (it subscribes again), so it is not an error here;
+    nats-py's default logged each one with a traceback, slowing the reader further."""
+    from nats.errors import SlowConsumerError
+
+    if isinstance(error, SlowConsumerError):
+        flag = _DROPS.get(error.sub)
+        if flag is not None:
+            flag.set()
+        log.debug("nats: %s", error)
+        return
+    log.warning("nats: %s", error)
 
 
 def connect_options(
@@ -132,6 +162,42 @@ def server_list(url: str) -> list[str]:
     if not servers:
         raise TransportError("no NATS server URL given")
     return servers
+
+
+class Flag(asyncio.Event):
+    """Set when nats-py dropped a message of the subscription it belongs to."""
+
+
+# A tail's subscription -> its flag (weak: a subscription gone needs no entry).
+_DROPS: weakref.WeakKeyDictionary[Any, Flag] = weakref.WeakKeyDictionary()
+
+
+async def _next_message(subscription: Any, dropped: Flag) -> Msg | None:
+    """The subscription's next message; None once it dropped one (and the messages
+    queued before are taken) or the connection closed."""
+    from nats.errors import Error as NatsError
+
+    if subscription.pending_msgs == 0:
+        if dropped.is_set():
+            return None
+        receive = asyncio.ensure_future(subscription.next_msg(timeout=None))
+        signal = asyncio.ensure_future(dropped.wait())
+        try:
+            await asyncio.wait({receive, signal}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            signal.cancel()
+            if not receive.done():
+                receive.cancel()
+                await asyncio.wait({receive})  # a message taken meanwhile is kept
+        if receive.cancelled():
+            return None
+        error = receive.exception()
+        return None if isinstance(error, NatsError) else receive.result()
+    try:
+        message: Msg = await subscription.next_msg(timeout=None)
+    except NatsError:  # the connection closed
+        return None
+    return message
 
 
 class JetStreamChannel:
@@ -240,7 +306,7 @@ class JetStreamChannel:
         subscribes again just past the last entry it gave out, so it never ends on its own
         and never repeats or skips an entry.
         """
-        async for _, entry in self._follow(self.subject(name), after, TAIL_PENDING_MSGS):
+        async for _, entry in self._follow(self.subject(name), after):
             yield entry
 
     async def tail_matching(
@@ -254,7 +320,7 @@ class JetStreamChannel:
         so a reader resumes the whole set from the last one it handled."""
         start = len(self.subject("x")) - 1
         wanted = self.subject_pattern(pattern)
-        async for subject, entry in self._follow(wanted, after, TAIL_MATCHING_PENDING_MSGS):
+        async for subject, entry in self._follow(wanted, after):
             yield subject[start:], entry
 
     def subject_pattern(self, pattern: str) -> str:
@@ -267,25 +333,39 @@ class JetStreamChannel:
             raise TransportError(f"bad channel pattern {pattern!r}")
         return f"{self.prefix}.ch.{pattern}"
 
-    async def _follow(
-        self, subject: str, after: int | None, pending: int
-    ) -> AsyncIterator[tuple[str, Entry]]:
+    async def _follow(self, subject: str, after: int | None) -> AsyncIterator[tuple[str, Entry]]:
+        """Entries of ``subject`` past ``after``, subscribing again whenever one is missed.
+
+        nats-py drops a message when a subscription's queue is full (a reader slower than
+        the server's push of a backlog) and counts it as delivered, so its ordered
+        consumer never notices. We do, two ways: :func:`on_nats_error` flags the
+        subscription, and the consumer's own sequence (1, 2, 3... per consumer) jumps or
+        restarts at 1. Either ends the subscription once the messages queued before the
+        drop are handed on, and a new one starts just past the last entry."""
         last = after or 0
         while True:
-            subscription = await self._subscribe(subject, last, pending)
+            subscription = await self._subscribe(subject, last)
+            dropped = _DROPS.setdefault(getattr(subscription, "_sub", subscription), Flag())
+            delivered = 0  # the consumer sequence of the last message handed on
             try:
-                async for message in subscription.messages:
-                    seq = int(message.metadata.sequence.stream)
-                    if seq <= last:
-                        continue
-                    last = seq
-                    yield message.subject, Entry(seq, message.data)
+                while (message := await _next_message(subscription, dropped)) is not None:
+                    metadata = message.metadata
+                    if int(metadata.sequence.consumer) != delivered + 1:
+                        break
+                    delivered += 1
+                    seq = int(metadata.sequence.stream)
+                    if seq > last:
+                        last = seq
+                        yield message.subject, Entry(seq, message.data)
+                if dropped.is_set():
+                    log.info("%s: the reader fell behind; reading on from %d", subject, last)
+                else:
+                    await asyncio.sleep(RESUBSCRIBE_S)  # it ended: the cluster lost it
             finally:
                 with contextlib.suppress(Exception):
                     await subscription.unsubscribe()
-            await asyncio.sleep(RESUBSCRIBE_S)
 
-    async def _subscribe(self, subject: str, last: int, pending: int) -> Any:
+    async def _subscribe(self, subject: str, last: int) -> Any:
         from nats.errors import Error as NatsError
         from nats.js.api import ConsumerConfig, DeliverPolicy
 
@@ -300,7 +380,7 @@ class JetStreamChannel:
                     stream=self.stream,  # known: no STREAM.NAMES round trip (nor permission)
                     ordered_consumer=True,
                     config=config,
-                    pending_msgs_limit=pending,
+                    pending_msgs_limit=TAIL_PENDING_MSGS,
                     pending_bytes_limit=TAIL_PENDING_BYTES,
                 )
             except (NatsError, TimeoutError):  # no leader yet, or the connection is away
