@@ -10,10 +10,12 @@ two must return equal values: the same message, or the same rejection.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -145,3 +147,89 @@ def test_other_line_types_skip_the_first_try_and_agree() -> None:
     assert decode(line, "sideways") == Rejection(
         code=Code.INVALID, reason="unknown direction: sideways"
     )
+
+
+# -- validate's first try (a dict converted straight into its message type's Struct) --------
+
+values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from([1.0, 2.5, float("nan"), float("inf"), 2.0**60, 9007199254740992]),
+    escaped_text,
+    st.lists(st.integers(-2, 3), max_size=3),
+    st.dictionaries(st.sampled_from(["input", "output", "x"]), st.integers(0, 3), max_size=2),
+)
+MEMBERS = st.sampled_from(
+    ["text", "delta", "name", "id", "ref", "final?", "content-index", "status", "usage",
+     "summary", "arguments", "refs", "turn", "is-error?", "stop-reason", "timestamp", "v",
+     "seq", "run", "reason", "other"]
+)  # fmt: skip
+
+
+def agree_validate(obj: dict[str, Any], direction: str) -> Any:
+    fast = codec.validate(obj, direction)
+    assert fast == codec._validate_object(dict(obj), direction), obj
+    return fast
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.sampled_from([*sorted(EVENT_TYPES), "prompt", "follow-up", "close", "nope"]),
+    st.dictionaries(MEMBERS, values, max_size=6),
+    DIRECTIONS,
+)
+def test_validate_first_try_agrees_with_the_staged_checks(
+    kind: str, members: dict[str, Any], direction: str
+) -> None:
+    """The first try only ever accepts what the staged checks accept, as the same message;
+    everything else (refusals, integral floats where an integer is due) is theirs."""
+    agree_validate({**ENVELOPE, "type": kind, **members}, direction)
+    agree_validate({**members, **ENVELOPE, "type": kind}, direction)
+
+
+def test_validate_first_try_takes_valid_display_events_and_leaves_the_rest() -> None:
+    ok = agree_validate({**ENVELOPE, "type": "follow-up-injected", "text": "x", "ref": 2}, "event")
+    assert not isinstance(ok, Rejection)
+    assert ok.ref == 2  # type: ignore[union-attr]
+    # an integral float where an integer is due: the staged checks accept and convert it
+    floats = agree_validate({**ENVELOPE, "seq": 3.0, "type": "turn-started", "turn": 2.0}, "event")
+    assert not isinstance(floats, Rejection)
+    assert (floats.seq, floats.turn) == (3, 2)  # type: ignore[union-attr]
+    # an ack without ref that is not a rejection: refused with the staged checks' reason
+    ack = agree_validate({**ENVELOPE, "type": "control-ack", "status": "accepted"}, "event")
+    assert isinstance(ack, Rejection)
+    assert ack.code == Code.INVALID_PAYLOAD
+    for odd in ([1], {"a": 1}, None):  # an unhashable or missing type cannot break it
+        assert isinstance(agree_validate({**ENVELOPE, "type": odd}, "event"), Rejection)
+
+
+PRIME_PROBE = """
+import builtins, sys
+import msgspec
+from tether.wire import codec
+from tether.wire.messages import EVENT_TYPES
+if sys.argv[1] == "prime":
+    codec.prime()
+compiled = []
+real = builtins.compile
+builtins.compile = lambda *a, **k: compiled.append(a) or real(*a, **k)
+for kind, cls in EVENT_TYPES.items():
+    try:
+        msgspec.convert({"v": 1, "seq": 1, "run": "r", "type": kind}, cls)
+    except (msgspec.ValidationError, ValueError):
+        pass
+print(len(compiled))
+"""
+
+
+@pytest.mark.parametrize("prime", ["prime", "no"])
+def test_after_prime_no_message_type_evaluates_annotations(prime: str) -> None:
+    """What the fork server's template does once: afterwards a child's first line of any
+    type compiles nothing (msgspec read every class's fields already); a fresh process
+    without it evaluates the classes' annotations on first use."""
+    done = subprocess.run(
+        [sys.executable, "-c", PRIME_PROBE, prime], capture_output=True, text=True, check=True
+    )
+    compiled = int(done.stdout)
+    assert compiled == 0 if prime == "prime" else compiled > 0

@@ -75,8 +75,10 @@ def _preload() -> None:
     import tether.transports.watch
     import tether.wire  # noqa: F401
     from tether.runtime.adapters.preload import preload
+    from tether.wire.codec import prime
 
     preload()  # the adapters of the agents forked like built-in children
+    prime()  # every message type's decoder: a child's first line of a type builds none
 
 
 def _rehearse(start: Signals) -> None:

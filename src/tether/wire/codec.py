@@ -102,6 +102,16 @@ def _fast_decoder(direction: str) -> msgspec.json.Decoder[Any] | None:
     return decoder
 
 
+def prime() -> None:
+    """Build both directions' decoders now (msgspec reads every message class's fields on
+    first use, evaluating their annotations): a process that forks many children (the fork
+    server's template) does it once for all of them instead of each child on its first
+    line of each type."""
+    for direction in _UNIONS:
+        if direction not in _FAST_BY_NAME:
+            _fast_decoder(direction)
+
+
 def _class_decoder(cls: type[Message]) -> msgspec.json.Decoder[Any]:
     decoder = _BY_CLASS.get(cls)
     if decoder is None:
@@ -181,6 +191,18 @@ def validate(obj: object, direction: str) -> AnyMessage | Rejection:
             return Rejection(code=Code.INVALID, reason=f"message cannot be encoded: {exc}")
     if not isinstance(obj, dict):
         return Rejection(code=Code.INVALID, reason="message must be a JSON object")
+    # First try: the message type's own Struct (the schema) converts a valid object in one
+    # native call; what it refuses (or an integral float where an integer is due, which
+    # the schema accepts) takes the staged checks, which explain or accept it.
+    kind = obj.get("type")
+    cls = _TABLES[direction].get(kind) if type(kind) is str else None
+    if cls is not None:
+        try:
+            message: AnyMessage = msgspec.convert(obj, cls)  # type: ignore[assignment]
+        except (msgspec.ValidationError, ValueError, TypeError):
+            pass
+        else:
+            return message
     return _validate_object(obj, direction)
 
 

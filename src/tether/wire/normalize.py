@@ -210,10 +210,11 @@ def normalize(
     out: dict[str, Any] = {"type": kind if isinstance(kind, str) else "info"}
     if now is not None:
         out["timestamp"] = now
-    for key in META_KEYS:
-        value = _opt_str((meta or {}).get(key))
-        if value is not None:
-            out[key] = value
+    if meta:
+        for key in META_KEYS:
+            value = _opt_str(meta.get(key))
+            if value is not None:
+                out[key] = value
     budget = _Budget()
     _fill(out["type"], raw_event, out, budget)
     if budget.truncated:
