@@ -34,7 +34,16 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
     from typing import Final
 
-__all__ = ["REAP_ENV", "marked_env", "reap", "track", "untrack"]
+__all__ = [
+    "REAP_ENV",
+    "adopt",
+    "marked_env",
+    "reap",
+    "reaper_argv",
+    "track",
+    "untrack",
+    "with_token",
+]
 
 REAP_ENV: Final = "TETHER_REAP_TOKEN"  # its value: 12 random bytes (os.urandom), in hex
 GRACE_S: Final = 1.0
@@ -57,7 +66,7 @@ class _Owner:
             return True
         read_end, write_end = os.pipe()  # both close-on-exec: no tool inherits them
         env = {k: v for k, v in os.environ.items() if k != REAP_ENV}
-        argv = [sys.executable, "-m", "tether.reaper", self.token]
+        argv = reaper_argv(self.token)
         actions = [
             (os.POSIX_SPAWN_DUP2, read_end, 0),
             (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
@@ -87,6 +96,23 @@ class _Owner:
 _owner = _Owner()
 
 
+def reaper_argv(token: str) -> list[str]:
+    """The reaper's command for ``token`` (its owner's pipe goes on its stdin)."""
+    return [sys.executable, "-m", "tether.reaper", token]
+
+
+def adopt(token: str, fd: int) -> None:
+    """Take over a reaper started for this process before it ran (``tether child``'s
+    CLI, started by the pre-exec stage: ``runtime.adapters.prestart_stage``): its token,
+    and ``fd``, the write end of its pipe (made close-on-exec here)."""
+    os.set_inheritable(fd, False)
+    if _owner.fd is not None and _owner.fd != fd:
+        with contextlib.suppress(OSError):
+            os.close(_owner.fd)
+    _owner.token = token
+    _owner.fd = fd
+
+
 def _new_owner_after_fork() -> None:
     """A forked process (a fork server's child) is a new owner: its own token, and not
     the write end of its parent's reaper pipe (which would keep that reaper waiting)."""
@@ -108,7 +134,14 @@ def marked_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """
     base = dict(os.environ if env is None else env)
     if _owner.ensure_started():
-        base[REAP_ENV] = _owner.token
+        return with_token(base, _owner.token)
+    return base
+
+
+def with_token(env: Mapping[str, str], token: str) -> dict[str, str]:
+    """``env`` marked with ``token`` (what :func:`marked_env` gives, for a known token)."""
+    base = dict(env)
+    base[REAP_ENV] = token
     return base
 
 

@@ -172,20 +172,45 @@ def _start_timeout(env: dict[str, str]) -> float | None:
     return value if math.isfinite(value) and value > 0 else None
 
 
-def _start_early(args: argparse.Namespace, command: list[str], env: dict[str, str]) -> list[Early]:
-    """An external agent's CLI, started before anything heavy is imported (see
+def _adopt_env(env: dict[str, str]) -> str | None:
+    """``TETHER_ADOPT`` (``adapters.early.ADOPT_ENV``: the CLI the pre-exec stage started),
+    removed like the lifeline's variable."""
+    os.environ.pop("TETHER_ADOPT", None)
+    return env.pop("TETHER_ADOPT", None)
+
+
+def _start_early(
+    args: argparse.Namespace, command: list[str], env: dict[str, str], adopt: str | None
+) -> list[Early]:
+    """An external agent's CLI, started before anything heavy is imported, or the one
+    the pre-exec stage started (``adopt``), taken over (see
     :mod:`tether.runtime.adapters.early`); [] when it is not started early."""
+    adopted = None
+    if adopt is not None:
+        from tether.runtime.adapters.early import adopt as take_over
+
+        adopted = take_over(adopt)
     try:
         agent = agent_name(args)
     except ValueError:
-        return []
+        agent = None
     if agent is None:
+        if adopted is not None:
+            from tether.runtime.adapters.early import discard
+
+            discard(adopted)
         return []
     from tether.runtime.adapters.early import start_early
 
     cwd = os.path.realpath(args.cwd or os.getcwd())
     early = start_early(
-        agent, command=command, agent_args=args.agent_arg, cwd=cwd, env=env, model=args.model
+        agent,
+        command=command,
+        agent_args=args.agent_arg,
+        cwd=cwd,
+        env=env,
+        model=args.model,
+        adopted=adopted,
     )
     return [] if early is None else [early]
 
@@ -229,8 +254,9 @@ def main(argv: list[str], prog: str) -> int:
     env = dict(os.environ)
     lifeline = _lifeline(env)
     wake = _wake_fd(env)
+    adopt = _adopt_env(env)
     start_s = _start_timeout(env) if args.agent or args.adapter else None
-    early_cli = _start_early(args, command, env)  # the CLI boots while we import and set up
+    early_cli = _start_early(args, command, env, adopt)  # the CLI boots while we import and set up
     try:
         return _main(
             args,

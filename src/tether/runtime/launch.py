@@ -20,6 +20,7 @@ from pathlib import Path
 from tether import fsafe, procs
 from tether.errors import ControlRefused, SpawnError
 from tether.runtime import forkserver
+from tether.runtime.adapters.prestart import CliRequest
 from tether.runtime.forkserver import ForkedChild
 from tether.runtime.mirror import RunMirror
 from tether.runtime.rundir import RunDir, append_line, create_run_dir
@@ -165,12 +166,45 @@ def fork_child(
     )
 
 
+async def _exec_child(
+    command: list[str],
+    *,
+    cwd: str | os.PathLike[str] | None,
+    env: dict[str, str],
+    output: int,
+    pass_fds: tuple[int, ...],
+    cli: CliRequest | None,
+) -> asyncio.subprocess.Process:
+    """``command`` exec'd in its own session; through the pre-exec stage for ``cli``."""
+    stage = None
+    if cli is not None:
+        from tether.runtime.adapters.prestart import plan
+
+        stage = plan(cli, command, absolute_cwd(cwd), env)
+    try:
+        return await asyncio.create_subprocess_exec(
+            *(command if stage is None else stage.argv),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+            cwd=cwd,
+            env=env,
+            pass_fds=pass_fds if stage is None else (*pass_fds, stage.spec_fd),
+            **procs.NEW_GROUP,
+        )
+    finally:
+        if stage is not None:
+            os.close(stage.spec_fd)
+
+
 async def start_child(
     command: list[str],
     run: RunDir,
     cwd: str | os.PathLike[str] | None,
     env: dict[str, str],
     control: ControlWriter | None = None,
+    *,
+    cli: CliRequest | None = None,
 ) -> tuple[asyncio.subprocess.Process | ForkedChild, int]:
     """Start the child in its own process group; returns it and the lifeline's write end.
 
@@ -180,7 +214,9 @@ async def start_child(
     (The daemon starts its children without one: they must outlive it.) The child also
     inherits ``control``'s wake-up pipe (``TETHER_WAKE_FD``). A built-in child is forked
     from the fork server once its template runs (:func:`fork_child`; the second spawn of
-    a process starts the template for those after it), else exec'd.
+    a process starts the template for those after it), else exec'd: for ``cli`` (an
+    adapter child, see :mod:`tether.runtime.adapters.prestart`) with its agent's CLI
+    started before the child's interpreter.
     """
     fd = os.open(run.stderr, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     lifeline_read, lifeline_write = os.pipe()
@@ -200,15 +236,8 @@ async def start_child(
             cold=False,
         )
         if proc is None:
-            proc = await asyncio.create_subprocess_exec(
-                *command,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=fd,
-                stderr=fd,
-                cwd=cwd,
-                env=child_env,
-                pass_fds=pass_fds,
-                **procs.NEW_GROUP,
+            proc = await _exec_child(
+                command, cwd=cwd, env=child_env, output=fd, pass_fds=pass_fds, cli=cli
             )
     except OSError as exc:
         os.close(lifeline_write)

@@ -35,6 +35,7 @@ from typing import Any
 from tether import procs
 from tether.errors import ControlRefused, ParentError, RunEnded, SpawnError, TetherError
 from tether.runtime.adapters import START_TIMEOUT_ENV
+from tether.runtime.adapters.prestart import CliRequest
 from tether.runtime.finaltext import full_text
 from tether.runtime.forkserver import ForkedChild
 from tether.runtime.handle import RunHandle, result_of
@@ -330,8 +331,12 @@ async def spawn(
     runs it starts (subagents), with ``depth`` >= 1.
     """
     fixed_env = None
+    cli = None  # an adapter child's CLI, started before the child when it is exec'd
     if agent is not None or agent_args:
-        child_args = [*child_args, *_agent_args(agent, agent_args, argv)]
+        extra = _agent_args(agent, agent_args, argv)
+        if agent not in (None, "builtin") and not child_args:
+            cli = CliRequest(agent, list(argv or ()), list(agent_args), model)
+        child_args = [*child_args, *extra]
         if agent not in (None, "builtin"):
             argv = None
             if timeouts is not None:  # the agent CLI's hand-shake: the run's start timeout
@@ -378,7 +383,9 @@ async def spawn(
     # The child starts before its row is written: the index write (tens of ms, a thread
     # and SQLite) then overlaps the child's own start-up instead of delaying it.
     try:
-        proc, lifeline = await start_child(command, run, cwd, prepared.env, prepared.control)
+        proc, lifeline = await start_child(
+            command, run, cwd, prepared.env, prepared.control, cli=cli
+        )
     except SpawnError as exc:
         prepared.control.close()
         if recorder is not None:

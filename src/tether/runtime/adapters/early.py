@@ -15,6 +15,12 @@ for stdin, stdout and stderr, its own session (``procs.NEW_GROUP``: one group to
 the reaper's mark in its environment and its group tracked, so it never outlives this
 process however this process ends.
 
+An exec'd child may find its CLI started before its interpreter by the pre-exec stage
+(:mod:`~tether.runtime.adapters.prestart_stage`, named in ``TETHER_ADOPT``): :func:`adopt`
+takes over that process (an :class:`Adopted` ``Popen``: it is this process's child) and
+its reaper, and :func:`start_early` uses it when it is what it would start itself (the
+same command line), else ends it and starts its own.
+
 Nothing is started for an agent outside :data:`~.commands.LAUNCHES` or when anything
 is wrong (a missing CLI, a bad flag): the adapter then starts it, or reports the error,
 the usual way. Imports nothing heavy (``subprocess``, the registry, the reaper).
@@ -23,15 +29,27 @@ the usual way. Imports nothing heavy (``subprocess``, the registry, the reaper).
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from tether import reaper
 from tether.runtime.adapters.commands import HANDSHAKES, CliLaunch, cli_launch
+from tether.runtime.adapters.prestart_stage import ADOPT_ENV
 from tether.runtime.adapters.registry import find_command, get_agent
 
-__all__ = ["Early", "spawn_cli", "start_early", "stop_early"]
+__all__ = [
+    "ADOPT_ENV",
+    "Adopted",
+    "Early",
+    "adopt",
+    "discard",
+    "spawn_cli",
+    "start_early",
+    "stop_early",
+]
 
 
 class Early(NamedTuple):
@@ -60,6 +78,58 @@ def spawn_cli(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> subproce
     return popen
 
 
+class Adopted(subprocess.Popen[bytes]):
+    """A CLI started before this interpreter by the pre-exec stage, as a ``Popen``.
+
+    It is this process's child (the stage forked it, then exec'd this program), so
+    ``poll``, ``wait`` and the signals work as for any ``Popen``; only the start is not
+    ``Popen``'s (``__init__`` fills in what its methods read, as of Python 3.11-3.13)."""
+
+    def __init__(self, pid: int, args: list[str], stdin: int, stdout: int, stderr: int) -> None:
+        # no super().__init__(): it would start a process
+        self.args = args
+        self.pid = pid
+        self.returncode = None
+        self.stdin = open(stdin, "wb", buffering=0)  # noqa: SIM115 - the CLI's pipes
+        self.stdout = open(stdout, "rb", buffering=0)  # noqa: SIM115
+        self.stderr = open(stderr, "rb", buffering=0)  # noqa: SIM115
+        self.encoding = None
+        self.errors = None
+        self.text_mode = False
+        self.pipesize = -1
+        self._waitpid_lock = threading.Lock()
+        self._input = None
+        self._communication_started = False
+        self._sigint_wait_secs = 0.25
+        self._closed_child_pipe_fds = True
+        self._child_created = True
+
+
+def adopt(raw: str | None) -> Adopted | None:
+    """The CLI named by ``TETHER_ADOPT`` (``raw``), its reaper taken over; None without one.
+
+    Call it first thing: the reaper's pipe is then this process's before anything else
+    is started (:func:`tether.reaper.adopt`)."""
+    parts = (raw or "").split(",")
+    if len(parts) != 6 or not all(part.isdigit() for part in parts[:5]) or not parts[5]:
+        return None
+    pid, stdin, stdout, stderr, reap_fd = map(int, parts[:5])
+    reaper.adopt(parts[5], reap_fd)
+    for fd in (stdin, stdout, stderr):
+        os.set_inheritable(fd, False)
+    return Adopted(pid, _command_line(pid), stdin, stdout, stderr)
+
+
+def _command_line(pid: int) -> list[str]:
+    """The process's command line ([] when it is gone or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return []
+    return [os.fsdecode(arg) for arg in raw.split(b"\0")[:-1]]
+
+
 def start_early(
     agent: str,
     *,
@@ -68,15 +138,23 @@ def start_early(
     cwd: str,
     env: Mapping[str, str],
     model: str | None,
+    adopted: Adopted | None = None,
 ) -> Early | None:
-    """``agent``'s CLI, started now; None when it is not started early (see above)."""
+    """``agent``'s CLI, started now (or ``adopted``, when it is that command); None when
+    it is not started early (see above). ``adopted`` is ended when it is not used."""
     try:
         argv = find_command(get_agent(agent), command, env)
         launch = None if argv is None else cli_launch(agent, argv, agent_args, env, model)
-        if launch is None:
-            return None
-        popen = spawn_cli(launch.argv, cwd, launch.env)
-    except (OSError, ValueError):
+    except ValueError:
+        launch = None
+    if adopted is not None and (launch is None or adopted.args not in ([], launch.argv)):
+        discard(adopted)  # not what this child would run (a bug in tether): run its own
+        adopted = None
+    if launch is None:
+        return None
+    try:
+        popen = adopted or spawn_cli(launch.argv, cwd, launch.env)
+    except OSError:
         return None
     opening = HANDSHAKES.get(agent)
     sent = () if opening is None else tuple(opening(cwd, model))
@@ -99,12 +177,18 @@ def _write_lines(popen: subprocess.Popen[bytes], messages: Sequence[dict[str, An
 
 def stop_early(early: Early | None) -> None:
     """End a CLI started early that will not be adopted (the child failed first)."""
-    if early is None:
-        return
-    import os
+    if early is not None:
+        discard(early.popen)
+
+
+def discard(popen: subprocess.Popen[bytes]) -> None:
+    """End a CLI process and its group, reap it, close its pipes."""
     import signal
 
     with contextlib.suppress(OSError):
-        os.killpg(early.popen.pid, signal.SIGKILL)
-    early.popen.wait()
-    reaper.untrack(early.popen.pid)
+        os.killpg(popen.pid, signal.SIGKILL)
+    popen.wait()
+    reaper.untrack(popen.pid)
+    for pipe in (popen.stdin, popen.stdout, popen.stderr):
+        if pipe is not None:
+            pipe.close()
