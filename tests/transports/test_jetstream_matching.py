@@ -102,3 +102,43 @@ def test_a_reader_far_behind_the_stream_misses_nothing(
             await channel.aclose()
 
     asyncio.run(body())
+
+
+def test_a_stream_without_atomic_batches_is_upgraded_or_gets_lines_one_by_one(
+    nats_server: NatsServer,
+) -> None:
+    """A stream made by an older tether (no ``allow_atomic``): ``open_jetstream`` turns
+    atomic batches on; a channel that cannot (here: one never set up) learns from the
+    server's refusal and sends its bursts line by line, in order, stored once."""
+    import nats
+    from nats.js.api import StreamConfig
+
+    async def body() -> None:
+        prefix = f"u{os.urandom(4).hex()}"
+        client = await nats.connect(nats_server.url)
+        try:
+            stream = f"TETHER_{prefix.upper()}"
+            await client.jetstream().add_stream(
+                StreamConfig(name=stream, subjects=[f"{prefix}.ch.>"], duplicate_window=120)
+            )
+            plain = JetStreamChannel(client, prefix=prefix, max_line_bytes=1 << 20)
+            lines = [(b'{"n":%d}' % i, f"r:{i}") for i in range(10)]
+            offsets = await plain.append_many("run.r.events", lines)
+            assert not plain.atomic
+            assert await plain.append_many("run.r.events", lines) == offsets  # stored once
+            assert offsets == sorted(offsets)
+            upgraded = await open_jetstream(nats_server.url, prefix=prefix)
+            try:
+                info = await client.jetstream().stream_info(stream)
+                assert info.config.allow_atomic
+                assert upgraded.atomic
+                more = [(b'{"n":%d}' % i, f"r:{i}") for i in range(10, 20)]
+                assert await upgraded.append_many("run.r.events", more) == list(
+                    range(offsets[-1] + 1, offsets[-1] + 11)
+                )
+            finally:
+                await upgraded.aclose()
+        finally:
+            await client.close()
+
+    asyncio.run(body())

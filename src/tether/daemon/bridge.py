@@ -11,8 +11,9 @@ the host daemon bridges those files to channels (``run.<id>.control``, ``.events
   message ids are unique across a whole stream), so forwarding a line twice (a bridge killed
   between publish and commit) stores it once; the bridge's progress (the local offset just
   past the last forwarded line) is committed on the channel under the ``bridge`` consumer,
-  so a restarted bridge resumes there. The new lines go in one ``append_many`` (published
-  together, their acknowledgements gathered after); the owner commits when it likes (a
+  so a restarted bridge resumes there. The new lines go in one ``append_many`` (over NATS
+  one atomic batch: one write, one acknowledgement, stored whole or not at all, so they
+  keep their order across a stream leader change); the owner commits when it likes (a
   commit is a round trip and a stored message of its own: the host link commits about once
   a second, and a restart then sends again what came after, stored once by its ids).
 - :class:`Inbound` appends a channel's control lines to the local control file. A line is

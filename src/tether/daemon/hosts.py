@@ -23,7 +23,8 @@ no second socket hop:
   :class:`~tether.daemon.bridge.Outbound` (``Nats-Msg-Id = run:offset``), woken by the
   process's one file watcher, so any host can tail a run from a sequence, and a restarted
   link resumes from its commits with nothing lost or doubled. A pass publishes the lines
-  of every changed file together and gathers the acknowledgements after; each bridge
+  of every changed file together (each file's as one atomic batch) and gathers the
+  acknowledgements after; each bridge
   commits at most every ``COMMIT_EVERY_S`` (a restart re-sends what came after, stored
   once by its message ids). A pass gathers changes for
   ``FORWARD_BATCH_S`` and then waits (at most ``FORWARD_DEFER_S``) until no call is in

@@ -5,9 +5,11 @@ cluster, one subject per channel (``<prefix>.ch.<name>``). The stream sequence i
 offset: strictly increasing, opaque to callers, never reused. An append is a JetStream
 publish that waits for the server's acknowledgement; with ``msg_id`` it carries the
 ``Nats-Msg-Id`` header, so a retry inside the stream's duplicate window (two minutes) is
-answered with the first sequence and stores nothing. A tail is an ordered consumer that
-starts at ``after + 1`` and filters on the channel's subject: it redelivers nothing and
-recreates itself after a lost connection. Commits live in a KV bucket
+answered with the first sequence and stores nothing. ``append_many`` sends its lines as
+atomic batches (stored whole or not at all, so in order across a leader change). A tail
+is an ordered consumer that starts at ``after + 1`` and filters on the channel's subject:
+it redelivers nothing, recreates itself after a lost connection and subscribes again
+past its last entry when nats-py dropped a message (a reader behind). Commits live in a KV bucket
 (``<prefix>_offsets``), one key per (consumer, channel), updated with a revision check so
 they only move forward even with two writers.
 
@@ -22,11 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from tether import jsondepth
 from tether.transports.channel import (
     Entry,
     PartialAppend,
@@ -42,6 +49,7 @@ from tether.wire.limits import MAX_LINE_BYTES
 if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg
+    from nats.js.api import StreamConfig
     from nats.js.client import JetStreamContext
     from nats.js.kv import KeyValue
 
@@ -57,7 +65,10 @@ __all__ = [
 log = logging.getLogger("tether.transports.jetstream")
 
 DUPLICATE_WINDOW_S = 120.0
-PUBLISH_TIMEOUT_S = 5.0  # the acknowledgements of one append_many, all together
+PUBLISH_TIMEOUT_S = 5.0  # the acknowledgement of one publish, or of one atomic batch
+ATOMIC_BATCH_LINES = 1000  # the server's bound on one atomic batch
+ATOMIC_IN_FLIGHT = 16  # batches one channel has open at once (a stream takes 50)
+ATOMIC_DISABLED = 10174  # JetStream's error code: the stream does not allow atomic batches
 # A tail holds at most this many undelivered messages (and bytes) in memory. The server
 # pushes a consumer's backlog as fast as it can (its flow control lets up to 32 MiB wait
 # in the client), so a reader behind by more drops messages (nats-py: "slow consumer")
@@ -164,6 +175,30 @@ def server_list(url: str) -> list[str]:
     return servers
 
 
+class _Refusal(msgspec.Struct):
+    err_code: int = 0
+    description: str = ""
+
+
+class _PubAck(msgspec.Struct):
+    seq: int = 0
+    error: _Refusal | None = None
+
+
+_decode_pub_ack = msgspec.json.Decoder(_PubAck)
+
+
+def _pub_ack(data: bytes) -> tuple[int, _Refusal | None]:
+    """A JetStream publish acknowledgement: (the stored sequence, None), or (0, why not)."""
+    try:
+        ack = jsondepth.decode(_decode_pub_ack, data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return 0, _Refusal(description=f"unreadable acknowledgement {data[:80]!r}")
+    if ack.error is not None or ack.seq <= 0:
+        return 0, ack.error or _Refusal(description="no sequence in the acknowledgement")
+    return ack.seq, None
+
+
 class Flag(asyncio.Event):
     """Set when nats-py dropped a message of the subscription it belongs to."""
 
@@ -213,6 +248,8 @@ class JetStreamChannel:
         # (offset, KV revision) of the commits this channel wrote last, so the next one
         # is a single compare-and-set round trip instead of a read and a write.
         self._known: dict[str, tuple[int, int]] = {}
+        self.atomic = True  # the stream takes atomic batches (see append_many)
+        self._batches = asyncio.Semaphore(ATOMIC_IN_FLIGHT)
 
     async def ensure(self, *, replicas: int = 1) -> None:
         """Create the stream and the commit bucket if they are missing."""
@@ -226,11 +263,15 @@ class JetStreamChannel:
             num_replicas=replicas,
             duplicate_window=DUPLICATE_WINDOW_S,
             max_msg_size=self.max_line_bytes,
+            allow_atomic=True,
         )
         try:
-            await self.js.stream_info(self.stream)
+            info = await self.js.stream_info(self.stream)
         except NotFoundError:
             await self.js.add_stream(config)
+        else:
+            if not info.config.allow_atomic:  # made by an older tether, or by hand
+                await self._allow_atomic(info.config)
         bucket = f"{self.prefix}_offsets"
         try:
             self._offsets = await self.js.key_value(bucket)
@@ -239,64 +280,117 @@ class JetStreamChannel:
                 KeyValueConfig(bucket=bucket, history=1, replicas=replicas)
             )
 
+    async def _allow_atomic(self, config: StreamConfig) -> None:
+        """Turn on atomic batches on an existing stream; without the right to (a host's
+        credentials may only publish), append_many sends lines one by one."""
+        from nats.errors import Error as NatsError
+
+        try:
+            await self.js.update_stream(dataclasses.replace(config, allow_atomic=True))
+        except (NatsError, TimeoutError) as error:
+            log.warning(
+                "%s does not allow atomic batches and cannot be changed here (%s): "
+                "bursts go line by line",
+                self.stream,
+                error,
+            )
+            self.atomic = False
+
     def subject(self, name: str) -> str:
         return f"{self.prefix}.ch.{check_name(name)}"
 
     async def append(self, name: str, line: bytes, *, msg_id: str | None = None) -> int:
-        from nats.errors import Error as NatsError
-
         check_line(line, self.max_line_bytes)
-        headers = None if check_msg_id(msg_id) is None else {"Nats-Msg-Id": msg_id}
+        check_msg_id(msg_id)
         try:
-            ack = await self.js.publish(self.subject(name), line, headers=headers)
-        except NatsError as error:
-            raise TransportError(f"append to {name!r} failed: {error}") from error
-        return int(ack.seq)
+            return await self._publish(self.subject(name), line, msg_id)
+        except TransportError as error:
+            raise TransportError(f"append to {name!r} failed: {error}") from None
 
     async def append_many(self, name: str, lines: Sequence[tuple[bytes, str | None]]) -> list[int]:
-        """Publish every line at once (one write to the socket), then gather the acks.
+        """Append the lines in order: stored all, or a prefix (:class:`PartialAppend`).
 
-        One connection's publishes reach the stream in the order sent, and the burst goes
-        to the socket whole, so a dropped connection loses a suffix of it: the stored
-        lines are a prefix, whose offsets :class:`PartialAppend` carries. (A stream whose
-        leader changes in the middle of a burst could store a line after a failed one;
-        that is logged as an error, and the failed line is then stored after it.)
+        Two or more lines go as JetStream atomic batches (``Nats-Batch-*`` headers, server
+        2.12+, ``allow_atomic`` on the stream; at most ``ATOMIC_BATCH_LINES`` each): one
+        write, one acknowledgement, and a batch is stored whole or not at all, so a
+        stream leader changing in the middle of one cannot store a line after one that
+        failed (lines published one by one and acknowledged together could be: the first
+        reached the old leader and was lost, the next the new one). A batch refused by
+        the server (a line already stored, from a resend: the batch would store it twice,
+        so the server refuses it whole; a stream without atomic publishes; too many
+        batches in flight) is sent line by line, each acknowledged before the next, which
+        keeps the order and answers a stored line with its first offset.
         """
-        from nats.errors import Error as NatsError
-
         subject = self.subject(name)
         for line, msg_id in lines:
             check_line(line, self.max_line_bytes)
             check_msg_id(msg_id)
-        acks: list[asyncio.Future[Any]] = []
-        failure: BaseException | None = None
-        try:
-            for line, msg_id in lines:
-                headers = None if msg_id is None else {"Nats-Msg-Id": msg_id}
-                acks.append(await self.js.publish_async(subject, line, headers=headers))
-        except NatsError as error:  # e.g. the outbound buffer is full while reconnecting
-            failure = error
-        try:
-            if acks:
-                _, late = await asyncio.wait(acks, timeout=PUBLISH_TIMEOUT_S)
-                if late:
-                    failure = failure or TimeoutError(
-                        f"no acknowledgement in {PUBLISH_TIMEOUT_S:g} s"
-                    )
-        finally:
-            for ack in acks:
-                ack.cancel()  # the late ones (a done future ignores it)
         offsets: list[int] = []
-        for ack in acks:
-            if ack.cancelled() or ack.exception() is not None:
-                failure = failure or ack.exception() or TimeoutError("no acknowledgement")
-                break
-            offsets.append(int(ack.result().seq))
-        if len(offsets) == len(lines):
-            return offsets
-        if any(not a.cancelled() and a.exception() is None for a in acks[len(offsets) :]):
-            log.error("%s: a line after a failed one was stored (a leader change?)", name)
-        raise PartialAppend(f"append to {name!r} failed: {failure}", offsets)
+        for start in range(0, len(lines), ATOMIC_BATCH_LINES):
+            chunk = lines[start : start + ATOMIC_BATCH_LINES]
+            try:
+                offsets += await self._append_chunk(subject, chunk)
+            except PartialAppend as error:
+                raise PartialAppend(str(error), offsets + error.offsets) from error
+        return offsets
+
+    async def _append_chunk(
+        self, subject: str, lines: Sequence[tuple[bytes, str | None]]
+    ) -> list[int]:
+        if len(lines) > 1 and self.atomic:
+            async with self._batches:
+                stored = await self._append_batch(subject, lines)
+            if stored is not None:
+                return stored
+        offsets: list[int] = []
+        for line, msg_id in lines:
+            try:
+                offsets.append(await self._publish(subject, line, msg_id))
+            except TransportError as error:
+                raise PartialAppend(f"append to {subject!r} failed: {error}", offsets) from None
+        return offsets
+
+    async def _append_batch(
+        self, subject: str, lines: Sequence[tuple[bytes, str | None]]
+    ) -> list[int] | None:
+        """The offsets of an atomic batch; None when the server refused it (nothing is
+        stored); PartialAppend with none stored when the answer did not come."""
+        from nats.errors import Error as NatsError
+
+        batch = os.urandom(12).hex()
+        last = len(lines)
+        try:
+            for index, (line, msg_id) in enumerate(lines, 1):
+                headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(index)}
+                if msg_id is not None:
+                    headers["Nats-Msg-Id"] = msg_id
+                if index < last:
+                    await self.client.publish(subject, line, headers=headers)
+                    continue
+                headers["Nats-Batch-Commit"] = "1"
+                reply = await self.client.request(
+                    subject, line, headers=headers, timeout=PUBLISH_TIMEOUT_S
+                )
+        except (NatsError, TimeoutError) as error:  # stored whole, or not at all: unknown
+            raise PartialAppend(f"append to {subject!r} failed: {error}", []) from None
+        seq, refusal = _pub_ack(reply.data)
+        if refusal is None:
+            return list(range(seq - last + 1, seq + 1))
+        log.debug("%s: batch refused: %s", subject, refusal.description)
+        if refusal.err_code == ATOMIC_DISABLED:
+            log.warning("%s: the stream refuses atomic batches; lines go one by one", self.stream)
+            self.atomic = False
+        return None
+
+    async def _publish(self, subject: str, line: bytes, msg_id: str | None) -> int:
+        from nats.errors import Error as NatsError
+
+        headers = None if msg_id is None else {"Nats-Msg-Id": msg_id}
+        try:
+            ack = await self.js.publish(subject, line, headers=headers, timeout=PUBLISH_TIMEOUT_S)
+        except (NatsError, TimeoutError) as error:
+            raise TransportError(str(error)) from error
+        return int(ack.seq)
 
     async def tail(self, name: str, *, after: int | None = None) -> AsyncIterator[Entry | Skipped]:
         """The entries after ``after``, then new ones, until cancelled.
