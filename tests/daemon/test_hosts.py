@@ -212,13 +212,21 @@ def test_hosts_with_their_own_credentials_serve_an_operator(tmp_path: Path) -> N
     script.write_text(json.dumps([{"text": "from B"}]))
     try:
         with run_nats_server(tmp_path / "js", extra=["-c", str(config)]) as server:
+            operator_url = f"nats://operator:secret-op@127.0.0.1:{server.port}"
+            ready = subprocess.run(
+                [sys.executable, "-m", "tether", "daemon", "--nats", operator_url,
+                 "init-cluster", "--json"],
+                env=make_env(roots[0]), capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert ready.returncode == 0, ready.stderr  # the hosts may not create streams
+            assert "TETHER_TETHER" in json.loads(ready.stdout)["created"]
             for host, root in zip("AB", roots, strict=True):
                 env = make_env(root)
                 url = f"nats://host{host}:secret-{host}@127.0.0.1:{server.port}"
                 daemons[host] = DaemonProcess(root, Path(env["TETHER_SOCKET"]), env)
                 daemons[host].start("--nats", url, "--host", host)
             operator = dict(daemons["A"].env)
-            operator["TETHER_NATS_URL"] = f"nats://operator:secret-op@127.0.0.1:{server.port}"
+            operator["TETHER_NATS_URL"] = operator_url
             spawned = tether(
                 operator, "--host", "B", "spawn", "s1", "--task", "hi", "--script",
                 str(script), "--wait",

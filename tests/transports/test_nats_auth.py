@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from tests.nats_server import NatsServer, run_nats_server
 
+from tether.daemon.hosts import init_cluster
 from tether.transports.channel import TransportError
 from tether.transports.jetstream import open_jetstream
 
@@ -23,16 +24,15 @@ USERS = ("A", "B")
 def host_permissions(host: str) -> str:
     """The host daemon role docs/scale-out.md gives a host (kept in step with it): publish
     its own runs' lines and registry rows, answer its own verbs, read its own replies; no
-    consumers, no message reads, so nothing of another host's runs."""
+    consumers, no message reads, so nothing of another host's runs; no stream created,
+    changed or deleted (the operator's ``tether daemon init-cluster`` makes them)."""
     return f"""{{
         publish: {{ allow: [
           "tether.ch.h.{host}.>",
           "$KV.tether_agents.{host}.>", "$KV.tether_agents.hosts.{host}",
           "$KV.tether_offsets.*.h.{host}.>",
-          "$JS.API.STREAM.INFO.TETHER_TETHER", "$JS.API.STREAM.CREATE.TETHER_TETHER",
-          "$JS.API.STREAM.INFO.KV_tether_agents", "$JS.API.STREAM.CREATE.KV_tether_agents",
-          "$JS.API.STREAM.INFO.KV_tether_offsets", "$JS.API.STREAM.CREATE.KV_tether_offsets",
-          "$JS.API.STREAM.MSG.GET.KV_tether_offsets"
+          "$JS.API.STREAM.INFO.TETHER_TETHER", "$JS.API.STREAM.INFO.KV_tether_agents",
+          "$JS.API.STREAM.INFO.KV_tether_offsets", "$JS.API.STREAM.MSG.GET.KV_tether_offsets"
         ] }}
         subscribe: {{ allow: ["tether.host.{host}.rpc", "_INBOX_{host}.>"] }}
         allow_responses: true
@@ -75,6 +75,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     config = root / "server.conf"
     config.write_text(server_config())
     with run_nats_server(root / "js", extra=["-c", str(config)]) as server:
+        asyncio.run(init_cluster(url_for(server, "op")))
         yield server
 
 
@@ -130,6 +131,46 @@ def test_a_host_appends_to_its_own_runs_only(secured: NatsServer) -> None:
             await reader.aclose()
 
     asyncio.run(main())
+
+
+def test_a_host_may_not_create_change_or_delete_the_streams(tmp_path: Path) -> None:
+    """On a cluster nobody initialised, a host daemon's login cannot make the stream and
+    says how to (the operator's ``init-cluster``); once made, it can use the stream and
+    still not change or delete it, nor create another."""
+
+    async def main(server: NatsServer) -> None:
+        import nats
+        from nats.errors import Error as NatsError
+        from nats.js.api import StreamConfig
+
+        with pytest.raises(TransportError, match="init-cluster"):
+            await open_jetstream(url_for(server, "A"), connect_options=host_options("A"))
+        await init_cluster(url_for(server, "op"))
+        channel = await open_jetstream(url_for(server, "A"), connect_options=host_options("A"))
+        try:
+            assert await channel.append_many(
+                "h.A.run.r.events", [(b"{}", "a:0"), (b"{}", "a:3")]
+            ) == [1, 2]
+            assert channel.atomic  # the operator made the stream with atomic batches
+        finally:
+            await channel.aclose()
+        client = await nats.connect(url_for(server, "A"), **host_options("A"))
+        try:
+            js = client.jetstream(timeout=1.0)
+            info = await js.stream_info("TETHER_TETHER")
+            with pytest.raises((NatsError, TimeoutError)):
+                await js.update_stream(info.config)
+            with pytest.raises((NatsError, TimeoutError)):
+                await js.delete_stream("TETHER_TETHER")
+            with pytest.raises((NatsError, TimeoutError)):
+                await js.add_stream(StreamConfig(name="HOSTA", subjects=["tether.ch.h.A.x"]))
+        finally:
+            await client.close()
+
+    config = tmp_path / "server.conf"
+    config.write_text(server_config())
+    with run_nats_server(tmp_path / "js", extra=["-c", str(config)]) as server:
+        asyncio.run(main(server))
 
 
 def test_a_host_cannot_answer_another_hosts_verbs(secured: NatsServer) -> None:

@@ -4,6 +4,8 @@ tether daemon --foreground [--max-connections N] ...
 tether daemon start [--json]      detach, wait until the socket answers
 tether daemon stop [--json] [--force]
 tether daemon status [--json]     exit 0 when running, 3 when not
+tether daemon --nats URL [--replicas N] init-cluster [--json]
+                                  create the cluster's stream and buckets, once
 
 Exit statuses (:mod:`tether.cli.exits`): 0 ok; 2 bad arguments, or a daemon that cannot
 start (an unsafe socket directory, another daemon holding the lock); 3 not running
@@ -65,6 +67,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         ("start", "start a detached daemon and wait until it answers"),
         ("stop", "stop the running daemon (SIGTERM)"),
         ("status", "report whether a daemon is running"),
+        ("init-cluster", "create the cluster's stream and buckets (operator's credentials)"),
     ):
         action = sub.add_parser(name, help=text, description=text)
         action.add_argument("--json", action="store_true", help="print JSON for scripts")
@@ -90,6 +93,8 @@ def main(argv: list[str], prog: str) -> int:
         return _stop(args, socket_path)
     if args.action == "status":
         return _status(args, socket_path)
+    if args.action == "init-cluster":
+        return _init_cluster(args)
     parser.print_help(sys.stderr)
     return exits.USAGE
 
@@ -135,6 +140,30 @@ def _cluster(args: argparse.Namespace) -> ClusterOptions | None:
         creds=args.nats_creds,
         ca=args.nats_ca,
     )
+
+
+def _init_cluster(args: argparse.Namespace) -> int:
+    """Exit 0 once the stream and buckets exist; 2 without a URL; 4 when NATS refused."""
+    import asyncio
+    import os
+
+    from tether.daemon.hosts import init_cluster
+    from tether.transports.channel import TransportError
+    from tether.transports.jetstream import connect_options
+
+    url = args.nats or os.environ.get("TETHER_NATS_URL")
+    if not url:
+        print("tether daemon: init-cluster needs --nats URL or $TETHER_NATS_URL", file=sys.stderr)
+        return exits.USAGE
+    replicas = args.replicas or int(os.environ.get("TETHER_NATS_REPLICAS", "1"))
+    options = connect_options(creds=args.nats_creds, ca=args.nats_ca, env=os.environ)
+    try:
+        names = asyncio.run(init_cluster(url, replicas=replicas, connect_options=options))
+    except TransportError as exc:
+        print(f"tether daemon: {exc}", file=sys.stderr)
+        return exits.FAILED
+    _emit(args, {"created": names, "replicas": replicas}, f"cluster ready: {', '.join(names)}")
+    return 0
 
 
 def _cluster_flags(args: argparse.Namespace) -> list[str]:

@@ -82,7 +82,9 @@ __all__ = [
     "events_channel",
     "host_inbox",
     "inbox_channel",
+    "init_cluster",
     "open_host_link",
+    "open_registry",
     "rpc_subject",
     "run_channels",
 ]
@@ -161,6 +163,41 @@ async def open_host_link(options: ClusterOptions, daemon: Daemon) -> HostLink:
     return link
 
 
+async def open_registry(channel: JetStreamChannel, replicas: int) -> Any:
+    """The registry bucket, created if missing (and the credentials may)."""
+    from nats.errors import Error as NatsError
+    from nats.js.api import KeyValueConfig
+    from nats.js.errors import BucketNotFoundError
+
+    from tether.transports.jetstream import created
+
+    js = channel.js
+    try:
+        try:
+            return await js.key_value(REGISTRY_BUCKET)
+        except BucketNotFoundError:
+            config = KeyValueConfig(bucket=REGISTRY_BUCKET, history=1, replicas=replicas)
+            return await created(js.create_key_value(config), f"KV_{REGISTRY_BUCKET}")
+    except (NatsError, TimeoutError) as error:
+        raise TransportError(f"cannot open the registry {REGISTRY_BUCKET}: {error}") from None
+
+
+async def init_cluster(
+    url: str, *, replicas: int = 1, connect_options: dict[str, Any] | None = None
+) -> list[str]:
+    """Create the cluster's stream and its two buckets if missing (``tether daemon --nats
+    URL init-cluster``), with credentials that may: then the hosts' credentials need no
+    right to create, change or delete a stream. Returns their names."""
+    from tether.transports.jetstream import open_jetstream
+
+    channel = await open_jetstream(url, replicas=replicas, connect_options=connect_options)
+    try:
+        await open_registry(channel, replicas)
+    finally:
+        await channel.aclose()
+    return [channel.stream, f"KV_{channel.prefix}_offsets", f"KV_{REGISTRY_BUCKET}"]
+
+
 def check_host(name: str) -> str:
     if not HOST_NAME.fullmatch(name):
         raise ValueError(f"bad host name {name!r}: 1-64 of [A-Za-z0-9_-]")
@@ -228,20 +265,7 @@ class HostLink:
 
     async def prepare(self) -> None:
         """Open (or create) the registry bucket."""
-        from nats.errors import Error as NatsError
-        from nats.js.api import KeyValueConfig
-        from nats.js.errors import BucketNotFoundError
-
-        js = self.channel.js
-        try:
-            try:
-                self._kv = await js.key_value(REGISTRY_BUCKET)
-            except BucketNotFoundError:
-                self._kv = await js.create_key_value(
-                    KeyValueConfig(bucket=REGISTRY_BUCKET, history=1, replicas=self.replicas)
-                )
-        except (NatsError, TimeoutError) as error:
-            raise TransportError(f"cannot open the registry {REGISTRY_BUCKET}: {error}") from None
+        self._kv = await open_registry(self.channel, self.replicas)
 
     async def start(self) -> None:
         """Answer this host's verbs and start publishing and forwarding (the daemon's

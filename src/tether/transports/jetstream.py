@@ -28,8 +28,8 @@ import dataclasses
 import logging
 import os
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "JetStreamChannel",
     "connect_options",
+    "created",
     "on_nats_error",
     "open_jetstream",
     "redacted",
@@ -63,6 +64,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("tether.transports.jetstream")
+T = TypeVar("T")
 
 DUPLICATE_WINDOW_S = 120.0
 PUBLISH_TIMEOUT_S = 5.0  # the acknowledgement of one publish, or of one atomic batch
@@ -139,6 +141,22 @@ async def on_nats_error(error: Exception) -> None:
         log.debug("nats: %s", error)
         return
     log.warning("nats: %s", error)
+
+
+async def created(creation: Awaitable[T], what: str) -> T:
+    """A stream or bucket made; refused creation (a host's credentials may not create
+    streams: the server drops the request, so it times out) as a ``TransportError`` that
+    says what to do."""
+    from nats.errors import Error as NatsError
+
+    try:
+        return await creation
+    except (NatsError, TimeoutError) as error:
+        raise TransportError(
+            f"{what} does not exist and could not be created ({error or type(error).__name__}): "
+            "create the cluster's streams once with `tether daemon --nats URL init-cluster` "
+            "and credentials that may (the operator's)"
+        ) from None
 
 
 def connect_options(
@@ -253,6 +271,7 @@ class JetStreamChannel:
 
     async def ensure(self, *, replicas: int = 1) -> None:
         """Create the stream and the commit bucket if they are missing."""
+        from nats.errors import Error as NatsError
         from nats.js.api import KeyValueConfig, StorageType, StreamConfig
         from nats.js.errors import BucketNotFoundError, NotFoundError
 
@@ -268,7 +287,9 @@ class JetStreamChannel:
         try:
             info = await self.js.stream_info(self.stream)
         except NotFoundError:
-            await self.js.add_stream(config)
+            await created(self.js.add_stream(config), self.stream)
+        except (NatsError, TimeoutError) as error:  # no leader yet, or not allowed to look
+            raise TransportError(f"cannot read the stream {self.stream}: {error!r}") from None
         else:
             if not info.config.allow_atomic:  # made by an older tether, or by hand
                 await self._allow_atomic(info.config)
@@ -276,8 +297,11 @@ class JetStreamChannel:
         try:
             self._offsets = await self.js.key_value(bucket)
         except BucketNotFoundError:
-            self._offsets = await self.js.create_key_value(
-                KeyValueConfig(bucket=bucket, history=1, replicas=replicas)
+            self._offsets = await created(
+                self.js.create_key_value(
+                    KeyValueConfig(bucket=bucket, history=1, replicas=replicas)
+                ),
+                f"KV_{bucket}",
             )
 
     async def _allow_atomic(self, config: StreamConfig) -> None:
