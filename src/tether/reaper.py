@@ -38,6 +38,7 @@ __all__ = [
     "REAP_ENV",
     "adopt",
     "marked_env",
+    "new_owner_after_fork",
     "reap",
     "reaper_argv",
     "track",
@@ -113,7 +114,7 @@ def adopt(token: str, fd: int) -> None:
     _owner.fd = fd
 
 
-def _new_owner_after_fork() -> None:
+def new_owner_after_fork() -> None:
     """A forked process (a fork server's child) is a new owner: its own token, and not
     the write end of its parent's reaper pipe (which would keep that reaper waiting)."""
     if _owner.fd is not None:
@@ -123,7 +124,7 @@ def _new_owner_after_fork() -> None:
     _owner.fd = None
 
 
-os.register_at_fork(after_in_child=_new_owner_after_fork)
+os.register_at_fork(after_in_child=new_owner_after_fork)
 
 
 def marked_env(env: Mapping[str, str] | None = None) -> dict[str, str]:

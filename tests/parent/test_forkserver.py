@@ -280,3 +280,84 @@ def test_a_forked_childs_environment_is_the_requested_one_in_its_order(reorder: 
     python_env, c_env = json.loads(out.stdout)
     assert python_env == [list(item) for item in wanted.items()]
     assert c_env == python_env
+
+
+HOOKS = """
+import json, os, sys
+found = set()
+register = os.register_at_fork
+def spy(**hooks):
+    if "after_in_child" in hooks:
+        found.add(sys._getframe(1).f_globals.get("__name__"))
+    register(**hooks)
+os.register_at_fork = spy
+from tether.cli import forkserver
+forkserver._preload()
+forkserver._rehearse(forkserver._start_signals())
+print(json.dumps(sorted(found)))
+"""
+
+
+def test_the_template_registers_no_after_fork_hook_its_children_would_miss() -> None:
+    """A child forked while the template has one thread skips CPython's after-fork hooks
+    and runs only those AFTER_FORK names: a module that registers a new one must be
+    looked at (and named there) before it is imported by the template."""
+    from tether.cli.forkserver import AFTER_FORK
+
+    out = subprocess.run(
+        [sys.executable, "-c", HOOKS], capture_output=True, text=True, check=True
+    ).stdout
+    assert set(json.loads(out.splitlines()[-1])) <= set(AFTER_FORK)
+
+
+RAW_FORK = """
+import json, os, random, sys, threading
+import tether.reaper
+from tether.cli import forkserver
+hook_ran = []
+os.register_at_fork(after_in_child=lambda: hook_ran.append(True))
+if sys.argv[1] == "two-threads":
+    stop = threading.Event()
+    threading.Thread(target=stop.wait, daemon=True).start()
+assert forkserver._raw_fork() is not None
+token = tether.reaper._owner.token
+read, write = os.pipe()
+pids = []
+for _ in range(2):
+    pid = forkserver._fork()
+    if pid == 0:
+        me = threading.current_thread()
+        report = {
+            "random": random.random(),
+            "new_token": tether.reaper._owner.token != token,
+            "hooks": bool(hook_ran),
+            "main": me is threading.main_thread() and threading.get_ident() in threading._active,
+            "pid": os.getpid() == threading.get_native_id(),
+        }
+        os.write(write, (json.dumps(report) + "\\n").encode())
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+os.close(write)
+print(json.dumps([random.random(), os.read(read, 65536).decode()]))
+"""
+
+
+@pytest.mark.parametrize("threads", ["one-thread", "two-threads"])
+def test_a_child_forked_without_cpythons_hooks_gets_what_they_would_give(threads: str) -> None:
+    """With one thread the template forks without CPython's after-fork work (the hooks do
+    not run), with two through os.fork (they do); either way each child has its own random
+    state and reaper token, and its only thread is threading's main thread."""
+    out = subprocess.run(
+        [sys.executable, "-c", RAW_FORK, threads], capture_output=True, text=True, check=True
+    ).stdout
+    ours, lines = json.loads(out)
+    children = [json.loads(line) for line in lines.splitlines()]
+    assert len(children) == 2
+    assert len({ours, *(child["random"] for child in children)}) == 3
+    for child in children:
+        assert child["hooks"] is (threads == "two-threads")
+        assert child["new_token"]
+        assert child["main"]
+        assert child["pid"]

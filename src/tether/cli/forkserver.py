@@ -15,20 +15,31 @@ for (exit 125 without a ``go``, as :class:`tether.procs.Gate`); cwd, umask, envi
 ``sys.argv``, ``/proc/self/cmdline`` and ``/proc/self/environ`` the command's (the
 template starts with room for them: a long dummy argument, a long variable). Then the
 child runs :func:`tether.cli.entrypoint` exactly as ``python -m tether child`` does, and
-exits through the interpreter's normal shutdown. At-fork hooks give it fresh random state
-(``random``, the reaper's token). The hash seed is the template's: it cannot change after
-start-up.
+exits through the interpreter's normal shutdown. The hash seed is the template's: it
+cannot change after start-up.
+
+The fork itself is libc's ``fork()`` without CPython's after-fork work when the template
+has one thread (:func:`_fork`; else ``os.fork()``). That work re-creates locks and thread
+state that only another thread could hold or change, and runs every module's
+``os.register_at_fork`` hook (threading, logging, concurrent.futures, random, the
+reaper): Python code that writes to the template's shared objects, ~0.45 MiB copied into
+every child right after the fork (0.1-0.15 MiB of an idle child's private memory in the
+end: it writes many of those pages later anyway). Of those hooks a one-thread child needs
+only two, which it runs (:data:`AFTER_FORK`): a new ``random`` seed and the reaper's new
+token.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import select
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any, Final
 
 from tether.runtime.forkserver import (
@@ -49,6 +60,19 @@ GATE_EXIT: Final = 125  # procs.GATE_EXIT
 CHILD_CRASH: Final = 127  # the forked child could not even begin (said on its stderr)
 
 Signals = dict[int, Any]
+
+# The modules whose ``os.register_at_fork(after_in_child=...)`` hooks the template has
+# imported, and what a child forked without them (:func:`_fork`) still runs of each, by
+# name (module, function). The others only re-create locks and thread records, which
+# nothing else holds or changes in a process of one thread.
+# tests/parent/test_forkserver.py checks that the template registers no other hook.
+AFTER_FORK: Final[dict[str, tuple[str, str] | None]] = {
+    "threading": None,
+    "logging": None,
+    "concurrent.futures.thread": None,
+    "random": ("random", "seed"),
+    "tether.reaper": ("tether.reaper", "new_owner_after_fork"),
+}
 
 
 def _preload() -> None:
@@ -147,6 +171,7 @@ def main(argv: list[str]) -> int:
         return 2
     _preload()
     _rehearse(start)
+    _raw_fork()  # ctypes imported and the function looked up before the heap is frozen
     gc.collect()
     gc.freeze()
     plan = _serve(sock, start, areas)
@@ -260,7 +285,7 @@ def _handle(
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        pid = os.fork()
+        pid = _fork()
     except OSError as exc:
         _close(fds)
         _send(sock, Refused(errno=exc.errno or 11, error=f"fork: {exc.strerror}"))
@@ -270,6 +295,52 @@ def _handle(
     _close(fds)
     _send(sock, Spawned(pid=pid))
     return None
+
+
+def _fork() -> int:
+    """``fork()``, as ``os.fork()`` but without CPython's after-fork work while this
+    process has one thread (see the module docstring); ``os.fork()`` otherwise."""
+    raw = _raw_fork()
+    if raw is None or not _one_thread():
+        return os.fork()
+    pid: int = raw()
+    if pid < 0:
+        import ctypes
+
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    if pid == 0:
+        _after_raw_fork()
+    return pid
+
+
+@functools.cache
+def _raw_fork() -> Callable[[], int] | None:
+    """libc's ``fork``, called with the GIL held (``ctypes.PyDLL``); None without ctypes."""
+    try:
+        import ctypes
+
+        fork = ctypes.PyDLL(None, use_errno=True).fork
+    except (ImportError, OSError, AttributeError):
+        return None
+    fork.restype = ctypes.c_int
+    fork.argtypes = []
+    return fork
+
+
+def _one_thread() -> bool:
+    """True when this process has exactly one thread (the kernel's count: C threads too)."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+def _after_raw_fork() -> None:
+    """The after-fork hooks a one-thread child needs (:data:`AFTER_FORK`)."""
+    for needed in AFTER_FORK.values():
+        if needed is not None and needed[0] in sys.modules:
+            getattr(sys.modules[needed[0]], needed[1])()
 
 
 def _check(request: SpawnRequest, fds: list[int], areas: _Areas) -> Refused | None:
