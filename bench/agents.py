@@ -350,10 +350,13 @@ def _stat(pid: int) -> list[bytes]:
 
 
 def _is_tether(pid: int) -> bool:
-    """``tether child`` or its reaper (else: the CLI or a process it started)."""
+    """``tether child``, its pre-exec stage or its reaper (the waiting shell or Python),
+    else the CLI or a process it started."""
     with open(f"/proc/{pid}/cmdline", "rb") as handle:
         argv = handle.read().split(b"\0")
-    return b"tether" in argv[1:3] or b"tether.reaper" in argv
+    return b"tether" in argv[1:3] or any(
+        b"tether.reaper" in arg or arg.endswith(b"prestart_stage.py") for arg in argv
+    )
 
 
 def cpu_split(child: int) -> dict[str, float]:

@@ -136,7 +136,7 @@ class TranslatingRunner:
         timeout counted from the child's start (from the restart for finalize's CLI)."""
         try:
             await self.process.start()
-            self._perform(self.translator.handshake())
+            self._perform(self._unsent(self.translator.handshake()))
             remaining = max(0.0, self._handshake_by - time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._started.wait(), remaining)
