@@ -5,9 +5,10 @@
 - **control-to-ack across hosts**: ``agent.steer`` sent from host A's side over NATS
   request/reply to host B's daemon, whose agent (a ``tether child``, busy in a long turn)
   acks it; next to the same steer over B's local socket, over the socket of a daemon in
-  no cluster, ``daemon.status`` over NATS (the relay alone), a bare NATS request/reply to
-  an echo responder in another process, and ``RemoteRunHandle.steer`` (the verb, then
-  the ack read back from JetStream). With ``--r3`` also against a three-node cluster
+  no cluster, ``daemon.status`` over NATS (the relay alone) and over B's socket (the
+  socket call alone: B's own steer work is the local steer less it), a bare NATS
+  request/reply to an echo responder in another process, and ``RemoteRunHandle.steer``
+  (the verb, then the ack read back from JetStream). With ``--r3`` also against a three-node cluster
   whose streams and registry have three replicas.
 - **fan-in**: one process follows ``--runs`` run channels at once, with one ordered
   consumer per run and then with one consumer over ``run.*.events`` demultiplexed by
@@ -175,6 +176,7 @@ async def ack_round_trips(
                     "daemon.status across hosts": lambda: call_host(
                         client, "B", "daemon.status", {}
                     ),
+                    "daemon.status, local socket": lambda: local.call("daemon.status", {}),
                     "steer->ack, no cluster": lambda: plain.call("agent.steer", steer),
                     "steer->ack, local socket": lambda: local.call("agent.steer", steer),
                     "steer->ack, across hosts": lambda: call_host(
@@ -350,6 +352,17 @@ def report(result: dict[str, Any]) -> None:
             f"  {name:<28} p50 {figures['p50_ms']:6.2f} ms  p99 {figures['p99_ms']:6.2f} ms"
             f"  n {figures['n']:>4}  p50/bare {ratio:4.2f}x"
         )
+    # The floor a cross-host steer can have: the relay (a verb over NATS answered at once)
+    # plus B's own steer work (its local steer less its local socket call).
+    b_work = (
+        acks["steer->ack, local socket"]["p50_ms"] - acks["daemon.status, local socket"]["p50_ms"]
+    )
+    floor = acks["daemon.status across hosts"]["p50_ms"] + b_work
+    across = acks["steer->ack, across hosts"]["p50_ms"]
+    print(
+        f"  B's steer work {b_work:.2f} ms; relay + it {floor:.2f} ms ({floor / bare:.2f}x bare)"
+        f" vs across hosts {across:.2f} ms: tether adds {across - floor:+.2f} ms beyond them"
+    )
     for key, label in FAN_IN.items():
         if key in result:
             f = result[key]

@@ -76,8 +76,9 @@ def run_nats_server(
     drain: threading.Thread | None = None
     try:
         port = _wait_until_ready(process, timeout)
-        # Keep reading its log so a chatty server never blocks on a full pipe.
-        drain = threading.Thread(target=_drain, args=(process,), daemon=True)
+        # Keep reading its log so a chatty server never blocks on a full pipe, and keep it
+        # beside the store (a flaky test's "Slow Consumer Detected", say, is there).
+        drain = threading.Thread(target=_drain, args=(process, store), daemon=True)
         drain.start()
         yield NatsServer(process, port, store)
     finally:
@@ -111,10 +112,18 @@ def _wait_until_ready(process: subprocess.Popen[bytes], timeout: float) -> int:
     raise AssertionError(f"nats-server did not become ready:\n{log.decode(errors='replace')}")
 
 
-def _drain(process: subprocess.Popen[bytes]) -> None:
+SERVER_LOG_BYTES = 4 * 1024 * 1024  # kept of a server's log (store/nats-server.log)
+
+
+def _drain(process: subprocess.Popen[bytes], store: Path) -> None:
     assert process.stderr is not None
-    while process.stderr.read(65536):
-        pass
+    kept = 0
+    with (store / "nats-server.log").open("ab") as log:
+        while chunk := os.read(process.stderr.fileno(), 65536):
+            if kept < SERVER_LOG_BYTES:
+                log.write(chunk)
+                log.flush()
+                kept += len(chunk)
 
 
 def free_ports(count: int) -> list[int]:
