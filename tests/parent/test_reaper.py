@@ -130,3 +130,47 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != b"Z"
+
+
+def test_while_its_owner_runs_the_reaper_is_a_shell_without_the_token() -> None:
+    # no interpreter per owner until it dies; and, lacking the owner's inherited (outer)
+    # token, the reaper of an outer run never ends it before it has done its work
+    code = (
+        "import os, sys\n"
+        "from tether import reaper\n"
+        "env = reaper.marked_env(os.environ)\n"
+        "print(env[reaper.REAP_ENV], flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    outer = {**os.environ, reaper.REAP_ENV: "outer-token"}
+    owner = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=outer
+    )
+    assert owner.stdout is not None
+    token = owner.stdout.readline().strip().decode()
+    try:
+        found = [p for p in _children(owner.pid) if _cmdline(p)[:2] == [b"/bin/sh", b"-c"]]
+        assert len(found) == 1, found
+        argv = _cmdline(found[0])
+        assert b"tether.reaper" in argv[2]
+        assert argv[3:5] == [sys.executable.encode(), token.encode()]
+        environ = Path(f"/proc/{found[0]}/environ").read_bytes().split(b"\0")
+        assert not any(e.startswith(f"{reaper.REAP_ENV}=".encode()) for e in environ)
+    finally:
+        owner.kill()
+        owner.wait()
+        owner.stdin.close()  # type: ignore[union-attr]
+        owner.stdout.close()
+    wait_for(lambda: not _alive(found[0]), "the reaper to leave once its owner is gone")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            fields = Path(f"/proc/{name}/stat").read_bytes().rpartition(b")")[2].split()
+        except (OSError, IndexError):
+            continue
+        if name.isdigit() and int(fields[1]) == pid:
+            found.append(int(name))
+    return found

@@ -65,9 +65,9 @@ def plan(
 ) -> Prestart | None:
     """How to exec ``command`` (a ``tether child`` for ``request``) with its CLI started
     first, in ``cwd`` (absolute) with ``env``; None: exec ``command`` itself."""
-    if not (enabled(os.environ) and enabled(env)) or env.get("PYTHONPATH") != os.environ.get(
-        "PYTHONPATH"
-    ):
+    if not (enabled(os.environ) and enabled(env) and os.path.isfile(_STAGE)):
+        return None
+    if env.get("PYTHONPATH") != os.environ.get("PYTHONPATH"):
         return None  # a child from another source tree may not know ADOPT_ENV
     base = {k: v for k, v in env.items() if k not in CHILD_ONLY_ENV}
     try:
