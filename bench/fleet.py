@@ -22,8 +22,10 @@ length-prefixed echo server of ``bench/daemon.py`` (whose helpers this script re
    child's ``control-ack`` is read back; the turn it starts then runs on its own), back to
    back (each ack competes with the turns started before it: the daemon's and children's
    CPU per follow-up and the daemon's wait for a CPU are printed) and ``--ack-gap-ms``
-   apart; the floors, same run: one echo round trip (the socket) and one pipe round trip
-   to another process (a child's wake-up and answer).
+   apart; the floors, same run: one echo round trip (the socket), one pipe round trip
+   to another process (a child's wake-up and answer), and the ack's two wake-ups on a bare
+   pipe pair shaped like the real path (:func:`wake_floor`: the sender keeps running after
+   its write, as the daemon does, so the answer must wake it on another CPU).
 6. **full turns**: ``agent.ask`` to ``--sample`` random agents (follow-up -> the scripted
    answer), checked.
 7. **stop**: ``agent.stop`` (close) of every agent, then checked: no child process left, no
@@ -294,6 +296,47 @@ def pipe_floor(samples: int) -> list[float]:
     return out[1:]
 
 
+# What a control costs each side between the wake-ups (measured: the daemon's work after it
+# appended the line, the child's from its wake-up to its ack, then its scripted turn), for
+# the wake-up floor below.
+FLOOR_LEAD_US = 300
+FLOOR_ANSWER_US = 400
+FLOOR_TURN_US = 1500
+
+
+def wake_floor(samples: int, gap_s: float) -> list[float]:
+    """The ack's two wake-ups on a bare pipe pair, shaped like the real path: ping an idle
+    process (``gap_s`` after the last answer, so the CPUs went idle) and keep running
+    FLOOR_LEAD_US before blocking on its answer; it answers FLOOR_ANSWER_US of CPU after
+    its wake-up and then runs FLOOR_TURN_US more (the turn). What is above the sum of the
+    work (0.7 ms) is the machine waking a process on another CPU, twice."""
+    code = (
+        "import os,time\n"
+        "def spin(us):\n"
+        "    end=time.perf_counter()+us/1e6\n"
+        "    while time.perf_counter()<end: pass\n"
+        "while os.read(0,1):\n"
+        f"    spin({FLOOR_ANSWER_US}); os.write(1,b'x'); spin({FLOOR_TURN_US})\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    out = []
+    for _ in range(samples + 1):
+        time.sleep(gap_s)
+        began = time.perf_counter()
+        proc.stdin.write(b"x")
+        while time.perf_counter() < began + FLOOR_LEAD_US / 1e6:
+            pass
+        proc.stdout.read(1)
+        out.append(time.perf_counter() - began)
+    proc.stdin.close()
+    proc.wait(10)
+    return out[1:]
+
+
 # -- report ---------------------------------------------------------------------------------------
 
 
@@ -477,6 +520,7 @@ def ack_latency(
     c_cpu = (sum(map(cpu_seconds, children)) - cpu[1]) / count * 1000
     spaced = _run(acks(path, names, count // 2, args.ack_gap_ms / 1000))
     pipe = pipe_floor(count)
+    woken = wake_floor(count // 2, args.ack_gap_ms / 1000)
     echo = _run(timed_calls(echo_path, [encode_call(1, "echo", None)] * count))
     print(
         f"control-to-ack (agent.follow_up to random agents, {count} back to back): {ms(got)} "
@@ -486,7 +530,10 @@ def ack_latency(
     )
     print(
         f"control-to-ack, {count // 2} spaced {args.ack_gap_ms:g} ms apart (the turn before "
-        f"has ended): {ms(spaced)}; floors: socket echo {ms(echo)}, pipe round trip {ms(pipe)}"
+        f"has ended): {ms(spaced)}; floors: socket echo {ms(echo)}, pipe round trip {ms(pipe)}; "
+        f"the ack's two wake-ups on a bare pipe pair, spaced the same (the sender runs "
+        f"{FLOOR_LEAD_US} us on, the answer takes {FLOOR_ANSWER_US} us, then a "
+        f"{FLOOR_TURN_US} us turn): {ms(woken)}"
     )
 
 

@@ -16,7 +16,6 @@ The ``agent.*`` handlers on top of this are built elsewhere; this module is stor
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
@@ -260,7 +259,10 @@ def transaction(db: sqlite3.Connection) -> Iterator[None]:
 
 
 def _json_text(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
+    return None if value is None else _ENCODE(value).decode()
+
+
+_ENCODE: Final = msgspec.json.Encoder().encode
 
 
 def _to_row(record: AgentRecord) -> dict[str, Any]:
