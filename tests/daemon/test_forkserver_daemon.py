@@ -90,3 +90,17 @@ def test_a_killed_forked_agent_ends_with_its_signal(agentd: AgentDaemon) -> None
     ended = agentd.wait_for("k", lambda s: s.get("ended_at") is not None)
     assert ended["state"] == "failed"
     assert ended["exit_code"] == -9  # the template reaped it and said so
+
+
+def test_a_bad_configuration_fails_an_idle_agent_forked_or_execd(agentd: AgentDaemon) -> None:
+    """What can fail in building the agent is done at the start, not at the first prompt
+    (the tools and the agent themselves are built at the first turn): an agent spawned
+    without a task whose tools do not exist fails at once, forked or exec'd alike."""
+    argv = [*forkserver.child_prefix(), "--tools", "bash,teleport"]
+    assert forkserver.eligible(argv)
+    for name, env in (("forked", {}), ("execd", {forkserver.ENV: "0"})):
+        params = {"name": name, "argv": argv, "cwd": str(agentd.root), "env": env}
+        agentd.call("agent.spawn", params)
+        status = agentd.wait_for(name, lambda s: s["state"] not in ("starting", "ready"))
+        assert status["state"] == "failed", status
+        assert "unknown tool teleport" in json.dumps(status), status

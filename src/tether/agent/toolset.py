@@ -18,7 +18,7 @@ from tether.agent.subagent import SpawnRun, SubagentTool
 from tether.agent.tools import BashTool, EditTool, ReadTool, Tool, ToolRegistry, WriteTool
 from tether.errors import AgentError
 
-__all__ = ["BUILTIN_TOOLS", "UnknownToolError", "builtin_tools", "select_tools"]
+__all__ = ["BUILTIN_TOOLS", "UnknownToolError", "builtin_tools", "select_tools", "tool_names"]
 
 BUILTIN_TOOLS: Final = ("bash", "read", "write", "edit", "subagent", "report", "ask")
 
@@ -52,10 +52,15 @@ def select_tools(
 ) -> ToolRegistry:
     """A registry of the allowed tools (``None``: every built-in; empty: none)."""
     factories = builtin_tools(spawn=spawn) if factories is None else factories
-    names = list(factories) if allow is None else [n.strip() for n in allow if n.strip()]
-    unknown = [n for n in names if n not in factories]
+    return ToolRegistry(factories[n]() for n in tool_names(allow, factories))
+
+
+def tool_names(allow: Iterable[str] | None, known: Iterable[str] = BUILTIN_TOOLS) -> list[str]:
+    """The allowed tools' names, each once (``None``: all of ``known``; empty: none);
+    :class:`UnknownToolError` for a name that is not in ``known``."""
+    known = list(known)
+    names = known if allow is None else [n.strip() for n in allow if n.strip()]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise UnknownToolError(
-            f"unknown tool {', '.join(unknown)} (available: {', '.join(factories)})"
-        )
-    return ToolRegistry(factories[n]() for n in dict.fromkeys(names))
+        raise UnknownToolError(f"unknown tool {', '.join(unknown)} (available: {', '.join(known)})")
+    return list(dict.fromkeys(names))
