@@ -361,3 +361,22 @@ def test_a_child_forked_without_cpythons_hooks_gets_what_they_would_give(threads
         assert child["new_token"]
         assert child["main"]
         assert child["pid"]
+
+
+def test_the_template_parses_a_childs_flags_once_and_leaves_bad_ones_to_the_child(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tether.cli import child as child_cli
+    from tether.cli.forkserver import _parse_flags
+
+    prefix = forkserver.child_prefix()
+    flags = ["--provider", "scripted", "--script", "/x/replies.json", "--tools", "read"]
+    _parse_flags([*prefix, *flags])
+    before = child_cli._parsed.cache_info()
+    args, command = child_cli.parse_flags(flags, "tether child")  # as the forked child does
+    assert child_cli._parsed.cache_info().hits == before.hits + 1
+    assert (args.script, args.tools, command) == ("/x/replies.json", "read", [])
+    _parse_flags([*prefix, "--no-such-flag"])  # no exit here: the child will say it
+    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        child_cli.parse_flags(["--no-such-flag"], "tether child")

@@ -282,6 +282,7 @@ def _handle(
         _close(fds)
         _send(sock, problem or Refused(errno=22, error="bad spawn request"))
         return None
+    _parse_flags(request.argv)
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -295,6 +296,18 @@ def _handle(
     _close(fds)
     _send(sock, Spawned(pid=pid))
     return None
+
+
+def _parse_flags(argv: list[str]) -> None:
+    """A built-in child's flags parsed here, before the fork, into ``tether.cli.child``'s
+    cache: the children of one command share the result (see ``parse_flags``). Bad flags
+    are left for the child to report (argparse says why on its stderr and exits)."""
+    if argv[1:4] != ["-m", "tether", "child"]:
+        return
+    from tether.cli.child import parse_flags
+
+    with contextlib.suppress(SystemExit, Exception):
+        parse_flags(argv[4:], "tether child")
 
 
 def _fork() -> int:
