@@ -196,6 +196,7 @@ class Presenter:
         self.watcher.start(loop)
         if not self.options.ready_sent:
             self.log.emit(Ready)
+        self.log.hold_displays(loop)  # a loop pass's display lines go out in one write
         self.session.advance(Internal.STARTED)
         self._arm(loop)
         self._watch_lifeline(loop)

@@ -1,10 +1,15 @@
 """The child's two files: the event log it appends to and the control file it tails.
 
 :class:`EventLog` stamps every event with the run's increasing seq and appends it to
-the event file with ONE ``write`` of the whole line and its newline (the file is open
-``O_APPEND``, so a reader never sees a torn or interleaved line). Display events pass
-through :func:`tether.wire.normalize` first. After the ``exit`` line nothing more is
-written. :func:`result_fields` fits a long final text into one ``result`` line, writing
+the event file with ONE ``write`` of whole lines (the file is open ``O_APPEND``, so a
+reader never sees a torn or interleaved line). Display events pass through
+:func:`tether.wire.normalize` first; once the presenter's loop runs
+(:meth:`EventLog.hold_displays`) they are held until the end of the loop pass and go out
+together, in one write, so the dozen events of a short turn wake the parent a few times
+instead of a dozen; a lifecycle line (``control-ack``, ``turn-*``, ``result``, ``exit``...)
+is written at once, after whatever is held, so an ack still reaches the parent before any
+event its control causes. After the ``exit`` line nothing more is written.
+:func:`result_fields` fits a long final text into one ``result`` line, writing
 the whole text to a private temp file named by ``final-text-path``.
 
 :class:`ControlFeed` turns the control file into decoded controls in bounded reads:
@@ -20,7 +25,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from tether import fsafe
 from tether.transports.tail import FileTail, TailStatus
@@ -41,6 +46,9 @@ from tether.wire import (
 from tether.wire import Control as WireControl
 from tether.wire.limits import MAX_SAFE_INTEGER, RESULT_TEXT_BYTES
 from tether.wire.text import cut_text, first_line_summary
+
+if TYPE_CHECKING:
+    import asyncio  # not at run time: a child imports this module before `ready`
 
 __all__ = ["ControlFeed", "ControlLine", "EventLog", "FeedRead", "result_fields", "utc_now"]
 
@@ -68,13 +76,20 @@ class EventLog:
         self.on_error: Callable[[OSError], None] | None = None  # a write failed (disk full)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
         self._fd = os.open(self.path, flags, FILE_MODE)
+        self._loop: asyncio.AbstractEventLoop | None = None  # set: display lines are held
+        self._held: list[bytes] = []  # encoded display lines, each with its newline
 
     @property
     def run(self) -> str:
         return self.sender.run
 
+    def hold_displays(self, loop: asyncio.AbstractEventLoop) -> None:
+        """From now on hold display lines until the end of ``loop``'s pass (see the module
+        docstring); call on the loop's thread, the only one that writes events."""
+        self._loop = loop
+
     def emit(self, cls: type[Message], /, **fields: Any) -> None:
-        """Write a lifecycle event; a refusal here is a bug, so it raises."""
+        """Write a lifecycle event (at once); a refusal here is a bug, so it raises."""
         line = self.sender.next(cls, **fields)
         if isinstance(line, Rejection):
             raise ValueError(f"cannot encode {cls.__name__}: {line.reason}")
@@ -93,26 +108,48 @@ class EventLog:
             line = self.sender.next(Info, timestamp=utc_now(), summary=summary[:160])
             if isinstance(line, Rejection):
                 return
-        self._write(line)
+        if self._loop is None:
+            self._write(line)
+            return
+        if not self._held:
+            self._loop.call_soon(self.flush)
+        self._held.append(line + b"\n")
+
+    def flush(self) -> None:
+        """Write the held display lines now (one write)."""
+        if self._held:
+            data = b"".join(self._held)
+            self._held.clear()
+            self._append(data)
 
     def _write(self, line: bytes) -> None:
-        """Append one whole line, or nothing: a full disk never leaves a torn last line.
+        """Append the held lines and ``line`` in one write."""
+        data = line + b"\n"
+        if self._held:
+            self._held.append(data)
+            data = b"".join(self._held)
+            self._held.clear()
+        self._append(data)
 
-        A write that fails (``ENOSPC``, ``EFBIG``...) after part of the line went out cuts
-        the file back to where the line began; the log then closes (no later line could
-        follow a hole) and ``on_error`` is told, so the run ends instead of waiting.
+    def _append(self, data: bytes) -> None:
+        """Append whole lines, or nothing: a full disk never leaves a torn last line.
+
+        A write that fails (``ENOSPC``, ``EFBIG``...) after part of it went out cuts the
+        file back to where it began; the log then closes (no later line could follow a
+        hole) and ``on_error`` is told, so the run ends instead of waiting.
         """
         if self.closed:
             return
         try:
-            fsafe.append_whole(self._fd, line + b"\n")
+            fsafe.append_whole(self._fd, data)
         except OSError as exc:
             self.close()
             if self.on_error is not None:
                 self.on_error(exc)
 
     def close(self) -> None:
-        """No further lines (called after ``exit``)."""
+        """No further lines (called after ``exit``); what is held is written first."""
+        self.flush()
         self.closed = True
         with contextlib.suppress(OSError):
             os.close(self._fd)
