@@ -381,6 +381,11 @@ class AgentRun:
     def _poke(self, inbox: bool) -> None:
         if inbox:
             self._inbox_dirty = True
+        elif self._acks:
+            # A caller waits for an ack: read now, in the watcher's callback, so its answer
+            # is queued before the pumps of the other runs this change woke (their turns'
+            # events can wait a loop pass; the ack is what someone is timing).
+            self.catch_up()
         self._wake.set()
 
     def _watch_process(self, loop: asyncio.AbstractEventLoop) -> None:
