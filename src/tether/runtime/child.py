@@ -90,6 +90,7 @@ UNWIND_GRACE_S: Final = 1.0
 # A last turn that stopped this way leaves a partial answer (``result.context``).
 PARTIAL_STOPS: Final = frozenset({"aborted", "error"})
 
+_yield_cpu: Final = getattr(os, "sched_yield", lambda: None)
 _INJECTION_KINDS: Final[dict[str, InjectionKind]] = {
     "prompt": "user",
     "steer": "steering",
@@ -325,6 +326,11 @@ class Presenter:
             self._on_line(line)
             if self._channel_dead:
                 return False
+        if got.controls:
+            # The acks are written; what they started has not run yet. A parent woken by
+            # them often waits on this very CPU (a waking child lands on its waker's):
+            # give it the CPU now, so it reads the acks before the turn's work, not after.
+            _yield_cpu()
         return True
 
     def _on_line(self, line: ControlLine) -> None:
