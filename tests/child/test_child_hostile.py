@@ -287,3 +287,26 @@ def test_a_cancel_then_5000_steers_in_one_write_get_one_ack_each(make_child: Mak
     assert {a["status"] for a in acks[1:]} == {"rejected"}
     assert events[-1]["status"] == "cancelled"
     assert code != 0
+
+
+def test_the_child_loop_checks_signal_numbers_as_asyncio_does() -> None:
+    """The presenter's loop keeps asyncio's signal check (with a set computed once)."""
+    import asyncio
+
+    from tether.runtime.child import _ChildLoop
+
+    ours, theirs = _ChildLoop(), asyncio.SelectorEventLoop()
+    try:
+        for bad in (0, 4096, -1, "SIGTERM"):
+            with pytest.raises((TypeError, ValueError)) as mine:
+                ours._check_signal(bad)  # type: ignore[arg-type]
+            with pytest.raises((TypeError, ValueError)) as asyncios:
+                theirs._check_signal(bad)  # type: ignore[attr-defined]
+            assert (type(mine.value), str(mine.value)) == (
+                type(asyncios.value),
+                str(asyncios.value),
+            )
+        ours._check_signal(signal.SIGTERM)
+    finally:
+        ours.close()
+        theirs.close()
