@@ -327,9 +327,10 @@ class JetStreamChannel:
         check_line(line, self.max_line_bytes)
         check_msg_id(msg_id)
         try:
-            return await self._publish(self.subject(name), line, msg_id)
+            offset, _ = await self._publish(self.subject(name), line, msg_id)
         except TransportError as error:
             raise TransportError(f"append to {name!r} failed: {error}") from None
+        return offset
 
     async def append_many(self, name: str, lines: Sequence[tuple[bytes, str | None]]) -> list[int]:
         """Append the lines in order: stored all, or a prefix (:class:`PartialAppend`).
@@ -343,7 +344,8 @@ class JetStreamChannel:
         the server (a line already stored, from a resend: the batch would store it twice,
         so the server refuses it whole; a stream without atomic publishes; too many
         batches in flight) is sent line by line, each acknowledged before the next, which
-        keeps the order and answers a stored line with its first offset.
+        keeps the order and answers a stored line with its first offset, up to the first
+        line not stored before; the rest goes as a batch again.
         """
         subject = self.subject(name)
         for line, msg_id in lines:
@@ -361,17 +363,28 @@ class JetStreamChannel:
     async def _append_chunk(
         self, subject: str, lines: Sequence[tuple[bytes, str | None]]
     ) -> list[int]:
-        if len(lines) > 1 and self.atomic:
-            async with self._batches:
-                stored = await self._append_batch(subject, lines)
-            if stored is not None:
-                return stored
+        """One batch; when refused, line by line up to the first line not stored before
+        (a resend's stored prefix answers with its first offsets), then a batch again."""
         offsets: list[int] = []
-        for line, msg_id in lines:
-            try:
-                offsets.append(await self._publish(subject, line, msg_id))
-            except TransportError as error:
-                raise PartialAppend(f"append to {subject!r} failed: {error}", offsets) from None
+        rest = list(lines)
+        while rest:
+            if len(rest) > 1 and self.atomic:
+                try:
+                    async with self._batches:
+                        stored = await self._append_batch(subject, rest)
+                except PartialAppend as error:
+                    raise PartialAppend(str(error), offsets) from None
+                if stored is not None:
+                    return offsets + stored
+            while rest:
+                line, msg_id = rest.pop(0)
+                try:
+                    seq, duplicate = await self._publish(subject, line, msg_id)
+                except TransportError as error:
+                    raise PartialAppend(f"append to {subject!r} failed: {error}", offsets) from None
+                offsets.append(seq)
+                if not duplicate:
+                    break
         return offsets
 
     async def _append_batch(
@@ -406,7 +419,8 @@ class JetStreamChannel:
             self.atomic = False
         return None
 
-    async def _publish(self, subject: str, line: bytes, msg_id: str | None) -> int:
+    async def _publish(self, subject: str, line: bytes, msg_id: str | None) -> tuple[int, bool]:
+        """(the line's offset, whether it was stored before under ``msg_id``)."""
         from nats.errors import Error as NatsError
 
         headers = None if msg_id is None else {"Nats-Msg-Id": msg_id}
@@ -414,7 +428,7 @@ class JetStreamChannel:
             ack = await self.js.publish(subject, line, headers=headers, timeout=PUBLISH_TIMEOUT_S)
         except (NatsError, TimeoutError) as error:
             raise TransportError(str(error)) from error
-        return int(ack.seq)
+        return int(ack.seq), bool(ack.duplicate)
 
     async def tail(self, name: str, *, after: int | None = None) -> AsyncIterator[Entry | Skipped]:
         """The entries after ``after``, then new ones, until cancelled.
