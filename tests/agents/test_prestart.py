@@ -196,3 +196,32 @@ def test_no_stage_for_another_source_tree_or_when_switched_off(tmp_path: Path) -
     assert prestart.plan(request, command, str(tmp_path), other) is None
     builtin = prestart.CliRequest("resp", ["x"], [], None)  # not in LAUNCHES
     assert prestart.plan(builtin, command, str(tmp_path), env) is None
+
+
+def test_killed_after_the_cli_started_and_before_tether_child_runs_nothing_survives(
+    tmp_path: Path,
+) -> None:
+    # the stage execs a stand-in for `tether child` that never adopts anything (sleep):
+    # SIGKILLed there, between the CLI's start and any Python, the reaper ends the CLI
+    mark = uuid.uuid4().hex
+    pid_file = tmp_path / "cli.pid"
+    request = prestart.CliRequest("acp", silent_cli(pid_file=pid_file), [], None)
+    env = {**os.environ, MARK: mark}
+    staged = prestart.plan(request, ["/bin/sleep", "60"], str(tmp_path), env)
+    assert staged is not None
+    try:
+        stage = subprocess.Popen(
+            staged.argv, env=env, cwd=tmp_path, pass_fds=(staged.spec_fd,), start_new_session=True
+        )
+    finally:
+        os.close(staged.spec_fd)
+    try:
+        cli = _pid_from(pid_file)
+        assert int(_stat(cli)[1]) == stage.pid  # the CLI is the stand-in's child
+        _until(lambda: Path(f"/proc/{stage.pid}/cmdline").read_bytes().startswith(b"/bin/sleep"))
+        assert any(e.startswith(f"{ADOPT_ENV}=".encode()) for e in _environ(stage.pid))
+        os.kill(stage.pid, signal.SIGKILL)
+    finally:
+        stage.kill()
+        stage.wait()
+    _until(lambda: survivors(mark) == [])
