@@ -6,9 +6,9 @@ Gemini CLI over ACP, claude-code-acp), in one run, against one scripted model se
 in rounds of one run per series, each series going first in turn (the first run of a
 round is favoured): ``direct`` (the CLI alone), ``cold`` (``tether child`` exec'd, as the
 first run of a process: ``TETHER_FORKSERVER=0``; its CLI started before the child's
-interpreter by the pre-exec stage, ``runtime/adapters/prestart.py``), ``warm`` (forked from the fork server's
-running template, as in the daemon or a parent that starts many runs; it is started
-before the first round) and, with ``--before``, ``before``:
+interpreter by the pre-exec stage, ``runtime/adapters/prestart.py``), ``warm`` (forked
+from the fork server's running template, as in the daemon or a parent that starts many
+runs; it is started before the first round) and, with ``--before``, ``before``:
 
 - start-up to the first answer: from starting the process to the first text delta of
   the CLI's first reply. Direct: a minimal harness speaking the CLI's own protocol
