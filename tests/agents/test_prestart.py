@@ -83,9 +83,9 @@ def test_the_cli_is_the_childs_own_in_its_own_group_with_only_its_pipes(tmp_path
         handle = await _spawn(tmp_path, silent_cli(pid_file=pid_file), COLD)
         try:
             cli = await asyncio.to_thread(_pid_from, pid_file)
-            # started by the stage: the child's exec environment named it
-            child_env = _environ(handle.pid)
-            assert any(e.startswith(f"{ADOPT_ENV}=".encode()) for e in child_env)
+            # started by the stage, which then execs the child naming it in its environment
+            named = f"{ADOPT_ENV}=".encode()
+            _until(lambda: any(e.startswith(named) for e in _environ(handle.pid)))
             ppid, pgid, sid = _stat(cli)[1:4]
             assert int(ppid) == handle.pid  # waitpid and a pidfd work for the child
             assert int(pgid) == int(sid) == cli  # its own session and group
