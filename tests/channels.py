@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.nats_server import NatsServer, run_nats_server
-from tether.transports.channel import Channel, FileChannel
+from tether.transports.channel import Channel, Entry, FileChannel
 
 BACKENDS = ["file", "jetstream"]
 
@@ -36,3 +37,28 @@ async def open_channel(kind: str, where: str) -> Channel:
 
     url, prefix = where.split()
     return await open_jetstream(url, prefix=prefix)
+
+
+async def read_all(
+    channel: Channel, name: str, count: int, *, wait: float = 1.0, last_wait: float = 0.3
+) -> list[Entry]:
+    """A channel from its start: up to ``count`` entries, each within ``wait`` seconds, and
+    one more if it comes within ``last_wait`` (a doubled line shows there).
+
+    A wait that times out cancels the tail's generator, which then ends: stop there.
+    """
+    got: list[Entry] = []
+    tail = channel.tail(name)
+    try:
+        while len(got) <= count:
+            try:
+                item = await asyncio.wait_for(
+                    anext(tail), timeout=wait if len(got) < count else last_wait
+                )
+            except TimeoutError:
+                break
+            assert isinstance(item, Entry)
+            got.append(item)
+    finally:
+        await tail.aclose()  # type: ignore[attr-defined]
+    return got

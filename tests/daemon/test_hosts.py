@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from daemon_helpers import DaemonProcess, make_env
 from test_agents_support import kill_agents
+from tests.channels import read_all
 from tests.nats_server import NatsServer, run_nats_server
 
 import tether as tether_api
-from tether.transports.channel import Entry
 from tether.wire import ControlAck, Exit
 
 
@@ -344,7 +344,7 @@ def _check_events_in_jetstream(url: str, host: str, run_id: str, events: Path) -
                 deadline = time.monotonic() + 90  # forwarding catches up; a bound, not a figure
                 while True:
                     local = _complete_lines(path)
-                    got = await _read_all(channel, name, len(local))
+                    got = await read_all(channel, name, len(local))
                     if [e.data for e in got] == local:
                         break
                     assert time.monotonic() < deadline, (name, len(got), len(local))
@@ -357,27 +357,6 @@ def _check_events_in_jetstream(url: str, host: str, run_id: str, events: Path) -
 
 def _complete_lines(path: Path) -> list[bytes]:
     return [line for line in path.read_bytes().split(b"\n")[:-1] if line]
-
-
-async def _read_all(channel: object, name: str, count: int) -> list[Entry]:
-    """Up to ``count`` entries and one more if there is one (a doubled line shows there).
-
-    A wait that times out cancels the tail's generator, which then ends: stop there.
-    """
-    got: list[Entry] = []
-    tail = channel.tail(name)  # type: ignore[attr-defined]
-    try:
-        while len(got) <= count:
-            wait = 1.0 if len(got) < count else 0.3
-            try:
-                item = await asyncio.wait_for(anext(tail), timeout=wait)
-            except TimeoutError:
-                break
-            assert isinstance(item, Entry)
-            got.append(item)
-    finally:
-        await tail.aclose()
-    return got
 
 
 async def _drive(

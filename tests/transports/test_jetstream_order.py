@@ -17,9 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.channels import read_all
 from tests.nats_server import NatsCluster, open_r3, run_nats_cluster
 
-from tether.transports.channel import Entry, PartialAppend, TransportError
+from tether.transports.channel import PartialAppend, TransportError
 from tether.transports.jetstream import JetStreamChannel
 
 BURST = 400  # lines per append_many
@@ -82,7 +83,7 @@ def test_a_leader_change_in_the_middle_of_bursts_keeps_every_line_once_in_order(
         try:
             stepped, failures = await asyncio.wait_for(_forward(writer, admin, name, lines), 150)
             assert stepped >= 1, "no leader change happened during the bursts"
-            stored = await _read(admin, name, len(lines))
+            stored = await read_all(admin, name, len(lines), wait=5.0, last_wait=0.5)
             numbers = [json.loads(entry.data)["n"] for entry in stored]
             assert numbers == list(range(len(lines))), (
                 f"{stepped} leader changes, {failures} failed bursts: "
@@ -93,23 +94,6 @@ def test_a_leader_change_in_the_middle_of_bursts_keeps_every_line_once_in_order(
             await admin.aclose()
 
     asyncio.run(main())
-
-
-async def _read(channel: JetStreamChannel, name: str, count: int) -> list[Entry]:
-    """The channel from its start: ``count`` entries, and one more if there is one."""
-    got: list[Entry] = []
-    tail = channel.tail(name)
-    try:
-        while len(got) <= count:
-            try:
-                item = await asyncio.wait_for(anext(tail), 5.0 if len(got) < count else 0.5)
-            except TimeoutError:
-                break
-            assert isinstance(item, Entry)
-            got.append(item)
-    finally:
-        await tail.aclose()
-    return got
 
 
 def _first_out_of_place(numbers: list[int]) -> int | None:
