@@ -219,7 +219,7 @@ def test_hosts_with_their_own_credentials_serve_an_operator(tmp_path: Path) -> N
                 env=make_env(roots[0]), capture_output=True, text=True, timeout=60, check=False,
             )  # fmt: skip
             assert ready.returncode == 0, ready.stderr  # the hosts may not create streams
-            assert "TETHER_TETHER" in json.loads(ready.stdout)["created"]
+            assert "TETHER_TETHER" in json.loads(ready.stdout)["streams"]
             for host, root in zip("AB", roots, strict=True):
                 env = make_env(root)
                 url = f"nats://host{host}:secret-{host}@127.0.0.1:{server.port}"

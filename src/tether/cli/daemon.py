@@ -162,7 +162,7 @@ def _init_cluster(args: argparse.Namespace) -> int:
     except TransportError as exc:
         print(f"tether daemon: {exc}", file=sys.stderr)
         return exits.FAILED
-    _emit(args, {"created": names, "replicas": replicas}, f"cluster ready: {', '.join(names)}")
+    _emit(args, {"streams": names, "replicas": replicas}, f"cluster ready: {', '.join(names)}")
     return 0
 
 
