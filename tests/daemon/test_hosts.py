@@ -434,8 +434,9 @@ def test_the_python_api_spawns_and_drives_a_run_on_another_host(
 
 def test_hosts_on_an_r3_cluster_lose_nothing_when_a_nats_node_dies(tmp_path: Path) -> None:
     """Three NATS nodes, two hosts with --replicas 3. Host A drives an agent on host B
-    while one NATS node is killed: every control is acked once and every line of the run's
-    control and event logs is in JetStream once, in order."""
+    while one NATS node is killed and the stream's leader then changes twice: every
+    control is acked once and every line of the run's control, event and inbox logs is in
+    JetStream once, in order."""
     from tests.nats_server import run_nats_cluster
 
     script = tmp_path / "replies.json"
@@ -471,9 +472,11 @@ def test_hosts_on_an_r3_cluster_lose_nothing_when_a_nats_node_dies(tmp_path: Pat
             cluster.kill(0)
             with inbox.open("ab") as shell:
                 shell.write(b'{"type":"progress","text":"after the kill"}\n')
+            survivors = ",".join(node.url for node in cluster.nodes[1:])
             for text in ("two", "three"):
                 asked = tether(env_a, "--host", "B", "ask", "r3", text)
                 assert asked.returncode == 0, asked.stderr
+                _step_down_stream(survivors)  # and the stream's leader changes under B
             events = Path(str(status["run_dir"])) / "events.jsonl"
             acks = [
                 json.loads(line)["ref"]
@@ -483,7 +486,6 @@ def test_hosts_on_an_r3_cluster_lose_nothing_when_a_nats_node_dies(tmp_path: Pat
             assert len(acks) == len(set(acks))  # every control acked once
             controls = _complete_lines(events.with_name("control.jsonl"))
             assert sorted(acks) == [json.loads(line)["seq"] for line in controls]
-            survivors = ",".join(node.url for node in cluster.nodes[1:])
             _check_events_in_jetstream(survivors, "B", str(status["run_id"]), events)
     finally:
         for daemon in daemons.values():
@@ -491,6 +493,32 @@ def test_hosts_on_an_r3_cluster_lose_nothing_when_a_nats_node_dies(tmp_path: Pat
             kill_agents(Path(daemon.env["TETHER_HOME"]))
         for root in roots:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _step_down_stream(urls: str, stream: str = "TETHER_TETHER") -> None:
+    """Ask the stream's leader to step down, again until the cluster takes the request
+    (right after a node died it may still be electing)."""
+    import nats
+
+    async def main() -> None:
+        client = await nats.connect(urls.split(","))
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    reply = await client.request(
+                        f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"", timeout=5
+                    )
+                    if json.loads(reply.data).get("success"):
+                        return
+                except Exception:
+                    pass
+                assert time.monotonic() < deadline, "the stream's leader never stepped down"
+                await asyncio.sleep(0.25)
+        finally:
+            await client.close()
+
+    asyncio.run(main())
 
 
 def _start_when_cluster_ready(daemon: DaemonProcess, urls: str, host: str) -> None:
