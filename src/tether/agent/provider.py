@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from tether.agent.usage import Usage as Usage  # noqa: PLC0414 - re-exported (mypy --strict)
 from tether.errors import AgentError
 
 ToolChoice = Literal["auto", "none"]
@@ -73,31 +74,6 @@ class ToolOutcome:
 
 
 ConversationItem = UserTurn | AssistantTurn | ToolOutcome
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input + other.input,
-            self.output + other.output,
-            self.cache_read + other.cache_read,
-            self.cache_write + other.cache_write,
-        )
-
-    def to_wire(self) -> dict[str, int]:
-        """The wire's usage object: ``{"input": N, "output": N}`` plus cache counts if any."""
-        out = {"input": self.input, "output": self.output}
-        if self.cache_read:
-            out["cache-read"] = self.cache_read
-        if self.cache_write:
-            out["cache-write"] = self.cache_write
-        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,8 +41,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from tether.agent.provider import Usage
 from tether.agent.runner import EmitFn, Injection, TurnRunner
+from tether.agent.usage import Usage
 from tether.runtime.adapters.commands import MODE_ARG, split_mode_arg
 from tether.runtime.adapters.jsonrpc import (
     METHOD_NOT_FOUND,

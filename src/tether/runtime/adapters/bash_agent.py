@@ -48,7 +48,6 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
 from tether import procs
-from tether.agent.provider import Usage
 from tether.agent.runner import (
     EmitFn,
     Injection,
@@ -57,6 +56,7 @@ from tether.agent.runner import (
     TurnRequest,
     TurnRunner,
 )
+from tether.agent.usage import Usage
 from tether.framing import messages as kinds
 from tether.framing.resp import FrameRejection
 from tether.framing.stream_json import Entry, decode_line, from_stream_json

@@ -49,8 +49,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from tether.agent.provider import Usage
 from tether.agent.runner import Injection
+from tether.agent.usage import Usage
 from tether.runtime.adapters.claude_stream import ModelCall, tool_results, usage_of
 from tether.runtime.adapters.commands import CLAUDE_ARGS as BASE_ARGS
 from tether.runtime.adapters.commands import QUIET_ENV

@@ -44,8 +44,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from tether.agent.provider import Usage
 from tether.agent.runner import EmitFn, Injection, TurnRunner
+from tether.agent.usage import Usage
 from tether.runtime.adapters.commands import approval_args, codex_handshake
 from tether.runtime.adapters.jsonrpc import (
     METHOD_NOT_FOUND,

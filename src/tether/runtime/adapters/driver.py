@@ -43,7 +43,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
-from tether.agent.provider import Usage
 from tether.agent.runner import (
     EmitFn,
     Injection,
@@ -52,6 +51,7 @@ from tether.agent.runner import (
     TurnOutcome,
     TurnRequest,
 )
+from tether.agent.usage import Usage
 from tether.runtime.adapters.base import BadLine, CliProcess
 from tether.runtime.adapters.translate import Action, Ask, Broken, Ended, Send, Show, Started
 from tether.wire.limits import POLL_BUSY_S

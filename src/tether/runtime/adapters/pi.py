@@ -43,8 +43,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
-from tether.agent.provider import Usage
 from tether.agent.runner import EmitFn, Injection, TurnRunner
+from tether.agent.usage import Usage
 from tether.runtime.adapters.translate import (
     Action,
     Ask,

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
-from tether.agent.provider import Usage
+from tether.agent.usage import Usage
 
 __all__ = [
     "Action",
