@@ -48,6 +48,11 @@ def _until(check: Callable[[], bool], seconds: float = 20.0) -> None:
         time.sleep(0.01)
 
 
+def _signals_and_umask(pid: int) -> list[str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return [line for line in lines if line.startswith(("SigBlk", "SigIgn", "Umask"))]
+
+
 def _fds(pid: int) -> dict[str, str]:
     """The process's descriptors and what they are (those closed meanwhile left out)."""
     found = {}
@@ -225,3 +230,30 @@ def test_killed_after_the_cli_started_and_before_tether_child_runs_nothing_survi
         stage.kill()
         stage.wait()
     _until(lambda: survivors(mark) == [])
+
+
+def test_the_cli_gets_the_same_signals_and_umask_either_way(tmp_path: Path) -> None:
+    # a shell that execs cat as the CLI: neither changes a disposition of its own (a
+    # Python CLI would); read once it is cat (dash blocks signals while it waits)
+    def status(env: dict[str, str], where: Path) -> list[str]:
+        where.mkdir()
+        pid_file = where / "cli.pid"
+        script = f"echo $$ > {pid_file}; exec cat"
+
+        async def go() -> list[str]:
+            handle = await _spawn(where, ["/bin/sh", "-c", script], {**COLD, **env})
+            try:
+                cli = await asyncio.to_thread(_pid_from, pid_file)
+                cmdline = Path(f"/proc/{cli}/cmdline")
+                await asyncio.to_thread(_until, lambda: cmdline.read_bytes().startswith(b"cat"))
+                return _signals_and_umask(cli)
+            finally:
+                await handle.cancel()
+                await handle.wait()
+
+        return asyncio.run(go())
+
+    staged = status({}, tmp_path / "staged")
+    by_child = status({prestart.ENV: "0"}, tmp_path / "child")
+    assert len(staged) == 3
+    assert staged == by_child
