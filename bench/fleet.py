@@ -279,7 +279,13 @@ async def remove_fleet(path: Path, names: list[str], parallel: int) -> int:
 
 def pipe_floor(samples: int) -> list[float]:
     """Round trips to another process over two pipes (a wake-up and an answer)."""
-    code = "import os,sys\nwhile os.read(0,1):\n    os.write(1,b'x')\n"
+    return pinged("import os,sys\nwhile os.read(0,1):\n    os.write(1,b'x')\n", samples)
+
+
+def pinged(code: str, samples: int, gap_s: float = 0.0, lead_us: float = 0.0) -> list[float]:
+    """Round trips to ``python -c code`` (it answers each byte on stdin with one on stdout):
+    ``gap_s`` asleep before each ping, then ``lead_us`` of CPU after it before blocking on
+    the answer; the first sample is dropped (warm-up)."""
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
     )
@@ -287,8 +293,12 @@ def pipe_floor(samples: int) -> list[float]:
     assert proc.stdout is not None
     out = []
     for _ in range(samples + 1):
+        if gap_s:
+            time.sleep(gap_s)
         began = time.perf_counter()
         proc.stdin.write(b"x")
+        while time.perf_counter() < began + lead_us / 1e6:
+            pass
         proc.stdout.read(1)
         out.append(time.perf_counter() - began)
     proc.stdin.close()
@@ -318,23 +328,7 @@ def wake_floor(samples: int, gap_s: float) -> list[float]:
         "while os.read(0,1):\n"
         f"    spin({FLOOR_ANSWER_US}); os.write(1,b'x'); spin({FLOOR_TURN_US})\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
-    )
-    assert proc.stdin is not None
-    assert proc.stdout is not None
-    out = []
-    for _ in range(samples + 1):
-        time.sleep(gap_s)
-        began = time.perf_counter()
-        proc.stdin.write(b"x")
-        while time.perf_counter() < began + FLOOR_LEAD_US / 1e6:
-            pass
-        proc.stdout.read(1)
-        out.append(time.perf_counter() - began)
-    proc.stdin.close()
-    proc.wait(10)
-    return out[1:]
+    return pinged(code, samples, gap_s, FLOOR_LEAD_US)
 
 
 # -- report ---------------------------------------------------------------------------------------
