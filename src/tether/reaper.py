@@ -57,18 +57,30 @@ _TICK_S: Final = 0.02
 SHELL: Final = "/bin/sh"
 WAIT_SCRIPT: Final = """trap '' INT HUP
 cd / || exit 0
+nl='
+'
 groups=''
-while IFS= read -r line; do groups="$groups$line
-"; done
+while IFS= read -r line; do
+  case $line in
+  -*)
+    entry="+${line#-}$nl"
+    case $groups in
+    *"$entry"*) groups="${groups%%"$entry"*}${groups#*"$entry"}" ;;
+    esac ;;
+  +*) groups="$groups$line$nl" ;;
+  esac
+done
 exec "$0" -m tether.reaper "$1" <<END
 $groups
 END
 """
 """The reaper while its owner lives: a shell (~1 ms of CPU and ~1 MiB, not a Python
-interpreter's 20-40 ms and ~10 MiB per owner) that keeps the owner's ``+PGID`` /
-``-PGID`` lines until EOF and only then execs ``python -m tether.reaper TOKEN`` with
-them on its stdin. ``$0`` is the interpreter, ``$1`` the token; like the Python reaper
-it runs in ``/``, ignores a terminal's SIGINT and SIGHUP and lacks the token."""
+interpreter's 20-40 ms and ~10 MiB per owner) that keeps the owner's tracked groups
+(a ``+PGID`` line adds one, ``-PGID`` removes it: what it holds is bounded by the groups
+alive, not by how many the owner ever started) until EOF and only then execs
+``python -m tether.reaper TOKEN`` with them on its stdin. ``$0`` is the interpreter,
+``$1`` the token; like the Python reaper it runs in ``/``, ignores a terminal's SIGINT
+and SIGHUP and lacks the token."""
 
 
 class _Owner:

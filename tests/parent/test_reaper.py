@@ -174,3 +174,27 @@ def _children(pid: int) -> list[int]:
         if name.isdigit() and int(fields[1]) == pid:
             found.append(int(name))
     return found
+
+
+def test_the_waiting_shell_holds_only_the_groups_still_tracked(tmp_path: Path) -> None:
+    # The shell hands what it holds to the Python reaper at EOF; here a test double in the
+    # interpreter's place ($0) writes down what it was handed. Thousands of tool calls
+    # (each a +PGID then -PGID) must leave nothing behind: what the shell keeps is bounded
+    # by the groups alive, not by how many the owner ever started.
+    handed = tmp_path / "handed"
+    double = tmp_path / "python-double"
+    double.write_text(f'#!/bin/sh\ncat > "{handed}"\n')
+    double.chmod(0o700)
+    lines = [f"{sign}{pgid}" for pgid in range(100, 3100) for sign in "+-"]
+    lines += ["+12", "+112", "-999", "+5", "-12", "+7", "-5", "+5"]
+    script = reaper.WAIT_SCRIPT
+    done = subprocess.run(
+        [reaper.SHELL, "-c", script, str(double), "token"],
+        input="\n".join(lines) + "\n",
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.returncode == 0
+    held = [line for line in handed.read_text().splitlines() if line]
+    assert held == ["+112", "+7", "+5"]
