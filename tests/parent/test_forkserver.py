@@ -310,6 +310,38 @@ def test_the_template_registers_no_after_fork_hook_its_children_would_miss() -> 
     assert set(json.loads(out.splitlines()[-1])) <= set(AFTER_FORK)
 
 
+FILL = """
+import gc, json, os, sys, tempfile
+from tether.cli import forkserver
+def free_blocks():
+    with tempfile.TemporaryFile() as out:
+        saved = os.dup(2)
+        os.dup2(out.fileno(), 2)
+        sys._debugmallocstats()
+        os.dup2(saved, 2)
+        out.seek(0)
+        rows = [line.split() for line in out.read().decode().splitlines()]
+    return sum(int(r[4]) for r in rows if len(r) == 5 and all(p.isdigit() for p in r)
+               and int(r[1]) >= 32)
+forkserver._preload()
+gc.collect()
+before = free_blocks()
+forkserver._fill_pools()
+print(json.dumps([before, free_blocks()]))
+"""
+
+
+def test_the_template_takes_the_free_blocks_of_its_pools_before_forking() -> None:
+    """The holes in the template's pools are taken, so that a child's own small objects
+    go to fresh pages instead of copying one template page for every few of them."""
+    out = subprocess.run(
+        [sys.executable, "-c", FILL], capture_output=True, text=True, check=True
+    ).stdout
+    before, after = json.loads(out.splitlines()[-1])
+    assert before > 1000
+    assert after < before // 2  # what is left is mostly fresh pools the filling opened
+
+
 RAW_FORK = """
 import json, os, random, sys, threading
 import tether.reaper
