@@ -122,7 +122,11 @@ def _inherited_fds() -> list[int]:
 
 
 def _start_reaper(argv: list[str], env: dict[str, str]) -> int | None:
-    """The reaper's pipe's write end (close-on-exec), or None when it cannot start."""
+    """The reaper's pipe's write end (close-on-exec), or None when it cannot start.
+
+    The same start as ``tether.reaper._Owner.ensure_started``, written out again on
+    purpose: this stage imports nothing of tether (``tether.reaper`` and the package
+    cost 10-15 ms here, taken from the CLI's head start)."""
     read_end, write_end = os.pipe()
     actions = [
         (os.POSIX_SPAWN_DUP2, read_end, 0),
