@@ -321,9 +321,15 @@ class HostLink:
     # -- the registry every host sees ---------------------------------------------------
 
     async def _sync_loop(self) -> None:
+        from nats.errors import Error as NatsError
+
         while True:
             try:
                 await self.sync_once()
+            except (NatsError, TransportError, TimeoutError) as error:
+                # NATS away or its stream not up yet (a cluster starting, a node lost):
+                # expected, said in one line, retried
+                log.warning("host %s: registry sync failed (%r); retrying", self.host, error)
             except Exception:
                 log.exception("host %s: registry sync failed; retrying", self.host)
             await asyncio.sleep(self.sync_every_s)
