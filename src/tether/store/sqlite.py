@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from typing import Final
 
 __all__ = ["BUSY_TIMEOUT_S", "PAGE_SIZE", "connect"]
@@ -40,9 +41,31 @@ def connect(
             db.row_factory = sqlite3.Row
         db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         db.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # before WAL writes the first page
-        db.execute("PRAGMA journal_mode = WAL")
+        _journal_wal(db)
         db.execute("PRAGMA synchronous = NORMAL")
     except BaseException:
         db.close()
         raise
     return db
+
+
+def _journal_wal(db: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode = WAL``, retried while SQLITE_BUSY, up to ``BUSY_TIMEOUT_S``.
+
+    Turning a new database to WAL takes an exclusive lock that SQLite does not wait for
+    through the busy handler when waiting could deadlock (connections making the same
+    new file WAL at once: one of four writer threads got "database is locked" at once in
+    ``tests/store/test_run_index.py``), so the wait is here.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    delay = 0.001
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
+            if not busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
