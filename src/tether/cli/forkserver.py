@@ -171,16 +171,19 @@ def _fill_pools() -> None:
     """
     import tempfile
 
-    with tempfile.TemporaryFile() as out:
-        saved = os.dup(2)
-        os.dup2(out.fileno(), 2)
-        try:
-            sys._debugmallocstats()  # CPython's only view of its pools
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        out.seek(0)
-        text = out.read().decode(errors="replace")
+    try:
+        with tempfile.TemporaryFile() as out:  # 0600, unlinked at once
+            saved = os.dup(2)
+            os.dup2(out.fileno(), 2)
+            try:
+                sys._debugmallocstats()  # CPython's only view of its pools
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+            out.seek(0)
+            text = out.read().decode(errors="replace")
+    except OSError:  # no temp dir (full, missing): the children just copy a little more
+        return
     for line in text.splitlines():
         parts = line.split()  # class, size, pools, blocks in use, blocks free
         if len(parts) != 5 or not all(part.isdigit() for part in parts):
