@@ -13,7 +13,10 @@ no second socket hop:
   holds up no other call). Verbs that need a live connection (``agent.events`` with
   ``follow``, ``channel.register_channel``, ``agent.drive``) answer ``invalid_params``
   (:meth:`~tether.daemon.server.CallContext.socket`); remote followers tail the run's
-  event channel instead.
+  event channel instead. A caller waiting long for an answer probes with
+  ``host.pending {"id"}`` (answered by the link, in order behind the calls before it):
+  "no responders" means this daemon is gone, ``pending: false`` that it restarted or
+  never got the call, so the caller fails at once instead of waiting out its timeout.
 - **One registry every host sees.** Every ``sync_every_s`` it lists its agents and puts
   each changed row into the KV bucket ``tether_agents`` under ``<host>.<name>`` (with a
   ``host`` field), deletes rows of removed agents, and refreshes ``hosts.<NAME>``.
@@ -61,6 +64,7 @@ from tether.daemon.protocol import (
     decode_request,
     decode_response,
     encode_failure,
+    encode_ok,
     recover_id,
 )
 from tether.transports.channel import TransportError
@@ -74,6 +78,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HOST_NAME",
+    "PENDING_METHOD",
     "REGISTRY_BUCKET",
     "ClusterOptions",
     "HostLink",
@@ -99,6 +104,9 @@ FORWARD_DEFER_S = 0.01  # then waits at most this long for the calls in flight
 # and a stored message, which cost more than the lines a steer forwards): a restart sends
 # again what came after its last commit, and the message ids store it once.
 COMMIT_EVERY_S = 1.0
+# A caller's probe while its call is in flight (tether.daemon.remote.call_host): answered
+# by the link itself, never by the daemon's method table (the socket has no use for it).
+PENDING_METHOD = "host.pending"
 CLOSE_COMMIT_S = 2.0  # a daemon leaving commits what it forwarded, within this long
 
 
@@ -262,6 +270,7 @@ class HostLink:
         self._watcher: FileWatcher | None = None
         self._subscription: Any = None
         self._kv: Any = None
+        self._in_flight: dict[int, int] = {}  # request id -> calls of that id being answered
 
     async def prepare(self) -> None:
         """Open (or create) the registry bucket."""
@@ -289,19 +298,52 @@ class HostLink:
     # -- verbs from other hosts ---------------------------------------------------------
 
     async def _on_request(self, message: Msg) -> None:
-        # nats-py runs a subscription's callbacks one after another: answer each in a
-        # task of its own (the daemon's in-flight cap bounds them, answering busy).
-        self._spawn(self._respond(message))
+        # nats-py runs a subscription's callbacks one after another, in the order the
+        # requests came: a call is counted in flight here, before any probe sent after it
+        # is answered (inline, below), and then answered in a task of its own (the
+        # daemon's in-flight cap bounds them, answering busy).
+        request = decode_request(message.data)
+        if isinstance(request, Request) and request.method == PENDING_METHOD:
+            if message.reply:
+                with contextlib.suppress(Exception):  # the connection went away meanwhile
+                    await message.respond(self._pending(request))
+            return
+        key = request.id if isinstance(request, Request) else None
+        if key is not None:
+            self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        self._spawn(self._respond(message, request, key))
 
-    async def _respond(self, message: Msg) -> None:
-        reply = await self.answer(message.data)
-        if message.reply:
-            with contextlib.suppress(Exception):  # the connection went away meanwhile
-                await message.respond(reply)
+    async def _respond(
+        self, message: Msg, request: Request | ProtocolError, key: int | None
+    ) -> None:
+        try:
+            reply = await self.answer(message.data, request)
+            if message.reply:
+                with contextlib.suppress(Exception):  # the connection went away meanwhile
+                    await message.respond(reply)
+        finally:
+            # after the reply is published: a probe answered "not pending" from here on
+            # reaches the caller behind it (one connection's messages keep their order)
+            if key is not None:
+                left = self._in_flight.pop(key) - 1
+                if left:
+                    self._in_flight[key] = left
 
-    async def answer(self, body: bytes) -> bytes:
-        """The reply body to one request body (never raises)."""
-        request = decode_request(body)
+    def _pending(self, probe: Request) -> bytes:
+        """The answer to ``host.pending {"id"}``: whether a call of that id is in flight
+        here. A caller whose call is not (this daemon restarted, or never got it) and
+        whose reply has not come knows it never will."""
+        params = probe.params
+        wanted = params.get("id") if isinstance(params, dict) else None
+        if type(wanted) is not int:
+            return failure(probe.id, ErrorCode.INVALID_PARAMS, "host.pending needs an int id")
+        return encode_ok(probe.id, {"pending": wanted in self._in_flight})[PREFIX_BYTES:]
+
+    async def answer(self, body: bytes, request: Request | ProtocolError | None = None) -> bytes:
+        """The reply body to one request body (``request``: the body decoded already);
+        never raises."""
+        if request is None:
+            request = decode_request(body)
         if isinstance(request, ProtocolError):
             return failure(recover_id(body), ErrorCode.MALFORMED_FRAME, request.message)
         reply = await self.daemon.answer(request)

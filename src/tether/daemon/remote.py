@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
 from tether import jsondepth
 from tether.daemon.client import DaemonCallError, DaemonUnavailable, result_of
-from tether.daemon.hosts import REGISTRY_BUCKET, rpc_subject
+from tether.daemon.hosts import PENDING_METHOD, REGISTRY_BUCKET, rpc_subject
 from tether.daemon.protocol import ErrorCode, ProtocolError, Request, decode_response
 from tether.wire.limits import MAX_LINE_BYTES
 
@@ -29,6 +30,16 @@ if TYPE_CHECKING:
 __all__ = ["RemoteClient", "call_host", "cluster_agents", "connect"]
 
 DEFAULT_TIMEOUT_S = 60.0
+# A call in flight is probed (call_host) from PROBE_AFTER_S on, every PROBE_EVERY_S, each
+# probe answered within PROBE_TIMEOUT_S or counted silent; the host is lost when no
+# daemon answers two probes GONE_AFTER_S apart, or none of its answers came for SILENT_S.
+PROBE_AFTER_S = 0.5
+PROBE_EVERY_S = 1.0
+PROBE_TIMEOUT_S = 2.0
+GONE_AFTER_S = 0.5
+SILENT_S = 6.0
+REPLY_GRACE_S = 0.5  # a reply that came before "not pending" is handed on within this
+PENDING, NOT_PENDING, GONE, SILENT = "pending", "not pending", "gone", "silent"
 
 
 async def connect(url: str, connect_options: dict[str, Any] | None = None) -> Client:
@@ -64,26 +75,112 @@ async def call_host(
     wait_s: float | None = DEFAULT_TIMEOUT_S,
     prefix: str = "tether",
 ) -> Any:
+    """``method`` on ``host``'s daemon: its result, or the error the socket client raises.
+
+    ``wait_s`` bounds the whole call (None: as long as the host says it is working on
+    it). A call not answered within ``PROBE_AFTER_S`` is probed every ``PROBE_EVERY_S``
+    (``host.pending``, see :mod:`tether.daemon.hosts`), so a host whose daemon died
+    fails it within seconds, ``shutting_down`` as a daemon that stops answers the calls
+    it cuts, while a verb that takes long (a steer waiting for its ack on a busy host,
+    an ask) waits on: its host answers the probes.
+    """
     from nats.errors import NoRespondersError
     from nats.errors import TimeoutError as NatsTimeout
 
-    body = msgspec.json.encode(Request(1, method, params))
+    call_id = _call_id()
+    subject = rpc_subject(host, prefix)
+    body = msgspec.json.encode(Request(call_id, method, params))
+    # nats-py hands the timeout to asyncio.wait_for, where None waits for ever
+    reply = asyncio.ensure_future(client.request(subject, body, timeout=cast(float, wait_s)))
     try:
-        reply = await client.request(
-            rpc_subject(host, prefix),
-            body,
-            timeout=DEFAULT_TIMEOUT_S if wait_s is None else wait_s,
-        )
+        lost = await _watch(client, host, subject, call_id, reply)
+    finally:
+        if not reply.done():
+            reply.cancel()
+    if lost is not None:
+        raise DaemonCallError(ErrorCode.SHUTTING_DOWN, f"host {host!r}: {lost}; retry")
+    try:
+        answer = reply.result()
     except NoRespondersError:
         raise DaemonUnavailable(f"no daemon of host {host!r} is in the cluster") from None
     except NatsTimeout:
         raise DaemonCallError(ErrorCode.BUSY, f"host {host!r} did not answer in time") from None
-    response = decode_response(reply.data)
+    response = decode_response(answer.data)
     if isinstance(response, ProtocolError):
         raise DaemonCallError(
             ErrorCode.INTERNAL, f"unreadable answer from {host}: {response.message}"
         )
     return result_of(response)
+
+
+def _call_id() -> int:
+    """A request id no other caller's call in flight on that host has (48 random bits):
+    the key its probes ask about."""
+    return int.from_bytes(os.urandom(6), "big") or 1
+
+
+async def _watch(
+    client: Client, host: str, subject: str, call_id: int, reply: asyncio.Future[Any]
+) -> str | None:
+    """Until ``reply`` is done (None), or why it never will be: the host's daemon is gone
+    (no responders to two probes ``GONE_AFTER_S`` apart: a daemon moving to another NATS
+    node has a moment with none), no longer has the call (it restarted), or answered no
+    probe for ``SILENT_S`` (a host cut off; or this client's own connection)."""
+    loop = asyncio.get_running_loop()
+    heard = loop.time()  # when the host last said it has the call
+    gone_since: float | None = None
+    wait = PROBE_AFTER_S
+    while True:
+        await asyncio.wait({reply}, timeout=wait)
+        if reply.done():
+            return None
+        wait = PROBE_EVERY_S
+        probe = asyncio.ensure_future(_probe(client, subject, call_id))
+        try:
+            await asyncio.wait(
+                {reply, probe}, timeout=PROBE_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            if not probe.done():
+                probe.cancel()
+        if reply.done():
+            return None
+        state = probe.result() if not probe.cancelled() else SILENT
+        now = loop.time()
+        if state is GONE:
+            gone_since = now if gone_since is None else gone_since
+            if now - gone_since >= GONE_AFTER_S:
+                return "its daemon went away with the call in flight (no responders)"
+            wait = min(GONE_AFTER_S, PROBE_EVERY_S)
+            continue
+        gone_since = None
+        if state is PENDING:
+            heard = now
+        elif state is NOT_PENDING:  # its reply, if sent, came before this answer
+            await asyncio.wait({reply}, timeout=REPLY_GRACE_S)
+            if reply.done():
+                return None
+            return "its daemon no longer has the call (it restarted, or never got it)"
+        elif now - heard >= SILENT_S:
+            return f"no answer to the call nor to a probe for {now - heard:.0f} s"
+
+
+async def _probe(client: Client, subject: str, call_id: int) -> str:
+    """``host.pending`` for ``call_id``: PENDING, NOT_PENDING, GONE or SILENT."""
+    from nats.errors import Error as NatsError
+    from nats.errors import NoRespondersError
+
+    body = msgspec.json.encode(Request(call_id, PENDING_METHOD, {"id": call_id}))
+    try:
+        answer = await client.request(subject, body, timeout=PROBE_TIMEOUT_S)
+    except NoRespondersError:
+        return GONE
+    except (NatsError, TimeoutError):
+        return SILENT
+    response = decode_response(answer.data)
+    if isinstance(response, ProtocolError) or not isinstance(response.result, dict):
+        return PENDING  # alive, but cannot tell (an older host): its answer may yet come
+    return PENDING if response.result.get("pending") else NOT_PENDING
 
 
 async def cluster_agents(client: Client) -> list[dict[str, Any]]:

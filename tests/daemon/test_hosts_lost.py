@@ -1,0 +1,158 @@
+"""A verb in flight when its host's daemon goes away fails at once, ``shutting_down``.
+
+The caller probes a call that takes a while (``host.pending``, answered by the host's link
+in order behind the calls before it): no daemon answering means the host is gone, one
+that does not have the call restarted; a host that has it keeps the call waiting, however
+long the verb takes. Every wait here is for an event (a control line in B's files, a
+daemon answering), bounded; the bounds are far above the figures, never a sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from daemon_helpers import DaemonProcess
+from test_hosts import hosts, nats, tether  # noqa: F401  (fixtures)
+from tests.nats_server import NatsServer
+
+from tether.daemon import remote
+from tether.daemon.client import DaemonCallError
+from tether.daemon.protocol import ErrorCode
+
+SLOW_REPLY_MS = 600_000  # a turn that outlasts every test here: the ask stays in flight
+
+
+def _spawn_on_b(env_a: dict[str, str], name: str, script: Path, replies: list[object]) -> Path:
+    """An agent on B whose first turn is done; its control log's path on B."""
+    script.write_text(json.dumps(replies))
+    spawned = tether(
+        env_a, "--host", "B", "spawn", name, "--task", "hi", "--script", str(script), "--wait"
+    )
+    assert spawned.returncode == 0, spawned.stderr
+    status = json.loads(tether(env_a, "--host", "B", "status", name, "--json").stdout)
+    return Path(str(status["run_dir"])) / "control.jsonl"
+
+
+def _wait_for_line(path: Path, text: bytes, timeout: float = 60) -> None:
+    """Until ``text`` is in ``path`` (B's daemon wrote the control: the verb is in flight)."""
+    deadline = time.monotonic() + timeout
+    while text not in path.read_bytes():
+        assert time.monotonic() < deadline, f"no {text!r} in {path}"
+        time.sleep(0.02)
+
+
+def test_a_verb_in_flight_fails_promptly_when_its_hosts_daemon_is_killed(
+    hosts: dict[str, DaemonProcess],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """``tether agent --host B ask`` waiting on a long turn; B's daemon SIGKILLed: the CLI
+    exits 3 with ``shutting_down`` within seconds (it waited 60 s for a timeout before)."""
+    env_a = hosts["A"].env
+    replies = [{"text": "ready"}, {"text": "too late", "delay_ms": SLOW_REPLY_MS}]
+    control = _spawn_on_b(env_a, "k1", tmp_path / "replies.json", replies)
+    asking = subprocess.Popen(
+        [sys.executable, "-m", "tether", "agent", "--host", "B", "ask", "k1", "the slow one",
+         "--json"],
+        env=env_a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for_line(control, b"the slow one")
+        hosts["B"].stop(signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = asking.communicate(timeout=90)
+    finally:
+        if asking.poll() is None:
+            asking.kill()
+            asking.communicate()
+    took = time.monotonic() - killed
+    assert asking.returncode == 3, (out, err)
+    error = json.loads(out)["error"]
+    assert error["code"] == "shutting_down", error
+    assert "went away with the call in flight" in error["message"], error
+    assert took < 20, f"the caller learnt of the loss after {took:.1f} s"
+
+
+def test_a_long_verb_waits_on_while_its_host_answers_the_probes(
+    hosts: dict[str, DaemonProcess],  # noqa: F811
+    nats: NatsServer,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An ask whose turn takes 1.5 s, probed every 50 ms: every probe answers that B has
+    the call, and the ask returns its reply; a probe for a call B never got answers that
+    it has not."""
+    monkeypatch.setattr(remote, "PROBE_AFTER_S", 0.05)
+    monkeypatch.setattr(remote, "PROBE_EVERY_S", 0.05)
+    states: list[str] = []
+    probe = remote._probe
+
+    async def recorded(*args: object) -> str:
+        state = await probe(*args)  # type: ignore[arg-type]
+        states.append(state)
+        return state
+
+    monkeypatch.setattr(remote, "_probe", recorded)
+    replies = [{"text": "ready"}, {"text": "worth the wait", "delay_ms": 1500}]
+    _spawn_on_b(hosts["A"].env, "p1", tmp_path / "replies.json", replies)
+
+    async def main() -> None:
+        client = await remote.connect(nats.url)
+        try:
+            answer = await remote.call_host(
+                client, "B", "agent.ask", {"name": "p1", "message": "take your time"}
+            )
+            assert answer["reply"] == "worth the wait", answer
+            unknown = await probe(client, "tether.host.B.rpc", 12345)
+            assert unknown == remote.NOT_PENDING
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+    assert len(states) >= 5, states  # probed all along (1.5 s at one per 50 ms)
+    assert set(states) == {remote.PENDING}, states
+
+
+def test_a_verb_in_flight_fails_when_its_hosts_daemon_restarts(
+    hosts: dict[str, DaemonProcess],  # noqa: F811
+    nats: NatsServer,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """B's daemon killed and started again with an ask in flight: the new daemon answers
+    the probe that it does not have the call, and the call fails ``shutting_down`` (the
+    check for a host gone is held off here, so that the restart is what it meets)."""
+    monkeypatch.setattr(remote, "PROBE_AFTER_S", 0.05)
+    monkeypatch.setattr(remote, "PROBE_EVERY_S", 0.05)
+    monkeypatch.setattr(remote, "GONE_AFTER_S", 600.0)
+    monkeypatch.setattr(remote, "SILENT_S", 600.0)
+    replies = [{"text": "ready"}, {"text": "too late", "delay_ms": SLOW_REPLY_MS}]
+    control = _spawn_on_b(hosts["A"].env, "r1", tmp_path / "replies.json", replies)
+    b = hosts["B"]
+
+    async def main() -> None:
+        client = await remote.connect(nats.url)
+        try:
+            call = asyncio.ensure_future(
+                remote.call_host(client, "B", "agent.ask", {"name": "r1", "message": "slow"})
+            )
+            await asyncio.to_thread(_wait_for_line, control, b'"slow"')
+            b.stop(signal.SIGKILL)
+            await asyncio.to_thread(b.start, "--nats", nats.url, "--host", "B")
+            restarted = time.monotonic()
+            with pytest.raises(DaemonCallError) as failed:
+                await asyncio.wait_for(call, 60)
+            took = time.monotonic() - restarted
+            assert failed.value.code is ErrorCode.SHUTTING_DOWN
+            assert "no longer has the call" in failed.value.message
+            assert took < 20, f"the caller learnt of the restart after {took:.1f} s"
+        finally:
+            await client.close()
+
+    asyncio.run(main())
