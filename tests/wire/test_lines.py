@@ -76,3 +76,20 @@ def test_any_split_gives_the_same_lines(lines: list[bytes], data: st.DataObject)
     expected = [line for line in lines if len(line) < 30]
     assert [i.data for i in items if isinstance(i, Line)] == expected
     assert sum(isinstance(i, TooLarge) for i in items) == len(lines) - len(expected)
+
+
+@given(st.lists(st.binary(max_size=40).filter(lambda b: b"\n" not in b), max_size=20))
+def test_a_line_a_feed_agrees_with_one_feed(lines: list[bytes]) -> None:
+    # One whole line per feed takes the splitter's short cut; it must hand out the same
+    # items, offsets and resume point as one feed of everything (too-large lines too).
+    blob = b"".join(line + b"\n" for line in lines)
+    whole = _feed_in(blob, [], max_line_bytes=30)
+    splitter = LineSplitter(max_line_bytes=30)
+    out: list[Line | TooLarge] = []
+    end = 0
+    for line in lines:
+        splitter.feed(line + b"\n")
+        end += len(line) + 1
+        out.extend(_drain(splitter))
+        assert splitter.offset == end
+    assert out == whole

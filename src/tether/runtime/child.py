@@ -160,6 +160,7 @@ class Presenter:
         self.last_stop = "stop"
         self.error: str | None = None
         self._channel_dead = False
+        self._unread = False  # the last read left lines behind (read again before sleeping)
         self._reader: asyncio.Task[None] | None = None
         self._exit_task: asyncio.Task[None] | None = None
         self._exited = asyncio.Event()
@@ -305,7 +306,7 @@ class Presenter:
         if self.exiting:
             return False
         try:
-            return self._read_once() and not self.exiting and not self.feed.more()
+            return self._read_once() and not self.exiting and not self._unread
         except Exception as exc:  # noqa: BLE001 - as _guard: a bug ends the run `failed`
             print(f"tether child: internal error: {exc!r}", file=sys.stderr)
             self.fail(f"internal error: {type(exc).__name__}: {exc}")
@@ -314,6 +315,7 @@ class Presenter:
     def _read_once(self) -> bool:
         """One bounded read, every line handled; False when the channel is dead."""
         got = self.feed.read()
+        self._unread = got.more
         if got.truncated:
             self._channel_dead = True
             self.fail(f"control file truncated below offset {self.feed.offset}")

@@ -87,18 +87,28 @@ class FileTail:
         fd = self._open()
         if fd is None:
             return TailRead(TailStatus.MISSING)
-        info = os.fstat(fd)
-        size = info.st_size
-        position = self._splitter.fed
-        if size < position:
-            return TailRead(TailStatus.TRUNCATED)
-        if size == position and info.st_nlink == 0:
-            return TailRead(TailStatus.REMOVED)
-        if size > position:
-            self._splitter.feed(os.pread(fd, min(self._budget, size - position), position))
-        items = self._splitter.read()
-        more = self._splitter.pending > 0 or size > self._splitter.fed
+        # One pread of a whole budget, no fstat first: what it returns is what was there.
+        # Only an empty read asks why (nothing new, truncated below us, or deleted), so a
+        # wake-up that finds a line costs one system call.
+        data = os.pread(fd, self._budget, self._splitter.fed)
+        if not data:
+            return self._nothing_read(fd)
+        splitter = self._splitter
+        splitter.feed(data)
+        items = splitter.read()
+        # A short read reached the end of the file: a writer that appends later says so
+        # (its wake-up, its inotify event); a full one may have left more behind.
+        more = splitter.pending > 0 or len(data) == self._budget
         return TailRead(TailStatus.OK, items, more=more)
+
+    def _nothing_read(self, fd: int) -> TailRead:
+        """An empty read: the file ends where we stand, or below (truncated), or is gone."""
+        info = os.fstat(fd)
+        if info.st_size < self._splitter.fed:
+            return TailRead(TailStatus.TRUNCATED)
+        if info.st_size == self._splitter.fed and info.st_nlink == 0:
+            return TailRead(TailStatus.REMOVED)
+        return TailRead(TailStatus.OK, self._splitter.read())
 
     def size_changed(self) -> bool:
         """Cheap check: is there anything new to read (or has the file shrunk)?"""

@@ -223,7 +223,11 @@ def encode(message: Message) -> bytes | Rejection:
             msgspec.structs.asdict(message) | {"type": type(message).__struct_config__.tag},
         )
     try:
-        jsondepth.decode(_class_decoder(type(message)), line)
+        decoder = _BY_CLASS.get(type(message)) or _class_decoder(type(message))
+        if len(line) < _SHALLOW_BELOW:  # cannot nest too deep: no depth scan (see decode)
+            decoder.decode(line)
+        else:
+            jsondepth.decode(decoder, line)
     except _DECODE_ERRORS:
         check = decode(line, message.direction)
         return check if isinstance(check, Rejection) else line

@@ -137,6 +137,13 @@ class LineSplitter:
         data = bytes(data)
         start = self._fed
         self._fed += len(data)
+        if (
+            0 < len(data) <= self.max_line_bytes
+            and data.find(b"\n") == len(data) - 1
+            and not (self._partial or self._skipping)
+        ):  # exactly one whole line (a tail woken per appended line): no split
+            self._ready.append((start, data[:-1]))
+            return
         pos = 0
         if self._skipping:
             newline = data.find(b"\n")
@@ -154,9 +161,14 @@ class LineSplitter:
 
     def read(self) -> list[LineItem]:
         """Up to ``budget_lines`` items totalling at most ``budget_bytes`` (at least one)."""
+        ready = self._ready
+        if len(ready) == 1 and type(ready[0]) is not TooLarge:  # one line: always handed out
+            item = ready.pop()
+            self._consumed = item[0] + len(item[1]) + 1
+            self._settle()
+            return [_make_line(item)]
         out: list[LineItem] = []
         budget = self.budget_bytes
-        ready = self._ready
         while ready and len(out) < self.budget_lines:
             item = ready[0]
             size = 0 if type(item) is TooLarge else len(item[1]) + 1

@@ -12,10 +12,11 @@ interprets, never callables.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import product
 from types import MappingProxyType
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias, cast
 
 
 class State(enum.StrEnum):
@@ -170,10 +171,16 @@ def _advances() -> dict[tuple[State, Internal], Advance]:
 
 DECISIONS: Final = MappingProxyType(_decisions())
 ADVANCES: Final = MappingProxyType(_advances())
+# The same cells, looked up by plain names too (a StrEnum hashes and compares as its
+# value): known names are found without converting either to its enum.
+_BY_NAME: Final = cast("Mapping[tuple[str, str], Decision]", DECISIONS)
 
 
 def decide(state: State | str, control: ControlKind | str) -> Decision:
     """The decision for ``control`` in ``state``; unknown names are rejected, never raised."""
+    decision = _BY_NAME.get((state, control))
+    if decision is not None:
+        return decision
     try:
         key = (State(state), ControlKind(control))
     except ValueError:
@@ -240,6 +247,8 @@ def is_terminal(state: State | str) -> bool:
 
 
 def _safe_state(state: State | str) -> State:
+    if type(state) is State:
+        return state
     try:
         return State(state)
     except ValueError:
