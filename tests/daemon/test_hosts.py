@@ -408,9 +408,12 @@ def test_the_python_api_spawns_and_drives_a_run_on_another_host(
         )
         assert isinstance(local, tether_api.LocalRunHandle)
         assert isinstance(handle, tether_api.RemoteRunHandle)
-        status = json.loads(
-            tether(hosts["A"].env, "--host", "B", "status", handle.name, "--json").stdout
+        # in a thread: a CLI run inside the loop held it for seconds at load 6-9, while
+        # the remote run's events piled up unread (what overflowed the old tails' queues)
+        shown = await asyncio.to_thread(
+            tether, hosts["A"].env, "--host", "B", "status", handle.name, "--json"
         )
+        status = json.loads(shown.stdout)
         with (Path(str(status["run_dir"])) / "inbox.jsonl").open("ab") as shell:
             shell.write(b'{"type":"progress","text":"from the shell"}\n')
         inbox: list[dict[str, object]] = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -79,10 +79,10 @@ async def call_host(
 
     ``wait_s`` bounds the whole call (None: as long as the host says it is working on
     it). A call not answered within ``PROBE_AFTER_S`` is probed every ``PROBE_EVERY_S``
-    (``host.pending``, see :mod:`tether.daemon.hosts`), so a host whose daemon died
-    fails it within seconds, ``shutting_down`` as a daemon that stops answers the calls
-    it cuts, while a verb that takes long (a steer waiting for its ack on a busy host,
-    an ask) waits on: its host answers the probes.
+    (``host.pending``, see :mod:`tether.daemon.hosts`, by a :class:`_Watch`), so a host
+    whose daemon died fails it within seconds, ``shutting_down`` as a daemon that stops
+    answers the calls it cuts, while a verb that takes long (a steer waiting for its ack
+    on a busy host, an ask) waits on: its host answers the probes.
     """
     from nats.errors import NoRespondersError
     from nats.errors import TimeoutError as NatsTimeout
@@ -91,21 +91,23 @@ async def call_host(
     subject = rpc_subject(host, prefix)
     body = msgspec.json.encode(Request(call_id, method, params))
     # nats-py hands the timeout to asyncio.wait_for, where None waits for ever
-    reply = asyncio.ensure_future(client.request(subject, body, timeout=cast(float, wait_s)))
+    timeout = cast(float, wait_s)
+    watch = _Watch(client, subject, call_id)
     try:
-        lost = await _watch(client, host, subject, call_id, reply)
-    finally:
-        if not reply.done():
-            reply.cancel()
-    if lost is not None:
-        raise DaemonCallError(ErrorCode.SHUTTING_DOWN, f"host {host!r}: {lost}; retry")
-    try:
-        answer = reply.result()
+        reply = await client.request(subject, body, timeout=timeout)
+    except asyncio.CancelledError:
+        if watch.lost is not None and watch.uncancel():  # our cancel, nobody else's
+            raise DaemonCallError(
+                ErrorCode.SHUTTING_DOWN, f"host {host!r}: {watch.lost}; retry"
+            ) from None
+        raise
     except NoRespondersError:
         raise DaemonUnavailable(f"no daemon of host {host!r} is in the cluster") from None
     except NatsTimeout:
         raise DaemonCallError(ErrorCode.BUSY, f"host {host!r} did not answer in time") from None
-    response = decode_response(answer.data)
+    finally:
+        watch.stop()
+    response = decode_response(reply.data)
     if isinstance(response, ProtocolError):
         raise DaemonCallError(
             ErrorCode.INTERNAL, f"unreadable answer from {host}: {response.message}"
@@ -114,55 +116,79 @@ async def call_host(
 
 
 def _call_id() -> int:
-    """A request id no other caller's call in flight on that host has (48 random bits):
-    the key its probes ask about."""
-    return int.from_bytes(os.urandom(6), "big") or 1
+    """A request id no other caller's call in flight on that host has (48 random bits;
+    not a secret, only unlikely to collide): the key its probes ask about."""
+    return random.getrandbits(48) or 1
 
 
-async def _watch(
-    client: Client, host: str, subject: str, call_id: int, reply: asyncio.Future[Any]
-) -> str | None:
-    """Until ``reply`` is done (None), or why it never will be: the host's daemon is gone
-    (no responders to two probes ``GONE_AFTER_S`` apart: a daemon moving to another NATS
-    node has a moment with none), no longer has the call (it restarted), or answered no
-    probe for ``SILENT_S`` (a host cut off; or this client's own connection)."""
-    loop = asyncio.get_running_loop()
-    heard = loop.time()  # when the host last said it has the call
-    gone_since: float | None = None
-    wait = PROBE_AFTER_S
-    while True:
-        await asyncio.wait({reply}, timeout=wait)
-        if reply.done():
-            return None
-        wait = PROBE_EVERY_S
-        probe = asyncio.ensure_future(_probe(client, subject, call_id))
-        try:
-            await asyncio.wait(
-                {reply, probe}, timeout=PROBE_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            if not probe.done():
-                probe.cancel()
-        if reply.done():
-            return None
-        state = probe.result() if not probe.cancelled() else SILENT
-        now = loop.time()
-        if state is GONE:
-            gone_since = now if gone_since is None else gone_since
-            if now - gone_since >= GONE_AFTER_S:
-                return "its daemon went away with the call in flight (no responders)"
-            wait = min(GONE_AFTER_S, PROBE_EVERY_S)
-            continue
-        gone_since = None
-        if state is PENDING:
-            heard = now
-        elif state is NOT_PENDING:  # its reply, if sent, came before this answer
-            await asyncio.wait({reply}, timeout=REPLY_GRACE_S)
-            if reply.done():
-                return None
-            return "its daemon no longer has the call (it restarted, or never got it)"
-        elif now - heard >= SILENT_S:
-            return f"no answer to the call nor to a probe for {now - heard:.0f} s"
+class _Watch:
+    """Probes a call that waits (from ``PROBE_AFTER_S`` on) and cancels the calling task
+    once it is sure the answer will never come, with ``lost`` saying why: the host's
+    daemon is gone (no responders to two probes ``GONE_AFTER_S`` apart: a daemon moving
+    to another NATS node has a moment with none), no longer has the call (it restarted),
+    or answered no probe for ``SILENT_S`` (a host cut off; or this client's own
+    connection). The cancel is the one ``asyncio.timeout`` makes: a call answered at
+    once pays for one timer, not for a task and a wait."""
+
+    def __init__(self, client: Client, subject: str, call_id: int) -> None:
+        self.client = client
+        self.subject = subject
+        self.call_id = call_id
+        self.lost: str | None = None
+        self._caller = asyncio.current_task()
+        self._probing: asyncio.Task[None] | None = None
+        self._cancelled = False
+        loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = loop.call_later(PROBE_AFTER_S, self._start)
+
+    def _start(self) -> None:
+        self._timer = None
+        self._probing = asyncio.ensure_future(self._probe_until_lost())
+
+    def stop(self) -> None:
+        """The call ended (answered, failed or cancelled): no more probes. A cancel that
+        came too late to interrupt the call is taken back."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._probing is not None:
+            self._probing.cancel()
+        if self._cancelled and self.lost is not None and self._caller is not None:
+            self._cancelled = False
+            self._caller.uncancel()
+
+    def uncancel(self) -> bool:
+        """Take back our cancel of the caller; whether no other cancel is pending."""
+        assert self._caller is not None
+        self._cancelled = False
+        return self._caller.uncancel() == 0
+
+    async def _probe_until_lost(self) -> None:
+        loop = asyncio.get_running_loop()
+        heard = loop.time()  # when the host last said it has the call
+        gone_since: float | None = None
+        while self.lost is None:
+            state = await _probe(self.client, self.subject, self.call_id)
+            now = loop.time()
+            wait = PROBE_EVERY_S
+            if state is GONE:
+                gone_since = now if gone_since is None else gone_since
+                if now - gone_since >= GONE_AFTER_S:
+                    self.lost = "its daemon went away with the call in flight (no responders)"
+                wait = min(GONE_AFTER_S, PROBE_EVERY_S)
+            else:
+                gone_since = None
+            if state is PENDING:
+                heard = now
+            elif state is NOT_PENDING:  # its reply, if sent, came before this answer
+                await asyncio.sleep(REPLY_GRACE_S)
+                self.lost = "its daemon no longer has the call (it restarted, or never got it)"
+            elif state is SILENT and now - heard >= SILENT_S:
+                self.lost = f"no answer to the call nor to a probe for {now - heard:.0f} s"
+            if self.lost is None:
+                await asyncio.sleep(wait)
+        if self._caller is not None:
+            self._cancelled = True
+            self._caller.cancel()
 
 
 async def _probe(client: Client, subject: str, call_id: int) -> str:
