@@ -333,20 +333,21 @@ class Connection(asyncio.Protocol):
 
     def _on_frame(self, body: bytes) -> None:
         message = decode_message(body)
-        if isinstance(message, ProtocolError):
-            self._fail_and_close(recover_id(body), ErrorCode.MALFORMED_FRAME, message.message)
-        elif isinstance(message, Request):
+        if type(message) is Request:  # the common case first
             step = self.daemon.route(message, self)
             if type(step) is bytes:
                 self._write(step)
             else:
                 self._start(cast(Awaitable[bytes], step))
+        elif isinstance(message, ProtocolError):
+            self._fail_and_close(recover_id(body), ErrorCode.MALFORMED_FRAME, message.message)
         else:
-            future = self._pending.get(message.id)
+            response = cast(Response, message)  # (a Request subclass is never decoded)
+            future = self._pending.get(response.id)
             if future is not None and not future.done():
-                future.set_result(message)
+                future.set_result(response)
             else:
-                log.debug("dropping a response to unknown id %d", message.id)
+                log.debug("dropping a response to unknown id %d", response.id)
 
     def _start(self, answer: Awaitable[bytes]) -> None:
         task = asyncio.ensure_future(self._run(answer))
