@@ -133,14 +133,14 @@ def floor(inbox: str, db: str) -> dict[str, float]:
     with open(inbox, "rb") as f:
         while data := f.read(CHUNK_BYTES):
             splitter.feed(data)
-            chunks.append((build_rows("bench", splitter.read_all(), now), splitter.offset))
+            chunks.append((build_rows(splitter.read_all()), splitter.offset))
     st = os.stat(inbox)
     rows = 0
     with InboxStore(db) as store:
         start, sched = time.perf_counter(), sched_seconds()
         for (accepted, rejected), offset in chunks:
             with store.transaction():
-                store.insert_rows(accepted, rejected)
+                store.insert_rows("bench", now, accepted, rejected)
                 store.save_offset(
                     run_id="bench",
                     path=inbox,

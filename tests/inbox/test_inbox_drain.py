@@ -12,7 +12,7 @@ import pytest
 
 from tether.inbox.drain import drain_file
 from tether.inbox.messages import MAX_MESSAGE_BYTES, Clarification, InboxRejection, Progress
-from tether.inbox.store import InboxStore
+from tether.inbox.store import ROWS_PER_INSERT, InboxStore
 from tether.inbox.writer import append_inbox, create_inbox
 
 LINES = [
@@ -68,6 +68,39 @@ def test_drain_stores_every_line_in_order(store: InboxStore, inbox: Path, db_pat
     rejection = result.messages[2].message()
     assert isinstance(rejection, InboxRejection)
     assert rejection.raw == "not json"
+
+
+@pytest.mark.parametrize("chunk_bytes", [100_000, 2_000])
+def test_rows_stored_in_groups_and_tails_match_line_by_line(
+    store: InboxStore, inbox: Path, db_path: Path, chunk_bytes: int
+) -> None:
+    """Several full groups of ROWS_PER_INSERT and a tail, of both statements, in big
+    chunks and in chunks smaller than a group: every row is the one its line makes."""
+    count = 3 * ROWS_PER_INSERT + 7
+    lines = [
+        b"bad %d" % i if i % 5 == 3 else b'{"type":"progress","text":"t%d"}' % i
+        for i in range(count)
+    ]
+    write(inbox, b"\n".join(lines) + b"\n")
+    result = drain_file(store, inbox, "r", collect=True, chunk_bytes=chunk_bytes)
+    assert (result.new, result.rejected) == (count, sum(i % 5 == 3 for i in range(count)))
+    offsets = [sum(len(line) + 1 for line in lines[:i]) for i in range(count)]
+    expected = [
+        (f"r:{offset}", "r", offset, None, None, line.decode(), "not_json")
+        if i % 5 == 3
+        else (f"r:{offset}", "r", offset, "progress", line.decode(), None, None)
+        for i, (offset, line) in enumerate(zip(offsets, lines, strict=True))
+    ]
+    got = [
+        (*row[:6], None if row[6] is None else str(row[6]).partition(":")[0])
+        for row in rows(db_path)
+    ]
+    assert got == expected
+    assert [m.offset for m in result.messages] == offsets
+    assert {m.received_at for m in result.messages} == {m.received_at for m in store.messages("r")}
+    store.forget_offsets()
+    again = drain_file(store, inbox, "r")
+    assert (again.new, again.duplicates) == (0, count)
 
 
 def test_a_partial_line_waits_for_its_newline(store: InboxStore, inbox: Path) -> None:

@@ -86,7 +86,7 @@ class DrainResult:
 
 
 def build_rows(
-    run_id: str, items: Iterable[PairItem], now: float, max_line: int = MAX_MESSAGE_BYTES
+    items: Iterable[PairItem], max_line: int = MAX_MESSAGE_BYTES
 ) -> tuple[list[AcceptedRow], list[RejectedRow]]:
     """Rows for the lines: accepted objects keep their body, the others a reason."""
     accepted: list[AcceptedRow] = []
@@ -96,13 +96,13 @@ def build_rows(
         offset, data = item
         if type(item) is TooLarge:
             reason = f"{RejectCode.TOO_LONG}: line over {max_line} bytes, skipped to its newline"
-            rejected.append((run_id, offset, raw_text(data), reason, now))
+            rejected.append((offset, raw_text(data), reason))
             continue
         body, kind, code, why = check(data)
         if body is not None:
-            accept((run_id, offset, kind, body, now))
+            accept((offset, kind, body))
         else:
-            rejected.append((run_id, offset, raw_text(data), f"{code}: {why}", now))
+            rejected.append((offset, raw_text(data), f"{code}: {why}"))
     return accepted, rejected
 
 
@@ -209,8 +209,8 @@ class _FileDrain:
                 seen = store.existing_offsets(result.run_id, items[0][0], items[-1][0] + 1)
                 if seen:
                     fresh = [item for item in items if item[0] not in seen]
-            accepted, rejected = build_rows(result.run_id, fresh, now)
-            store.insert_rows(accepted, rejected)
+            accepted, rejected = build_rows(fresh)
+            store.insert_rows(result.run_id, now, accepted, rejected)
             store.save_offset(
                 run_id=result.run_id,
                 path=result.path,
@@ -227,9 +227,10 @@ class _FileDrain:
         result.duplicates += len(items) - new
         result.rejected += len(rejected)
         if collect:
-            stored = [StoredMessage.accepted(row) for row in accepted]
+            run_id = result.run_id
+            stored = [StoredMessage.accepted(run_id, now, row) for row in accepted]
             if rejected:
-                stored += [StoredMessage.rejected_row(row) for row in rejected]
+                stored += [StoredMessage.rejected_row(run_id, now, row) for row in rejected]
                 stored.sort(key=_by_offset)
             result.messages.extend(stored)
         return True
