@@ -39,9 +39,12 @@ def test_a_hub_on_a_loop_calls_back_on_that_loop(tmp_path: Path, polling: bool) 
             file.write(b"{}\n")
         assert await asyncio.wait_for(seen.get(), BOUND_S) == ("events.jsonl", loop_thread)
         hub.unsubscribe(events, token)
+        with events.open("ab") as file:  # after close no callback runs, even if the
+            file.write(b"{}\n")  # loop still has the change to read
         hub.close()
-        assert hub._task is not None
-        await asyncio.wait_for(hub._task, BOUND_S)
+        assert not hub.running
+        for _ in range(3):  # loop passes in which a stale reader would have fired
+            await asyncio.sleep(0)
         assert seen.empty()
 
     loop_thread = threading.get_ident()  # asyncio.run runs the loop on this thread

@@ -12,10 +12,11 @@ hub independent of event loops: ``tether.run`` (one ``asyncio.run`` per call), t
 handle (a loop in its own thread) and an application's loop all share it.
 
 A process that runs one event loop for its whole life (the daemon) builds its hub with
-``WatchHub(loop=loop)`` instead: the same dispatch then runs as a task on that loop and
-the callbacks run on the loop's thread, so a change reaches its subscriber with no thread
-hand-off (no GIL hand-over between two busy threads, no wake-up of the loop from outside).
-(Un)subscribe on that loop's thread then.
+``WatchHub(loop=loop)`` instead: the same dispatch then runs in that loop's reader
+callback for the watcher's descriptors (registered once, not per wait) and the callbacks
+run on the loop's thread, so a change reaches its subscriber with no thread hand-off (no
+GIL hand-over between two busy threads, no wake-up of the loop from outside) and no task
+switch. (Un)subscribe on that loop's thread then.
 
 Readers must cope with spurious wake-ups and should still re-check on a slow timer: the
 watcher reports "maybe changed" and a polled directory is seen at the poll interval.
@@ -53,13 +54,15 @@ class WatchHub:
     ) -> None:
         self.watcher = watcher if watcher is not None else FileWatcher(poll_interval=POLL_BUSY_S)
         self.loop = loop  # set: dispatch on this loop, callbacks on its thread
-        self._task: asyncio.Task[None] | None = None
         self._lock = threading.Lock()
         self._subs: dict[Path, dict[int, Callback]] = {}
         self._ids = itertools.count(1)
         self._ops: list[tuple[bool, Path]] = []  # (watch?, path), applied by the hub thread
         self._thread: threading.Thread | None = None
         self._closed = False
+        # on a loop: the descriptors registered with it, and the next poll's timer
+        self._readers: tuple[int, ...] | None = None
+        self._poll_timer: asyncio.TimerHandle | None = None
 
     def subscribe(self, path: str | os.PathLike[str], callback: Callback) -> int:
         """Call ``callback(path)`` (on the hub thread, or on :attr:`loop`'s thread) whenever
@@ -104,8 +107,9 @@ class WatchHub:
 
     def _start_locked(self) -> None:
         if self.loop is not None:
-            if self._task is None or self._task.done():
-                self._task = self.loop.create_task(self._run_on_loop(), name="tether-watch")
+            if self._readers is None:
+                self._readers = ()
+                self.loop.call_soon(self._on_loop)  # the first pass registers the readers
         elif self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._loop, name="tether-watch", daemon=True)
             self._thread.start()
@@ -118,13 +122,58 @@ class WatchHub:
                 return  # the watcher was closed under us
             self._dispatch(changed)
 
-    async def _run_on_loop(self) -> None:
-        while (added := self._apply_ops()) is not None:
-            try:
-                changed = added or await self.watcher.wait(_IDLE_WAIT_S)
-            except (RuntimeError, OSError):
-                return
-            self._dispatch(changed)
+    def _on_loop(self) -> None:
+        """On :attr:`loop`: a watcher descriptor is readable (or a poll is due, or this is
+        the first pass). Apply the (un)watches, collect, dispatch, and keep the readers and
+        the poll timer as the watcher now needs them."""
+        added = self._apply_ops()
+        if added is None:  # closed (the watcher too)
+            self._stop_on_loop()
+            return
+        try:
+            changed = added | self.watcher.collect()
+        except (RuntimeError, OSError):
+            self._stop_on_loop()
+            return
+        self._dispatch(changed)
+        self._arm_on_loop()
+
+    def _arm_on_loop(self) -> None:
+        loop = self.loop
+        assert loop is not None
+        fds = self.watcher.readable_fds()  # inotify may have failed over to polling
+        if fds != self._readers:
+            for fd in self._readers or ():
+                if fd not in fds:
+                    loop.remove_reader(fd)
+            for fd in fds:
+                if fd not in (self._readers or ()):
+                    loop.add_reader(fd, self._on_loop)
+            self._readers = fds
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+            self._poll_timer = None
+        due = self.watcher.poll_due_in()
+        if due is not None:
+            self._poll_timer = loop.call_later(due, self._on_loop)
+
+    def _stop_on_loop(self) -> None:
+        loop, readers = self.loop, self._readers or ()
+        self._readers = None
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+            self._poll_timer = None
+        if loop is not None and not loop.is_closed():
+            for fd in readers:
+                with contextlib.suppress(Exception):  # closed with the watcher already
+                    loop.remove_reader(fd)
+
+    @property
+    def running(self) -> bool:
+        """True while the hub dispatches (its thread, or its readers on the loop)."""
+        if self.loop is not None:
+            return self._readers is not None
+        return self._thread is not None and self._thread.is_alive()
 
     def _apply_ops(self) -> set[Path] | None:
         """Apply the queued (un)watches; the newly watched paths (None once closed)."""
@@ -159,11 +208,16 @@ class WatchHub:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-        self.watcher.wake()
         if self.loop is not None:
-            if self._task is None or self._task.done():
+            if self._readers is None:
                 self.watcher.close()
-            return  # the task closes the watcher when it wakes
+                return
+            # Stop at once: callbacks may not run again after close (nor the watcher be
+            # read) even if the loop never runs another pass.
+            self._stop_on_loop()
+            self.watcher.close()
+            return
+        self.watcher.wake()
         thread = self._thread
         if thread is None or not thread.is_alive():
             self.watcher.close()

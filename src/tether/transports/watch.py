@@ -371,6 +371,24 @@ class FileWatcher:
     def _fds(self) -> list[int]:
         return [self._wake_r] if self._fd is None else [self._wake_r, self._fd]
 
+    def readable_fds(self) -> tuple[int, ...]:
+        """The descriptors that become readable when a wait would end (the wake pipe and,
+        with inotify, its instance): for a caller that keeps them registered with its own
+        event loop and calls :meth:`collect` when one is readable, instead of
+        :meth:`wait` (which registers and unregisters them on every call)."""
+        return tuple(self._fds())
+
+    def collect(self) -> set[Path]:
+        """What may have changed since the last collect, without blocking (the polled
+        directories are checked when their poll is due)."""
+        self._check_open()
+        return self._collect()[0]
+
+    def poll_due_in(self) -> float | None:
+        """Seconds until a polled directory is due for its next check; None when none is
+        polled (then only :meth:`readable_fds` need watching)."""
+        return self._sleep_for(None)
+
     def wait_sync(self, timeout: float | None = None) -> set[Path]:
         """Block until some watched files may have changed; empty set on timeout."""
         self._check_open()
