@@ -331,6 +331,41 @@ def wake_floor(samples: int, gap_s: float) -> list[float]:
     return pinged(code, samples, gap_s, FLOOR_LEAD_US)
 
 
+# The daemon's own work on the path, around the child's (the relay below): from reading the
+# request to the append and wake-up, and from reading the ack to the answer written.
+FLOOR_REQUEST_US = 150
+FLOOR_SETTLE_US = 200
+
+
+def path_floor(samples: int, gap_s: float) -> list[float]:
+    """The whole path's four wake-ups on bare processes: this process pings a relay (the
+    daemon), which works FLOOR_REQUEST_US, pings its own echo process (the child) and
+    runs FLOOR_LEAD_US on; the echo answers after FLOOR_ANSWER_US and runs a
+    FLOOR_TURN_US turn; the relay works FLOOR_SETTLE_US and answers. What is above the
+    serial work (0.75 ms) is the machine waking processes on idle CPUs, four times."""
+    echo = (
+        "import os,time\n"
+        "def spin(us):\n"
+        "    end=time.perf_counter()+us/1e6\n"
+        "    while time.perf_counter()<end: pass\n"
+        "while os.read(0,1):\n"
+        f"    spin({FLOOR_ANSWER_US}); os.write(1,b'x'); spin({FLOOR_TURN_US})\n"
+    )
+    relay = (
+        "import os,subprocess,sys,time\n"
+        "def spin(us):\n"
+        "    end=time.perf_counter()+us/1e6\n"
+        "    while time.perf_counter()<end: pass\n"
+        f"child=subprocess.Popen([sys.executable,'-c',{echo!r}],stdin=subprocess.PIPE,"
+        "stdout=subprocess.PIPE,bufsize=0)\n"
+        "while os.read(0,1):\n"
+        f"    spin({FLOOR_REQUEST_US}); child.stdin.write(b'x'); spin({FLOOR_LEAD_US})\n"
+        f"    child.stdout.read(1); spin({FLOOR_SETTLE_US}); os.write(1,b'x')\n"
+        "child.stdin.close(); child.wait()\n"
+    )
+    return pinged(relay, samples, gap_s)
+
+
 # -- report ---------------------------------------------------------------------------------------
 
 
@@ -515,6 +550,7 @@ def ack_latency(
     spaced = _run(acks(path, names, count // 2, args.ack_gap_ms / 1000))
     pipe = pipe_floor(count)
     woken = wake_floor(count // 2, args.ack_gap_ms / 1000)
+    whole = path_floor(count // 2, args.ack_gap_ms / 1000)
     echo = _run(timed_calls(echo_path, [encode_call(1, "echo", None)] * count))
     print(
         f"control-to-ack (agent.follow_up to random agents, {count} back to back): {ms(got)} "
@@ -527,7 +563,9 @@ def ack_latency(
         f"has ended): {ms(spaced)}; floors: socket echo {ms(echo)}, pipe round trip {ms(pipe)}; "
         f"the ack's two wake-ups on a bare pipe pair, spaced the same (the sender runs "
         f"{FLOOR_LEAD_US} us on, the answer takes {FLOOR_ANSWER_US} us, then a "
-        f"{FLOOR_TURN_US} us turn): {ms(woken)}"
+        f"{FLOOR_TURN_US} us turn): {ms(woken)}; the whole path's four wake-ups on bare "
+        f"processes (client -> relay -> echo -> relay -> client, the relay working "
+        f"{FLOOR_REQUEST_US} + {FLOOR_SETTLE_US} us, the same spacing): {ms(whole)}"
     )
 
 
