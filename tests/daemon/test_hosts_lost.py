@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from daemon_helpers import DaemonProcess
-from test_hosts import hosts, nats, tether  # noqa: F401  (fixtures)
-from tests.nats_server import NatsServer
+from daemon_helpers import DaemonProcess, make_env
+from test_agents_support import kill_agents
+from test_hosts import _start_when_cluster_ready, hosts, nats, tether  # noqa: F401  (fixtures)
+from tests.nats_server import NatsServer, run_nats_cluster
 
 from tether.daemon import remote
 from tether.daemon.client import DaemonCallError
@@ -46,6 +49,23 @@ def _wait_for_line(path: Path, text: bytes, timeout: float = 60) -> None:
     while text not in path.read_bytes():
         assert time.monotonic() < deadline, f"no {text!r} in {path}"
         time.sleep(0.02)
+
+
+def _record_probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Probes every 50 ms from 50 ms on; the list fills with what each one found."""
+    monkeypatch.setattr(remote, "PROBE_AFTER_S", 0.05)
+    monkeypatch.setattr(remote, "PROBE_EVERY_S", 0.05)
+    monkeypatch.setattr(remote, "GONE_RECHECK_S", 0.05)
+    states: list[str] = []
+    probe = remote._probe
+
+    async def recorded(*args: object) -> str:
+        state = await probe(*args)  # type: ignore[arg-type]
+        states.append(state)
+        return state
+
+    monkeypatch.setattr(remote, "_probe", recorded)
+    return states
 
 
 def test_a_verb_in_flight_fails_promptly_when_its_hosts_daemon_is_killed(
@@ -88,17 +108,7 @@ def test_a_long_verb_waits_on_while_its_host_answers_the_probes(
     """An ask whose turn takes 1.5 s, probed every 50 ms: every probe answers that B has
     the call, and the ask returns its reply; a probe for a call B never got answers that
     it has not."""
-    monkeypatch.setattr(remote, "PROBE_AFTER_S", 0.05)
-    monkeypatch.setattr(remote, "PROBE_EVERY_S", 0.05)
-    states: list[str] = []
-    probe = remote._probe
-
-    async def recorded(*args: object) -> str:
-        state = await probe(*args)  # type: ignore[arg-type]
-        states.append(state)
-        return state
-
-    monkeypatch.setattr(remote, "_probe", recorded)
+    states = _record_probes(monkeypatch)
     replies = [{"text": "ready"}, {"text": "worth the wait", "delay_ms": 1500}]
     _spawn_on_b(hosts["A"].env, "p1", tmp_path / "replies.json", replies)
 
@@ -109,14 +119,14 @@ def test_a_long_verb_waits_on_while_its_host_answers_the_probes(
                 client, "B", "agent.ask", {"name": "p1", "message": "take your time"}
             )
             assert answer["reply"] == "worth the wait", answer
-            unknown = await probe(client, "tether.host.B.rpc", 12345)
+            assert len(states) >= 5, states  # probed all along (1.5 s at one per 50 ms)
+            assert set(states) == {remote.PENDING}, states
+            unknown = await remote._probe(client, "tether.host.B.rpc", 12345)
             assert unknown == remote.NOT_PENDING
         finally:
             await client.close()
 
     asyncio.run(main())
-    assert len(states) >= 5, states  # probed all along (1.5 s at one per 50 ms)
-    assert set(states) == {remote.PENDING}, states
 
 
 def test_a_verb_in_flight_fails_when_its_hosts_daemon_restarts(
@@ -156,3 +166,50 @@ def test_a_verb_in_flight_fails_when_its_hosts_daemon_restarts(
             await client.close()
 
     asyncio.run(main())
+
+
+def test_a_verb_in_flight_survives_its_hosts_nats_node_dying(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three NATS nodes; B's daemon knows only node 0, the caller is on node 1. With an
+    ask in flight on B, node 0 is killed: B reconnects to another node (no responders
+    for a moment), its reply still comes, and the call returns it: a node's failover is
+    not a host lost. Probed every 50 ms, so the moment without responders is met (one
+    "gone" among ~90 probes in one run of three)."""
+    states = _record_probes(monkeypatch)
+    killed_at: list[int] = []
+    script = tmp_path / "replies.json"
+    replies = [{"text": "ready"}, {"text": "after the failover", "delay_ms": 4000}]
+    script.write_text(json.dumps(replies))
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="tfB"))
+    env = make_env(root)
+    b = DaemonProcess(root, Path(env["TETHER_SOCKET"]), env)
+    try:
+        with run_nats_cluster(tmp_path / "cluster", 3) as cluster:
+            _start_when_cluster_ready(b, cluster.nodes[0].url, "B")
+
+            async def main() -> None:
+                client = await remote.connect(cluster.nodes[1].url)
+                try:
+                    spawn = {"name": "f1", "task": "hi", "provider": "scripted",
+                             "script": str(script), "wait": True}  # fmt: skip
+                    await remote.call_host(client, "B", "agent.spawn", spawn)
+                    status = await remote.call_host(client, "B", "agent.status", {"name": "f1"})
+                    control = Path(str(status["run_dir"])) / "control.jsonl"
+                    ask = {"name": "f1", "message": "across the failover"}
+                    call = asyncio.ensure_future(remote.call_host(client, "B", "agent.ask", ask))
+                    await asyncio.to_thread(_wait_for_line, control, b"across the failover")
+                    cluster.kill(0)  # the only server B knew when it connected
+                    killed_at.append(len(states))
+                    answer = await asyncio.wait_for(call, 60)
+                    assert answer["reply"] == "after the failover", answer
+                finally:
+                    await client.close()
+
+            asyncio.run(main())
+    finally:
+        b.stop(signal.SIGKILL)
+        kill_agents(Path(b.env["TETHER_HOME"]))
+        shutil.rmtree(root, ignore_errors=True)
+    # B answered probes after its node died: it reconnected to another node meanwhile
+    assert remote.PENDING in states[killed_at[0] :], states

@@ -32,11 +32,14 @@ __all__ = ["RemoteClient", "call_host", "cluster_agents", "connect"]
 DEFAULT_TIMEOUT_S = 60.0
 # A call in flight is probed (call_host) from PROBE_AFTER_S on, every PROBE_EVERY_S, each
 # probe answered within PROBE_TIMEOUT_S or counted silent; the host is lost when no
-# daemon answers two probes GONE_AFTER_S apart, or none of its answers came for SILENT_S.
+# daemon answers its probes for GONE_AFTER_S (asked again every GONE_RECHECK_S: a host
+# whose NATS node died has none while it reconnects to another, and its reply still
+# comes), or none of its answers came for SILENT_S.
 PROBE_AFTER_S = 0.5
 PROBE_EVERY_S = 1.0
 PROBE_TIMEOUT_S = 2.0
-GONE_AFTER_S = 0.5
+GONE_AFTER_S = 1.0
+GONE_RECHECK_S = 0.25
 SILENT_S = 6.0
 REPLY_GRACE_S = 0.5  # a reply that came before "not pending" is handed on within this
 PENDING, NOT_PENDING, GONE, SILENT = "pending", "not pending", "gone", "silent"
@@ -124,8 +127,8 @@ def _call_id() -> int:
 class _Watch:
     """Probes a call that waits (from ``PROBE_AFTER_S`` on) and cancels the calling task
     once it is sure the answer will never come, with ``lost`` saying why: the host's
-    daemon is gone (no responders to two probes ``GONE_AFTER_S`` apart: a daemon moving
-    to another NATS node has a moment with none), no longer has the call (it restarted),
+    daemon is gone (no responders for ``GONE_AFTER_S``: a daemon moving to another NATS
+    node has a moment with none), no longer has the call (it restarted),
     or answered no probe for ``SILENT_S`` (a host cut off; or this client's own
     connection). The cancel is the one ``asyncio.timeout`` makes: a call answered at
     once pays for one timer, not for a task and a wait."""
@@ -174,7 +177,7 @@ class _Watch:
                 gone_since = now if gone_since is None else gone_since
                 if now - gone_since >= GONE_AFTER_S:
                     self.lost = "its daemon went away with the call in flight (no responders)"
-                wait = min(GONE_AFTER_S, PROBE_EVERY_S)
+                wait = min(GONE_RECHECK_S, PROBE_EVERY_S)
             else:
                 gone_since = None
             if state is PENDING:
