@@ -51,6 +51,14 @@ def _wait_for_line(path: Path, text: bytes, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
+def _on_b(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """``tether agent --host B ARGS...`` started, its output piped."""
+    argv = [sys.executable, "-m", "tether", "agent", "--host", "B", *args]
+    return subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
 def _record_probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Probes every 50 ms from 50 ms on; the list fills with what each one found."""
     monkeypatch.setattr(remote, "PROBE_AFTER_S", 0.05)
@@ -72,31 +80,36 @@ def test_a_verb_in_flight_fails_promptly_when_its_hosts_daemon_is_killed(
     hosts: dict[str, DaemonProcess],  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    """``tether agent --host B ask`` waiting on a long turn; B's daemon SIGKILLed: the CLI
-    exits 3 with ``shutting_down`` within seconds (it waited 60 s for a timeout before)."""
+    """``tether agent --host B ask`` waiting on a long turn and ``events --follow`` reading
+    B's run from JetStream; B's daemon SIGKILLed: both exit 3 with ``shutting_down`` within
+    seconds (the ask waited 60 s for a timeout before, the follow for ever), as their
+    socket forms end when the daemon dies."""
     env_a = hosts["A"].env
     replies = [{"text": "ready"}, {"text": "too late", "delay_ms": SLOW_REPLY_MS}]
     control = _spawn_on_b(env_a, "k1", tmp_path / "replies.json", replies)
-    asking = subprocess.Popen(
-        [sys.executable, "-m", "tether", "agent", "--host", "B", "ask", "k1", "the slow one",
-         "--json"],
-        env=env_a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    asking = _on_b(env_a, "ask", "k1", "the slow one", "--json")
+    following = _on_b(env_a, "events", "k1", "--after-seq", "0", "--follow", "--json")
     try:
         _wait_for_line(control, b"the slow one")
+        assert following.stdout is not None
+        assert json.loads(following.stdout.readline())["seq"] == 1  # it follows
         hosts["B"].stop(signal.SIGKILL)
         killed = time.monotonic()
-        out, err = asking.communicate(timeout=90)
+        done = [(proc, *proc.communicate(timeout=90)) for proc in (asking, following)]
     finally:
-        if asking.poll() is None:
-            asking.kill()
-            asking.communicate()
+        for proc in (asking, following):
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
     took = time.monotonic() - killed
-    assert asking.returncode == 3, (out, err)
-    error = json.loads(out)["error"]
+    for proc, out, err in done:
+        assert proc.returncode == 3, (out, err)
+        assert "shutting_down" in err, err
+    error = json.loads(done[0][1])["error"]
     assert error["code"] == "shutting_down", error
     assert "went away with the call in flight" in error["message"], error
-    assert took < 20, f"the caller learnt of the loss after {took:.1f} s"
+    assert "went away" in done[1][2], done[1][2]
+    assert took < 20, f"the callers learnt of the loss after {took:.1f} s"
 
 
 def test_a_long_verb_waits_on_while_its_host_answers_the_probes(

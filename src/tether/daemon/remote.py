@@ -27,6 +27,8 @@ from tether.wire.limits import MAX_LINE_BYTES
 if TYPE_CHECKING:
     from nats.aio.client import Client
 
+    from tether.transports.jetstream import JetStreamChannel
+
 __all__ = ["RemoteClient", "call_host", "cluster_agents", "connect"]
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -99,10 +101,9 @@ async def call_host(
     try:
         reply = await client.request(subject, body, timeout=timeout)
     except asyncio.CancelledError:
-        if watch.lost is not None and watch.uncancel():  # our cancel, nobody else's
-            raise DaemonCallError(
-                ErrorCode.SHUTTING_DOWN, f"host {host!r}: {watch.lost}; retry"
-            ) from None
+        lost = watch.taken_back(host)
+        if lost is not None:
+            raise lost from None
         raise
     except NoRespondersError:
         raise DaemonUnavailable(f"no daemon of host {host!r} is in the cluster") from None
@@ -133,7 +134,8 @@ class _Watch:
     connection). The cancel is the one ``asyncio.timeout`` makes: a call answered at
     once pays for one timer, not for a task and a wait."""
 
-    def __init__(self, client: Client, subject: str, call_id: int) -> None:
+    def __init__(self, client: Client, subject: str, call_id: int | None) -> None:
+        # call_id None: no call to ask about, only whether the host is there (a follow)
         self.client = client
         self.subject = subject
         self.call_id = call_id
@@ -159,18 +161,24 @@ class _Watch:
             self._cancelled = False
             self._caller.uncancel()
 
-    def uncancel(self) -> bool:
-        """Take back our cancel of the caller; whether no other cancel is pending."""
-        assert self._caller is not None
+    def taken_back(self, host: str) -> DaemonCallError | None:
+        """On the caller's CancelledError: the error to raise instead when the cancel was
+        ours (the host lost) and nobody else's is pending; None to let it propagate."""
+        if self.lost is None or self._caller is None:
+            return None
         self._cancelled = False
-        return self._caller.uncancel() == 0
+        if self._caller.uncancel():
+            return None
+        return DaemonCallError(ErrorCode.SHUTTING_DOWN, f"host {host!r}: {self.lost}; retry")
 
     async def _probe_until_lost(self) -> None:
         loop = asyncio.get_running_loop()
         heard = loop.time()  # when the host last said it has the call
         gone_since: float | None = None
         while self.lost is None:
-            state = await _probe(self.client, self.subject, self.call_id)
+            state = await _probe(self.client, self.subject, self.call_id or 0)
+            if self.call_id is None and state is NOT_PENDING:
+                state = PENDING  # it answered: it is there
             now = loop.time()
             wait = PROBE_EVERY_S
             if state is GONE:
@@ -267,14 +275,35 @@ class RemoteClient:
     async def _follow(
         self, name: str, after_seq: int, on_event: Callable[[dict[str, Any]], None]
     ) -> dict[str, Any]:
-        from tether.daemon.hosts import events_channel
-        from tether.transports.channel import Entry
         from tether.transports.jetstream import JetStreamChannel
 
         status = await call_host(self._client, self.host, "agent.status", {"name": name})
         channel = JetStreamChannel(self._client, prefix="tether", max_line_bytes=MAX_LINE_BYTES)
+        # ends as a socket follow ends when its daemon dies (new events would not come)
+        watch = _Watch(self._client, rpc_subject(self.host), None)
+        try:
+            return await self._read(channel, str(status["run_id"]), after_seq, on_event, status)
+        except asyncio.CancelledError:
+            lost = watch.taken_back(self.host)
+            if lost is not None:
+                raise lost from None
+            raise
+        finally:
+            watch.stop()
+
+    async def _read(
+        self,
+        channel: JetStreamChannel,
+        run_id: str,
+        after_seq: int,
+        on_event: Callable[[dict[str, Any]], None],
+        status: dict[str, Any],
+    ) -> dict[str, Any]:
+        from tether.daemon.hosts import events_channel
+        from tether.transports.channel import Entry
+
         last = after_seq
-        async for item in channel.tail(events_channel(self.host, str(status["run_id"]))):
+        async for item in channel.tail(events_channel(self.host, run_id)):
             if not isinstance(item, Entry):
                 continue
             try:
