@@ -16,7 +16,9 @@ waiting for controls): the daemon's CPU, and separately the children's summed CP
 
 The echo answers each request with a frame as large as the daemon's answer (the client
 then reads and decodes as much from both); ``echo-req`` (the request's own small frame
-sent back) is reported beside it.
+sent back) is reported beside it, and ``canned``: the same bare server answering every
+request with the daemon's own answer frame, captured once (the client then decodes exactly
+what it decodes from the daemon, so daemon/canned is the daemon's own work alone).
 
 Targets (issue 16): >= 0.8x the echo rate with one client; p99 <= 5 ms with 100 clients
 (issue 7: >= 0.5x, p99 <= 10 ms); idle CPU < 2% of a core.
@@ -41,6 +43,7 @@ from typing import Any
 
 from tether.daemon.aclient import AsyncDaemonClient
 from tether.daemon.protocol import (
+    PREFIX_BYTES,
     FrameDecoder,
     ProtocolError,
     Request,
@@ -58,9 +61,10 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class _Echo(asyncio.Protocol):
-    def __init__(self) -> None:
+    def __init__(self, answer: bytes | None = None) -> None:
         self._decoder = FrameDecoder()
         self._transport: asyncio.Transport | None = None
+        self._answer = answer  # canned: this whole frame for every request
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -69,19 +73,19 @@ class _Echo(asyncio.Protocol):
         assert self._transport is not None
         frame = self._decoder.single(data)  # the daemon's fast path too
         if frame is not None:
-            self._transport.write(encode_frame(frame))
+            self._transport.write(self._answer or encode_frame(frame))
             return
         self._decoder.feed(data)
         while True:
             frame = self._decoder.next_frame()
             if frame is NEED_DATA or isinstance(frame, ProtocolError):
                 return
-            self._transport.write(encode_frame(frame))
+            self._transport.write(self._answer or encode_frame(frame))
 
 
-async def _echo_main(path: str) -> None:
+async def _echo_main(path: str, answer: bytes | None = None) -> None:
     loop = asyncio.get_running_loop()
-    server = await loop.create_unix_server(_Echo, path)
+    server = await loop.create_unix_server(lambda: _Echo(answer), path)
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     async with server:
@@ -356,22 +360,27 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--agents", type=int, default=200, help="idle agents (0: skip)")
     parser.add_argument("--echo-server", help=argparse.SUPPRESS)
+    parser.add_argument("--echo-answer", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:
-        _run(_echo_main(args.echo_server))
+        answer = Path(args.echo_answer).read_bytes() if args.echo_answer else None
+        _run(_echo_main(args.echo_server, answer))
         return
 
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="tb"))
     daemon, daemon_path, echo, echo_path = start_servers(root)
-    method = ""
+    method, canned = "", None
     try:
         method, params = _pick_method(daemon_path, root)
         request = encode_call(1, method, params)
-        size = _answer_size(daemon_path, request)
+        answer = _answer_frame(daemon_path, request)
+        size = len(answer) - PREFIX_BYTES
+        canned, canned_path = _start_canned(root, answer)
         servers = {
             "daemon": (daemon_path, daemon.pid, request),
             "echo": (echo_path, echo.pid, padded_frame(size)),  # answers as large
             "echo-req": (echo_path, echo.pid, request),  # answers the small request
+            "canned": (canned_path, canned.pid, request),  # answers the daemon's answer
         }
         _report(method, size, _measure(args, servers))
         idle = _idle_cpu_percent(daemon.pid, args.idle_seconds)
@@ -396,7 +405,17 @@ def main() -> None:
         if method == "agent.status":
             with contextlib.suppress(Exception):
                 _run(_remove_agents(daemon_path, ["bench"]))
-        stop_servers(root, daemon, echo)
+        stop_servers(root, daemon, echo, *([canned] if canned is not None else []))
+
+
+def _start_canned(root: Path, answer: bytes) -> tuple[subprocess.Popen[bytes], Path]:
+    """The bare server answering every request with ``answer`` (the daemon's, captured)."""
+    answer_file, path = root / "answer.bin", root / "canned.sock"
+    answer_file.write_bytes(answer)
+    argv = [sys.executable, __file__, "--echo-server", str(path), "--echo-answer", str(answer_file)]
+    proc = subprocess.Popen(argv)
+    _wait_for(path, proc)
+    return proc, path
 
 
 def daemon_env(root: Path) -> dict[str, str]:
@@ -455,37 +474,40 @@ def _median(runs: list[dict[str, float]], key: str) -> float:
     return statistics.median(run[key] for run in runs)
 
 
-def _answer_size(path: Path, request: bytes) -> int:
-    async def one() -> int:
+def _answer_frame(path: Path, request: bytes) -> bytes:
+    """The server's whole answer frame (prefix and body) to ``request``."""
+
+    async def one() -> bytes:
         loop = asyncio.get_running_loop()
-        transport, conn = await loop.create_unix_connection(_SizeClient, str(path))
+        transport, conn = await loop.create_unix_connection(_AnswerClient, str(path))
         transport.write(request)
-        size = await conn.size
+        frame = await conn.frame
         transport.close()
-        return size
+        return frame
 
-    return int(_run(one()))
+    return bytes(_run(one()))
 
 
-class _SizeClient(_Client):
-    """Reads one answer frame and says its size."""
+class _AnswerClient(_Client):
+    """Reads one answer frame and keeps it."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.size: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.frame: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
 
     def data_received(self, data: bytes) -> None:
         self._decoder.feed(data)
         frame = self._decoder.next_frame()
-        if isinstance(frame, bytes) and not self.size.done():
-            self.size.set_result(len(frame))
+        if isinstance(frame, bytes) and not self.frame.done():
+            self.frame.set_result(encode_frame(frame))
 
 
 def _report(method: str, size: int, results: dict[tuple[str, int], list[dict[str, float]]]) -> None:
     loop = "uvloop" if _has_uvloop() else "asyncio"
     print(
         f"request: {method}, answer {size} B ({loop}; medians of {len(results['echo', 1])} "
-        "runs); echo: a frame of that size, echo-req: the request's own frame"
+        "runs); echo: a frame of that size, echo-req: the request's own frame, canned: the "
+        "daemon's answer frame"
     )
     header = f"{'server':<8}{'clients':>8}{'rt/s':>12}{'p50 ms':>10}{'p99 ms':>10}"
     print(header + f"{'server CPU us/req':>19}")
@@ -496,7 +518,7 @@ def _report(method: str, size: int, results: dict[tuple[str, int], list[dict[str
             f"{_median(runs, 'cpu_us'):>19.1f}"
         )
     for clients in (1, 100):
-        for echo in ("echo", "echo-req"):
+        for echo in ("echo", "echo-req", "canned"):
             pairs = zip(results["daemon", clients], results[echo, clients], strict=True)
             ratio = statistics.median(d["rate"] / e["rate"] for d, e in pairs)
             print(
@@ -505,7 +527,11 @@ def _report(method: str, size: int, results: dict[tuple[str, int], list[dict[str
             )
     p99 = _median(results["daemon", 100], "p99_ms")
     echo_p99 = _median(results["echo", 100], "p99_ms")
-    print(f"daemon p99 with 100 clients: {p99:.2f} ms (echo {echo_p99:.2f} ms; target <= 5 ms)")
+    canned_p99 = _median(results["canned", 100], "p99_ms")
+    print(
+        f"daemon p99 with 100 clients: {p99:.2f} ms (echo {echo_p99:.2f} ms,"
+        f" canned {canned_p99:.2f} ms; target <= 5 ms)"
+    )
 
 
 def _has_uvloop() -> bool:
