@@ -13,7 +13,7 @@ import pytest
 PROBE = r"""
 import json, os, sys
 from tether import sched
-os.nice(int(sys.argv[2]))
+niced = os.nice(int(sys.argv[2]))  # relative: the runner may be niced already
 before = sched.current_slice_ns()
 granted = sched.request_short_slice({sched.SLICE_ENV: sys.argv[1]})
 read, write = os.pipe()
@@ -24,7 +24,7 @@ if pid == 0:
 os.waitpid(pid, 0)
 child = json.loads(os.read(read, 100))
 print(json.dumps({"before": before, "granted": granted, "after": sched.current_slice_ns(),
-                  "child": child, "nice": os.getpriority(os.PRIO_PROCESS, 0)}))
+                  "child": child, "niced": niced, "nice": os.getpriority(os.PRIO_PROCESS, 0)}))
 """
 
 
@@ -58,7 +58,7 @@ def test_a_short_slice_is_granted_kept_by_forks_and_leaves_nice_alone() -> None:
     got = probe("250", nice=3)
     assert got["before"] != 250_000
     assert got["granted"] == got["after"] == got["child"] == 250_000
-    assert got["nice"] == 3
+    assert got["nice"] == got["niced"]  # what os.nice(3) made it, from wherever it was
 
 
 @needs_custom_slices
