@@ -388,10 +388,15 @@ class AgentRun:
         if inbox:
             self._inbox_dirty = True
         elif self._acks:
-            # A caller waits for an ack: read now, in the watcher's callback, so its answer
-            # is queued before the pumps of the other runs this change woke (their turns'
-            # events can wait a loop pass; the ack is what someone is timing).
+            # A caller waits for an ack: read now, in the watcher's callback, so the call
+            # that waits for it runs in the next loop pass, ahead of the pumps this change
+            # woke (their turns' events can wait a pass; the ack is what someone is timing).
             self.catch_up()
+        else:
+            # Woken a pass later than a caller's ack read in this same dispatch, whatever
+            # order the watcher reported the files in.
+            asyncio.get_running_loop().call_soon(self._wake.set)
+            return
         self._wake.set()
 
     def _watch_process(self, loop: asyncio.AbstractEventLoop) -> None:
