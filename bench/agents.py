@@ -34,6 +34,12 @@ runs; it is started before the first round) and, with ``--before``, ``before``:
   found" error by their dispatcher); through tether, ``handle.follow_up(...)`` until its
   ``control-ack``, while a turn runs (its model call held by the server).
 
+``--burden`` adds a series: the direct run with, beside the CLI, a Python process
+started with it in its own session that imports what a cold adapter child imports
+before its CLI's first answer (:func:`burden_argv`) and nothing else: what the child's
+CPU alone costs the CLI's start-up on these cores, apart from anything tether does in
+series (reported with that process's CPU, ``burden_cpu_ms_p50``).
+
 ``--before SRC`` adds a series: the same tether rounds with the child run from
 another source tree (``PYTHONPATH=SRC`` in its environment, exec'd: never forked from this
 process's fork server, whose template runs this tree; e.g. ``git archive`` of the commit
@@ -42,8 +48,9 @@ before a change), so a change is measured before and after in the same run.
 Targets (issue 12): the adapter adds under 5 ms to an ack and under 10 % to start-up.
 
 Usage: ``.venv/bin/python bench/agents.py [--rounds 3] [--acks 20] [--agent NAME]...
-[--before SRC]`` (the CLIs are looked up on PATH and in ``$TETHER_CI_CACHE/npm``; see
-``.ci/setup``). Keep it short on a shared machine: one agent takes 0.5-2 min.
+[--burden] [--before SRC]`` (the CLIs are looked up on PATH and in
+``$TETHER_CI_CACHE/npm``; see ``.ci/setup``). Keep it short on a shared machine: one
+agent takes 0.5-2 min.
 """
 
 from __future__ import annotations
@@ -241,8 +248,28 @@ def program_of(name: str) -> list[str] | None:
     return find_command(kind, client.command or kind.command)
 
 
-async def direct(name: str, url: str, home: Path, acks: int) -> dict[str, Any]:
-    """The CLI alone: start-up to its first answer, then control round trips."""
+def burden_argv(agent: str) -> list[str]:
+    """A stand-in for a cold adapter child's CPU: this interpreter importing ``tether
+    child``, the presenter, the event log, the driver and ``agent``'s runner, then
+    printing its CPU seconds."""
+    runner = AGENTS[agent].runner.partition(":")[0]
+    modules = (
+        "tether.cli.child",
+        "tether.runtime.child",
+        "tether.runtime.child_io",
+        "tether.runtime.adapters.driver",
+        runner,
+    )
+    report = "import resource; u = resource.getrusage(resource.RUSAGE_SELF)"
+    code = f"import {', '.join(modules)}\n{report}\nprint(u.ru_utime + u.ru_stime)"
+    return [sys.executable, "-c", code]
+
+
+async def direct(
+    name: str, url: str, home: Path, acks: int, *, burden: bool = False
+) -> dict[str, Any]:
+    """The CLI alone: start-up to its first answer, then control round trips; with
+    ``burden``, :func:`burden_argv` runs beside it from its start."""
     cli = CLIS[name]
     client = CLIENTS[cli.client]
     env, args = client.configure(url, home)
@@ -261,13 +288,26 @@ async def direct(name: str, url: str, home: Path, acks: int) -> dict[str, Any]:
         limit=16 * 1024 * 1024,
         start_new_session=True,
     )
+    beside = None
+    if burden:
+        beside = await asyncio.create_subprocess_exec(
+            *burden_argv(client.agent),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
     harness = Direct(proc, cli.jsonrpc)
+    extra: dict[str, float] = {}
     try:
         await cli.prompt(harness, "hello", home, args)
         await harness.until(cli.is_answer)
         first = time.perf_counter() - started
         cpu = sum(cpu_split(proc.pid).values())  # the CLI and what it started
         await harness.until(lambda m: cli.is_idle(harness, m))
+        if beside is not None:
+            said, _ = await beside.communicate()  # its own CPU seconds
+            extra["burden_cpu"] = float(said)
+            beside = None
         trips = []
         for n in range(acks):
             sent = time.perf_counter()
@@ -282,7 +322,10 @@ async def direct(name: str, url: str, home: Path, acks: int) -> dict[str, Any]:
         except TimeoutError:  # claude-code-acp never leaves on EOF
             os.killpg(proc.pid, 9)
             await proc.wait()
-    return {"first": first, "trips": trips, "cli_cpu": cpu}
+        if beside is not None:  # the run failed first
+            beside.kill()
+            await beside.wait()
+    return {"first": first, "trips": trips, "cli_cpu": cpu, **extra}
 
 
 async def through_tether(
@@ -397,15 +440,18 @@ def _cli_start_time(child: int) -> float | None:
     return None
 
 
-async def bench(name: str, rounds: int, acks: int, before: str | None) -> dict[str, Any]:
-    series = ["direct", "cold", "warm"] + (["before"] if before else [])
+async def bench(
+    name: str, rounds: int, acks: int, before: str | None, burden: bool = False
+) -> dict[str, Any]:
+    series = ["direct", "cold", "warm"] + (["burden"] if burden else [])
+    series += ["before"] if before else []
     # each series goes first in turn (the first run of a round is favoured); the script
     # follows that order: a direct run's reply ends at once, a tether run's is held
     # after its first chunk while its acks are timed
     orders = [series[r % len(series) :] + series[: r % len(series)] for r in range(rounds)]
     quick = {"text": ["hi", " there"], "chunk_ms": 1}
     held = {"text": ["hi", " held"], "chunk_ms": HOLD_MS}
-    script = [quick if s == "direct" else held for order in orders for s in order]
+    script = [quick if s in ("direct", "burden") else held for order in orders for s in order]
     out: dict[str, list[Any]] = {s: [] for s in series}
     # the warm runs fork from a running template (as in the daemon); it starts now
     if not await asyncio.to_thread(forkserver.shared_forkserver().wait_ready):
@@ -418,8 +464,9 @@ async def bench(name: str, rounds: int, acks: int, before: str | None) -> dict[s
             for s in order:
                 home = Path(tmp) / f"r{r}-{s}"
                 home.mkdir()
-                if s == "direct":
-                    out[s].append(await direct(name, server.url, home, acks))
+                if s in ("direct", "burden"):
+                    run = direct(name, server.url, home, acks, burden=s == "burden")
+                    out[s].append(await run)
                 else:
                     src = before if s == "before" else None
                     run = through_tether(name, server.url, home, acks, series=s, src=src)
@@ -438,6 +485,12 @@ def report(name: str, data: dict[str, Any]) -> dict[str, Any]:
         "direct_trip_ms_p50": ms(statistics.median(direct_trips)),
         "direct_trip_ms_p99": ms(pct(direct_trips, 0.99)),
     }
+    if "burden" in data:
+        start = [d["first"] for d in data["burden"]]
+        ratios = [t / d for t, d in zip(start, direct_start, strict=True)]
+        row["burden_first_answer_ms"] = [ms(x) for x in start]
+        row["burden_start_overhead_pct"] = round((statistics.median(ratios) - 1) * 100, 1)
+        row["burden_cpu_ms_p50"] = ms(statistics.median(d["burden_cpu"] for d in data["burden"]))
     for series in ("cold", "warm", "before"):
         if series not in data:
             continue
@@ -469,13 +522,17 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object per agent")
     parser.add_argument("--agent", action="append", choices=sorted(CLIS), help="only these")
     parser.add_argument("--before", metavar="SRC", help="also run the child from SRC")
+    parser.add_argument(
+        "--burden", action="store_true", help="also run the CLI beside a cold child's imports"
+    )
     args = parser.parse_args()
     os.environ.setdefault("TETHER_CI_CACHE", "/var/cache/tether-ci")
     for name in args.agent or list(CLIS):
         if program_of(name) is None:
             print(f"{name}: not installed, skipped", file=sys.stderr)
             continue
-        row = report(name, asyncio.run(bench(name, args.rounds, args.acks, args.before)))
+        data = asyncio.run(bench(name, args.rounds, args.acks, args.before, args.burden))
+        row = report(name, data)
         if args.json:
             print(json.dumps(row), flush=True)
             continue
