@@ -145,7 +145,8 @@ class WatchHub:
         if fds != self._readers:
             for fd in self._readers or ():
                 if fd not in fds:
-                    loop.remove_reader(fd)
+                    with contextlib.suppress(Exception):  # inotify failed: it is closed
+                        loop.remove_reader(fd)
             for fd in fds:
                 if fd not in (self._readers or ()):
                     loop.add_reader(fd, self._on_loop)
