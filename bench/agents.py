@@ -40,6 +40,14 @@ before its CLI's first answer (:func:`burden_argv`) and nothing else: what the c
 CPU alone costs the CLI's start-up on these cores, apart from anything tether does in
 series (reported with that process's CPU, ``burden_cpu_ms_p50``).
 
+``--fresh`` adds a series: ``tether.spawn`` as the first call of a new interpreter that
+has imported only ``tether`` (:data:`FRESH`; a fresh ``tether run --agent NAME`` or a
+program's first spawn): its first spawn imports the parent's side of tether (the run
+directory, the index, the supervision; ``tether.spawn`` is lazy) and execs the child,
+neither of which the ``cold`` series, run from this warm process, pays. Timed from the
+call, to the first text delta as the new process sees it (``fresh_spawn_call_ms_p50``:
+until the call returned).
+
 ``--before SRC`` adds a series: the same tether rounds with the child run from
 another source tree (``PYTHONPATH=SRC`` in its environment, exec'd: never forked from this
 process's fork server, whose template runs this tree; e.g. ``git archive`` of the commit
@@ -48,7 +56,7 @@ before a change), so a change is measured before and after in the same run.
 Targets (issue 12): the adapter adds under 5 ms to an ack and under 10 % to start-up.
 
 Usage: ``.venv/bin/python bench/agents.py [--rounds 3] [--acks 20] [--agent NAME]...
-[--burden] [--before SRC]`` (the CLIs are looked up on PATH and in
+[--burden] [--fresh] [--before SRC]`` (the CLIs are looked up on PATH and in
 ``$TETHER_CI_CACHE/npm``; see ``.ci/setup``). Keep it short on a shared machine: one
 agent takes 0.5-2 min.
 """
@@ -328,6 +336,48 @@ async def direct(
     return {"first": first, "trips": trips, "cli_cpu": cpu, **extra}
 
 
+FRESH = """
+import asyncio, json, sys, time
+import tether
+
+async def main(agent, args, argv, env, home):
+    started = time.perf_counter()
+    handle = await tether.spawn(
+        "hello", agent=agent, agent_args=args, argv=argv, env=env, cwd=home,
+        runs_root=home + "/runs", db=home + "/runs.db", close_when_idle=False,
+    )
+    spawned = time.perf_counter() - started
+    from tether.runtime.updates import RunEvent
+    from tether.wire import tag_of
+    async for update in handle.updates():
+        kind = tag_of(type(update.event)) if isinstance(update, RunEvent) else None
+        if kind in ("assistant-text-delta", "exit"):
+            break
+    first = time.perf_counter() - started
+    await handle.cancel()
+    await handle.wait()
+    print(json.dumps({"first": first, "spawned": spawned, "ended": kind == "exit"}))
+
+asyncio.run(main(*json.loads(sys.argv[1])))
+"""
+"""A new interpreter's first ``tether.spawn`` (``--fresh``), given its arguments as JSON."""
+
+
+async def fresh(name: str, url: str, home: Path) -> dict[str, Any]:
+    """The same CLI through tether from a new process's first ``tether.spawn``."""
+    client = CLIENTS[CLIS[name].client]
+    env, args = client.configure(url, home)
+    spec = [client.agent, args, list(client.command) or None, env, str(home)]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", FRESH, json.dumps(spec), stdout=asyncio.subprocess.PIPE
+    )
+    said, _ = await asyncio.wait_for(proc.communicate(), 120)
+    result: dict[str, Any] = json.loads(said)
+    if proc.returncode != 0 or result["ended"]:
+        raise RuntimeError(f"{name}: the fresh run failed: {said!r}")
+    return result
+
+
 async def through_tether(
     name: str, url: str, home: Path, acks: int, *, series: str, src: str | None = None
 ) -> dict[str, Any]:
@@ -441,10 +491,16 @@ def _cli_start_time(child: int) -> float | None:
 
 
 async def bench(
-    name: str, rounds: int, acks: int, before: str | None, burden: bool = False
+    name: str,
+    rounds: int,
+    acks: int,
+    before: str | None,
+    *,
+    burden: bool = False,
+    fresh_too: bool = False,
 ) -> dict[str, Any]:
     series = ["direct", "cold", "warm"] + (["burden"] if burden else [])
-    series += ["before"] if before else []
+    series += (["fresh"] if fresh_too else []) + (["before"] if before else [])
     # each series goes first in turn (the first run of a round is favoured); the script
     # follows that order: a direct run's reply ends at once, a tether run's is held
     # after its first chunk while its acks are timed
@@ -467,6 +523,8 @@ async def bench(
                 if s in ("direct", "burden"):
                     run = direct(name, server.url, home, acks, burden=s == "burden")
                     out[s].append(await run)
+                elif s == "fresh":
+                    out[s].append(await fresh(name, server.url, home))
                 else:
                     src = before if s == "before" else None
                     run = through_tether(name, server.url, home, acks, series=s, src=src)
@@ -485,12 +543,15 @@ def report(name: str, data: dict[str, Any]) -> dict[str, Any]:
         "direct_trip_ms_p50": ms(statistics.median(direct_trips)),
         "direct_trip_ms_p99": ms(pct(direct_trips, 0.99)),
     }
-    if "burden" in data:
-        start = [d["first"] for d in data["burden"]]
+    for series, key in (("burden", "burden_cpu"), ("fresh", "spawned")):
+        if series not in data:
+            continue
+        start = [d["first"] for d in data[series]]
         ratios = [t / d for t, d in zip(start, direct_start, strict=True)]
-        row["burden_first_answer_ms"] = [ms(x) for x in start]
-        row["burden_start_overhead_pct"] = round((statistics.median(ratios) - 1) * 100, 1)
-        row["burden_cpu_ms_p50"] = ms(statistics.median(d["burden_cpu"] for d in data["burden"]))
+        row[f"{series}_first_answer_ms"] = [ms(x) for x in start]
+        row[f"{series}_start_overhead_pct"] = round((statistics.median(ratios) - 1) * 100, 1)
+        extra = "burden_cpu_ms_p50" if series == "burden" else "fresh_spawn_call_ms_p50"
+        row[extra] = ms(statistics.median(d[key] for d in data[series]))
     for series in ("cold", "warm", "before"):
         if series not in data:
             continue
@@ -525,13 +586,19 @@ def main() -> int:
     parser.add_argument(
         "--burden", action="store_true", help="also run the CLI beside a cold child's imports"
     )
+    parser.add_argument(
+        "--fresh", action="store_true", help="also spawn from a new process's first call"
+    )
     args = parser.parse_args()
     os.environ.setdefault("TETHER_CI_CACHE", "/var/cache/tether-ci")
     for name in args.agent or list(CLIS):
         if program_of(name) is None:
             print(f"{name}: not installed, skipped", file=sys.stderr)
             continue
-        data = asyncio.run(bench(name, args.rounds, args.acks, args.before, args.burden))
+        run = bench(
+            name, args.rounds, args.acks, args.before, burden=args.burden, fresh_too=args.fresh
+        )
+        data = asyncio.run(run)
         row = report(name, data)
         if args.json:
             print(json.dumps(row), flush=True)
