@@ -314,21 +314,28 @@ FLOOR_ANSWER_US = 400
 FLOOR_TURN_US = 1500
 
 
+# A bare process that busies the CPU for ``us`` microseconds (the floors' stand-in for work).
+SPIN = (
+    "import os,time\n"
+    "def spin(us):\n"
+    "    end=time.perf_counter()+us/1e6\n"
+    "    while time.perf_counter()<end: pass\n"
+)
+# The child's stand-in: answers each byte after FLOOR_ANSWER_US, then runs a FLOOR_TURN_US turn.
+FLOOR_ECHO = (
+    SPIN
+    + "while os.read(0,1):\n"
+    + f"    spin({FLOOR_ANSWER_US}); os.write(1,b'x'); spin({FLOOR_TURN_US})\n"
+)
+
+
 def wake_floor(samples: int, gap_s: float) -> list[float]:
     """The ack's two wake-ups on a bare pipe pair, shaped like the real path: ping an idle
     process (``gap_s`` after the last answer, so the CPUs went idle) and keep running
     FLOOR_LEAD_US before blocking on its answer; it answers FLOOR_ANSWER_US of CPU after
     its wake-up and then runs FLOOR_TURN_US more (the turn). What is above the sum of the
     work (0.7 ms) is the machine waking a process on another CPU, twice."""
-    code = (
-        "import os,time\n"
-        "def spin(us):\n"
-        "    end=time.perf_counter()+us/1e6\n"
-        "    while time.perf_counter()<end: pass\n"
-        "while os.read(0,1):\n"
-        f"    spin({FLOOR_ANSWER_US}); os.write(1,b'x'); spin({FLOOR_TURN_US})\n"
-    )
-    return pinged(code, samples, gap_s, FLOOR_LEAD_US)
+    return pinged(FLOOR_ECHO, samples, gap_s, FLOOR_LEAD_US)
 
 
 # The daemon's own work on the path, around the child's (the relay below): from reading the
@@ -343,20 +350,9 @@ def path_floor(samples: int, gap_s: float) -> list[float]:
     runs FLOOR_LEAD_US on; the echo answers after FLOOR_ANSWER_US and runs a
     FLOOR_TURN_US turn; the relay works FLOOR_SETTLE_US and answers. What is above the
     serial work (0.75 ms) is the machine waking processes on idle CPUs, four times."""
-    echo = (
-        "import os,time\n"
-        "def spin(us):\n"
-        "    end=time.perf_counter()+us/1e6\n"
-        "    while time.perf_counter()<end: pass\n"
-        "while os.read(0,1):\n"
-        f"    spin({FLOOR_ANSWER_US}); os.write(1,b'x'); spin({FLOOR_TURN_US})\n"
-    )
     relay = (
-        "import os,subprocess,sys,time\n"
-        "def spin(us):\n"
-        "    end=time.perf_counter()+us/1e6\n"
-        "    while time.perf_counter()<end: pass\n"
-        f"child=subprocess.Popen([sys.executable,'-c',{echo!r}],stdin=subprocess.PIPE,"
+        SPIN + "import subprocess,sys\n"
+        f"child=subprocess.Popen([sys.executable,'-c',{FLOOR_ECHO!r}],stdin=subprocess.PIPE,"
         "stdout=subprocess.PIPE,bufsize=0)\n"
         "while os.read(0,1):\n"
         f"    spin({FLOOR_REQUEST_US}); child.stdin.write(b'x'); spin({FLOOR_LEAD_US})\n"
