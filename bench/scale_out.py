@@ -189,7 +189,16 @@ async def ack_round_trips(
             await handle.aclose()
         for daemon in (local, plain):
             await daemon.call("agent.stop", {"name": "w", "mode": "cancel", "timeout_s": 5})
-        return {name: summary(values) for name, values in results.items()}
+        # each round's call over the bare call of the same round: at a high or moving
+        # load a steadier ratio than the ratio of the two medians
+        bare = results["bare NATS request/reply"]
+        return {
+            name: {
+                **summary(values),
+                "paired_x": statistics.median(v / b for v, b in zip(values, bare, strict=True)),
+            }
+            for name, values in results.items()
+        }
     finally:
         echo.kill()
         await echo.wait()
@@ -350,7 +359,7 @@ def report(result: dict[str, Any]) -> None:
         ratio = figures["p50_ms"] / bare
         print(
             f"  {name:<28} p50 {figures['p50_ms']:6.2f} ms  p99 {figures['p99_ms']:6.2f} ms"
-            f"  n {figures['n']:>4}  p50/bare {ratio:4.2f}x"
+            f"  n {figures['n']:>4}  p50/bare {ratio:4.2f}x  paired {figures['paired_x']:4.2f}x"
         )
     # The floor a cross-host steer can have: the relay (a verb over NATS answered at once)
     # plus B's own steer work (its local steer less its local socket call).
