@@ -173,6 +173,32 @@ def test_a_host_may_not_create_change_or_delete_the_streams(tmp_path: Path) -> N
         asyncio.run(main(server))
 
 
+def test_a_jetstream_request_unanswered_at_start_is_a_transport_error(tmp_path: Path) -> None:
+    """A JetStream API request that gets no answer while a channel is set up (here: a
+    host whose login may not look up the commit bucket, so the server drops the request;
+    a busy server looks the same) is a ``TransportError`` naming what could not be read,
+    which ``tether daemon`` reports as "cannot join the cluster: ..."; it escaped as
+    nats-py's bare "nats: timeout" before (seen when a bench started three daemons at
+    load 5.5)."""
+    limited = host_permissions("C").replace('"$JS.API.STREAM.INFO.KV_tether_offsets", ', "")
+    assert limited != host_permissions("C")
+    config = tmp_path / "server.conf"
+    config.write_text(
+        server_config().replace(
+            "users: [",
+            f'users: [\n      {{ user: "hostC", password: "secret-C", permissions: {limited} }},',
+        )
+    )
+
+    async def main(server: NatsServer) -> None:
+        await init_cluster(url_for(server, "op"))
+        with pytest.raises(TransportError, match="cannot read the bucket tether_offsets"):
+            await open_jetstream(url_for(server, "C"), connect_options=host_options("C"))
+
+    with run_nats_server(tmp_path / "js", extra=["-c", str(config)]) as server:
+        asyncio.run(main(server))
+
+
 def test_a_host_cannot_answer_another_hosts_verbs(secured: NatsServer) -> None:
     async def main() -> None:
         import nats

@@ -303,6 +303,8 @@ class JetStreamChannel:
                 ),
                 f"KV_{bucket}",
             )
+        except (NatsError, TimeoutError) as error:  # no answer (a busy server, no right)
+            raise TransportError(f"cannot read the bucket {bucket}: {error!r}") from None
 
     async def _allow_atomic(self, config: StreamConfig) -> None:
         """Turn on atomic batches on an existing stream; without the right to (a host's
