@@ -10,7 +10,9 @@ daemon answering), bounded; the bounds are far above the figures, never a sleep.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -28,6 +30,8 @@ from tests.nats_server import NatsServer, run_nats_cluster
 from tether.daemon import remote
 from tether.daemon.client import DaemonCallError
 from tether.daemon.protocol import ErrorCode
+from tether.daemon.remote_run import spawn_remote
+from tether.errors import ControlRefused
 
 SLOW_REPLY_MS = 600_000  # a turn that outlasts every test here: the ask stays in flight
 
@@ -226,3 +230,49 @@ def test_a_verb_in_flight_survives_its_hosts_nats_node_dying(
         shutil.rmtree(root, ignore_errors=True)
     # B answered probes after its node died: it reconnected to another node meanwhile
     assert remote.PENDING in states[killed_at[0] :], states
+
+
+def test_a_remote_steer_in_flight_when_its_host_dies_is_not_called_refused(
+    hosts: dict[str, DaemonProcess],  # noqa: F811
+    nats: NatsServer,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``RemoteRunHandle.steer`` waiting for the ack of a child that cannot answer (it is
+    stopped), B's daemon SIGKILLed: the steer fails with the host's ``shutting_down``
+    (a ``DaemonCallError``: the control may have landed), not ``ControlRefused``, which
+    would say the control itself was refused."""
+    monkeypatch.setattr(remote, "PROBE_AFTER_S", 0.05)
+    monkeypatch.setattr(remote, "PROBE_EVERY_S", 0.05)
+    monkeypatch.setattr(remote, "GONE_RECHECK_S", 0.05)
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"text": "ready"}, {"text": "never", "delay_ms": 600_000}]))
+    stopped: list[int] = []
+
+    async def main() -> None:
+        handle = await spawn_remote(
+            "hi", host="B", nats_url=nats.url, provider="scripted", script=str(script)
+        )
+        try:
+            status = await asyncio.to_thread(
+                tether, hosts["A"].env, "--host", "B", "status", handle.name, "--json"
+            )
+            shown = json.loads(status.stdout)
+            control = Path(str(shown["run_dir"])) / "control.jsonl"
+            os.kill(int(shown["pid"]), signal.SIGSTOP)  # its ack cannot come
+            stopped.append(int(shown["pid"]))
+            steer = asyncio.ensure_future(handle.steer("are you there"))
+            await asyncio.to_thread(_wait_for_line, control, b"are you there")
+            hosts["B"].stop(signal.SIGKILL)
+            with pytest.raises(DaemonCallError) as failed:
+                await asyncio.wait_for(steer, 60)
+            assert not isinstance(failed.value, ControlRefused)
+            assert failed.value.code is ErrorCode.SHUTTING_DOWN, failed.value
+            assert "went away" in failed.value.message, failed.value.message
+        finally:
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            await handle.release()
+
+    asyncio.run(main())

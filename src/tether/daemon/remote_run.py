@@ -61,6 +61,12 @@ VERBS = {
 }
 # The host's answers to a cancel that mean the run is over (or gone) already.
 ENDED = frozenset({ErrorCode.INVALID_STATUS, ErrorCode.AGENT_NOT_FOUND})
+REFUSALS = frozenset(
+    {*ENDED, ErrorCode.INVALID_PARAMS, ErrorCode.MALFORMED_FRAME, ErrorCode.UNKNOWN_METHOD}
+)
+"""The host's answers that refuse the control itself (:class:`ControlRefused`); any other
+code (``shutting_down``: the host lost with the control in flight, ``busy``, ``internal``)
+is raised as the host's :class:`DaemonCallError`, code and all: the control may have landed."""
 
 
 async def spawn_remote(
@@ -165,6 +171,10 @@ class RemoteRunHandle(RunHandle):
         except DaemonCallError as error:
             if verb == "agent.cancel" and error.code in ENDED:  # nothing left to cancel
                 raise RunEnded(f"{self.host}/{self.name}: {error}") from None
+            if error.code not in REFUSALS:  # the host lost, busy or failing: not this control
+                raise DaemonCallError(
+                    error.code, f"{self.host}/{self.name}: {error.message}"
+                ) from None
             raise ControlRefused(f"{self.host}/{self.name}: {error}") from None
         seq = int(answer["seq"])
         ack = _ack_in(answer, self.run_id, seq)
