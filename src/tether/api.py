@@ -24,7 +24,8 @@ once); ``tether.LocalRunHandle`` (``spawn``) adds the local process (``pid``, ``
 
 from __future__ import annotations
 
-from tether.daemon.remote_run import RemoteRunHandle, spawn_remote
+from typing import TYPE_CHECKING, Any
+
 from tether.runtime.mirror import ChannelError, RunMirror
 from tether.runtime.parent import (
     ControlRefused,
@@ -42,6 +43,11 @@ from tether.runtime.parent import (
     spawn,
 )
 from tether.runtime.sync import SyncRunHandle, open_run, run
+
+if TYPE_CHECKING:
+    from tether.daemon.remote_run import RemoteRunHandle, spawn_remote
+
+_REMOTE = frozenset({"RemoteRunHandle", "spawn_remote"})
 
 __all__ = [
     "ChannelError",
@@ -65,3 +71,16 @@ __all__ = [
     "spawn",
     "spawn_remote",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The remote handle and its spawn, loaded on first use: NATS's side of tether
+    (``tether.daemon.remote_run`` and what it imports, ~20-30 ms here) is not a local
+    run's start-up cost."""
+    if name in _REMOTE:
+        from tether.daemon import remote_run
+
+        value = getattr(remote_run, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tether.api' has no attribute {name!r}")
