@@ -81,3 +81,20 @@ def test_killing_the_stream_leader_loses_and_doubles_nothing(cluster: NatsCluste
             await channel.aclose()
 
     asyncio.run(main())
+
+
+def test_a_channel_opens_on_a_cluster_still_electing_its_leaders(tmp_path: Path) -> None:
+    """Opened the moment the three nodes listen, before JetStream has a meta leader (its
+    lookups get no answer, or 503, for a while): the channel asks again and opens, where
+    it used to fail the host's start with a timeout."""
+    from tether.transports.jetstream import open_jetstream
+
+    async def main(urls: str) -> None:
+        channel = await open_jetstream(urls, prefix="e" + os.urandom(4).hex(), replicas=3)
+        try:
+            assert await channel.append("run.x.events", b'{"n":1}') >= 1
+        finally:
+            await channel.aclose()
+
+    with run_nats_cluster(tmp_path / "cluster", size=3) as fresh:
+        asyncio.run(main(fresh.urls))

@@ -173,13 +173,18 @@ def test_a_host_may_not_create_change_or_delete_the_streams(tmp_path: Path) -> N
         asyncio.run(main(server))
 
 
-def test_a_jetstream_request_unanswered_at_start_is_a_transport_error(tmp_path: Path) -> None:
+def test_a_jetstream_request_unanswered_at_start_is_a_transport_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A JetStream API request that gets no answer while a channel is set up (here: a
     host whose login may not look up the commit bucket, so the server drops the request;
     a busy server looks the same) is a ``TransportError`` naming what could not be read,
     which ``tether daemon`` reports as "cannot join the cluster: ..."; it escaped as
     nats-py's bare "nats: timeout" before (seen when a bench started three daemons at
-    load 5.5)."""
+    load 5.5); after asking again for ``LOOKUP_WAIT_S`` (1 s here, 30 s by default)."""
+    from tether.transports import jetstream
+
+    monkeypatch.setattr(jetstream, "LOOKUP_WAIT_S", 1.0)
     limited = host_permissions("C").replace('"$JS.API.STREAM.INFO.KV_tether_offsets", ', "")
     assert limited != host_permissions("C")
     config = tmp_path / "server.conf"

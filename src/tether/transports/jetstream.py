@@ -28,7 +28,7 @@ import dataclasses
 import logging
 import os
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -78,6 +78,9 @@ ATOMIC_DISABLED = 10174  # JetStream's error code: the stream does not allow ato
 TAIL_PENDING_MSGS = 16_384
 TAIL_PENDING_BYTES = 16 * 1024 * 1024
 RESUBSCRIBE_S = 0.2  # the first pause before a tail subscribes again
+LOOKUP_WAIT_S = 30.0
+"""How long :meth:`JetStreamChannel.ensure` asks again when a stream or bucket lookup gets
+no answer (a cluster still electing its JetStream leaders answers nothing, or 503)."""
 CONNECT_TIMEOUT_S = 10.0  # the first connection, all attempts included
 KNOWN_COMMITS = 65_536  # commit revisions remembered per channel object
 
@@ -141,6 +144,30 @@ async def on_nats_error(error: Exception) -> None:
         log.debug("nats: %s", error)
         return
     log.warning("nats: %s", error)
+
+
+async def _looked_up(lookup: Callable[[], Awaitable[T]], what: str) -> T:
+    """``lookup()``, asked again with back-off while the cluster gives no answer (a
+    timeout, no responders, 503: JetStream not up yet) for up to ``LOOKUP_WAIT_S``; then
+    a ``TransportError``. Any other answer (found, not found, refused) is returned or
+    raised at once."""
+    from nats.errors import NoRespondersError
+    from nats.errors import TimeoutError as NatsTimeout
+    from nats.js.errors import ServiceUnavailableError
+
+    deadline = asyncio.get_running_loop().time() + LOOKUP_WAIT_S
+    pause = 0.25
+    while True:
+        try:
+            return await lookup()
+        except (NatsTimeout, TimeoutError, NoRespondersError, ServiceUnavailableError) as error:
+            if asyncio.get_running_loop().time() + pause > deadline:
+                raise TransportError(
+                    f"cannot read {what}: no answer in {LOOKUP_WAIT_S:.0f} s ({error!r})"
+                ) from None
+            log.info("no answer yet looking up %s (%r): asking again", what, error)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
 
 
 async def created(creation: Awaitable[T], what: str) -> T:
@@ -285,7 +312,9 @@ class JetStreamChannel:
             allow_atomic=True,
         )
         try:
-            info = await self.js.stream_info(self.stream)
+            info = await _looked_up(
+                lambda: self.js.stream_info(self.stream), f"the stream {self.stream}"
+            )
         except NotFoundError:
             await created(self.js.add_stream(config), self.stream)
         except (NatsError, TimeoutError) as error:  # no leader yet, or not allowed to look
@@ -295,7 +324,9 @@ class JetStreamChannel:
                 await self._allow_atomic(info.config)
         bucket = f"{self.prefix}_offsets"
         try:
-            self._offsets = await self.js.key_value(bucket)
+            self._offsets = await _looked_up(
+                lambda: self.js.key_value(bucket), f"the bucket {bucket}"
+            )
         except BucketNotFoundError:
             self._offsets = await created(
                 self.js.create_key_value(
