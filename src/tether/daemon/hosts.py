@@ -177,12 +177,14 @@ async def open_registry(channel: JetStreamChannel, replicas: int) -> Any:
     from nats.js.api import KeyValueConfig
     from nats.js.errors import BucketNotFoundError
 
-    from tether.transports.jetstream import created
+    from tether.transports.jetstream import created, looked_up
 
     js = channel.js
     try:
         try:
-            return await js.key_value(REGISTRY_BUCKET)
+            return await looked_up(
+                lambda: js.key_value(REGISTRY_BUCKET), f"the registry {REGISTRY_BUCKET}"
+            )
         except BucketNotFoundError:
             config = KeyValueConfig(bucket=REGISTRY_BUCKET, history=1, replicas=replicas)
             return await created(js.create_key_value(config), f"KV_{REGISTRY_BUCKET}")

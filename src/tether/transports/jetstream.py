@@ -57,6 +57,7 @@ __all__ = [
     "JetStreamChannel",
     "connect_options",
     "created",
+    "looked_up",
     "on_nats_error",
     "open_jetstream",
     "redacted",
@@ -146,7 +147,7 @@ async def on_nats_error(error: Exception) -> None:
     log.warning("nats: %s", error)
 
 
-async def _looked_up(lookup: Callable[[], Awaitable[T]], what: str) -> T:
+async def looked_up(lookup: Callable[[], Awaitable[T]], what: str) -> T:
     """``lookup()``, asked again with back-off while the cluster gives no answer (a
     timeout, no responders, 503: JetStream not up yet) for up to ``LOOKUP_WAIT_S``; then
     a ``TransportError``. Any other answer (found, not found, refused) is returned or
@@ -312,7 +313,7 @@ class JetStreamChannel:
             allow_atomic=True,
         )
         try:
-            info = await _looked_up(
+            info = await looked_up(
                 lambda: self.js.stream_info(self.stream), f"the stream {self.stream}"
             )
         except NotFoundError:
@@ -324,7 +325,7 @@ class JetStreamChannel:
                 await self._allow_atomic(info.config)
         bucket = f"{self.prefix}_offsets"
         try:
-            self._offsets = await _looked_up(
+            self._offsets = await looked_up(
                 lambda: self.js.key_value(bucket), f"the bucket {bucket}"
             )
         except BucketNotFoundError:
