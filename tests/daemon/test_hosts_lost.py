@@ -242,9 +242,7 @@ def test_a_remote_steer_in_flight_when_its_host_dies_is_not_called_refused(
     stopped), B's daemon SIGKILLed: the steer fails with the host's ``shutting_down``
     (a ``DaemonCallError``: the control may have landed), not ``ControlRefused``, which
     would say the control itself was refused."""
-    monkeypatch.setattr(remote, "PROBE_AFTER_S", 0.05)
-    monkeypatch.setattr(remote, "PROBE_EVERY_S", 0.05)
-    monkeypatch.setattr(remote, "GONE_RECHECK_S", 0.05)
+    states = _record_probes(monkeypatch)
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([{"text": "ready"}, {"text": "never", "delay_ms": 600_000}]))
     stopped: list[int] = []
@@ -269,6 +267,7 @@ def test_a_remote_steer_in_flight_when_its_host_dies_is_not_called_refused(
             assert not isinstance(failed.value, ControlRefused)
             assert failed.value.code is ErrorCode.SHUTTING_DOWN, failed.value
             assert "went away" in failed.value.message, failed.value.message
+            assert remote.GONE in states, states  # lost by its probes, not by a timeout
         finally:
             for pid in stopped:
                 with contextlib.suppress(ProcessLookupError):

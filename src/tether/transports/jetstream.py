@@ -80,8 +80,8 @@ TAIL_PENDING_MSGS = 16_384
 TAIL_PENDING_BYTES = 16 * 1024 * 1024
 RESUBSCRIBE_S = 0.2  # the first pause before a tail subscribes again
 LOOKUP_WAIT_S = 30.0
-"""How long :meth:`JetStreamChannel.ensure` asks again when a stream or bucket lookup gets
-no answer (a cluster still electing its JetStream leaders answers nothing, or 503)."""
+"""How long :func:`looked_up` asks again when a host's lookup of a stream or bucket at its
+start gets no answer (a cluster still electing its JetStream leaders answers nothing, or 503)."""
 CONNECT_TIMEOUT_S = 10.0  # the first connection, all attempts included
 KNOWN_COMMITS = 65_536  # commit revisions remembered per channel object
 
