@@ -137,6 +137,26 @@ def test_redrain_with_forgotten_offsets_only_counts_duplicates(
     assert store.count("r") == 7
 
 
+def test_a_redrain_in_chunks_stores_exactly_the_lines_missing_rows(
+    store: InboxStore, db_path: Path, inbox: Path
+) -> None:
+    # chunks with every row stored, none stored and some stored each take their own path
+    lines = [b'{"type":"progress","text":"step %d"}' % i for i in range(40)]
+    write(inbox, b"\n".join(lines) + b"\n")
+    drain_file(store, inbox, "r")
+    offsets = [m.offset for m in store.messages("r")]
+    gone = offsets[10:20] + offsets[25:26]  # one chunk's rows all gone, another's partly
+    with sqlite3.connect(db_path) as db:
+        db.executemany(
+            "DELETE FROM inbox_messages WHERE run_id = 'r' AND offset = ?", [(o,) for o in gone]
+        )
+    store.forget_offsets()
+    again = drain_file(store, inbox, "r", collect=True, chunk_bytes=len(lines[0]) * 5)
+    assert sorted(m.offset for m in again.messages) == gone
+    assert (again.new, again.duplicates) == (len(gone), len(lines) - len(gone))
+    assert [m.offset for m in store.messages("r")] == offsets
+
+
 def test_runs_are_kept_apart(store: InboxStore, tmp_path: Path) -> None:
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     write(a, LINES[0] + b"\n")

@@ -8,8 +8,9 @@ and stores each chunk's lines and the new offset in ONE ``BEGIN IMMEDIATE``
 transaction. Killed at any instant, a restart resumes at the committed offset: nothing
 lost, nothing duplicated (``INSERT OR IGNORE`` on (run_id, offset) is a second guard).
 
-Inside the transaction the drain first asks which offsets of the chunk are
-already stored and parses only the others, so a re-drain of a file whose rows
+Inside the transaction the drain first counts the chunk's stored rows (one index
+range count; a row exists only at a line's offset) and, when some but not all are
+there, asks which; it parses only the others, so a re-drain of a file whose rows
 exist (the offsets forgotten, or a second drainer racing) skips JSON work.
 If the stored offset moved under us (another drainer), the chunk is rolled
 back and reading restarts from the stored offset.
@@ -204,11 +205,7 @@ class _FileDrain:
             state = store.offset_state(result.run_id)
             if state is not None and (state.offset != self.committed or state.status != STATUS_OK):
                 raise _Moved(state)
-            fresh = items
-            if items:
-                seen = store.existing_offsets(result.run_id, items[0][0], items[-1][0] + 1)
-                if seen:
-                    fresh = [item for item in items if item[0] not in seen]
+            fresh = _unstored(store, result.run_id, items)
             accepted, rejected = build_rows(fresh)
             store.insert_rows(result.run_id, now, accepted, rejected)
             store.save_offset(
@@ -234,6 +231,25 @@ class _FileDrain:
                 stored.sort(key=_by_offset)
             result.messages.extend(stored)
         return True
+
+
+def _unstored(store: InboxStore, run_id: str, items: list[PairItem]) -> list[PairItem]:
+    """The chunk's lines that have no row yet.
+
+    Rows of a run are written only here, one per line, at the line's offset in the
+    run's inbox, so as many rows in the chunk's offset range as it has lines means
+    every line is stored: one index count instead of fetching each offset.
+    """
+    if not items:
+        return items
+    low, high = items[0][0], items[-1][0] + 1
+    stored = store.count_offsets(run_id, low, high)
+    if not stored:
+        return items
+    if stored == len(items):
+        return []
+    seen = store.existing_offsets(run_id, low, high)
+    return [item for item in items if item[0] not in seen]
 
 
 def _by_offset(message: StoredMessage) -> int:

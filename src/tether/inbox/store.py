@@ -295,6 +295,14 @@ class InboxStore:
             return None
         return OffsetState(row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6])
 
+    def count_offsets(self, run_id: str, low: int, high: int) -> int:
+        """How many rows ``run_id`` has at offsets in ``[low, high)`` (an index range count)."""
+        row = self._db.execute(
+            "SELECT count(*) FROM inbox_messages WHERE run_id = ? AND offset >= ? AND offset < ?",
+            (run_id, low, high),
+        ).fetchone()
+        return int(row[0])
+
     def existing_offsets(self, run_id: str, low: int, high: int) -> set[int]:
         """Offsets already stored for ``run_id`` in ``[low, high)``."""
         rows = self._db.execute(
