@@ -156,21 +156,25 @@ def test_oversized_requests_are_refused(agentd: AgentDaemon, dashboard: Dashboar
 
 
 def test_connections_over_the_cap_are_answered_503(agentd: AgentDaemon) -> None:
+    import contextlib
     import socket
 
+    from websockets.sync.client import connect
+
+    agentd.spawn("held", [{"text": "hi"}], task="go")
+    agentd.wait_for("held", lambda s: s["state"] == "ready")
     with start_dashboard(agentd, "--max-connections", "3") as dash:
-        held = [socket.create_connection(("127.0.0.1", dash.port), timeout=30) for _ in range(3)]
-        try:
-            # the server accepts in order, so the three held sockets hold every slot
-            # (each task waits for a request head) when the fourth arrives
+        url = f"ws://127.0.0.1:{dash.port}/api/agents/held/events?token={dash.token}"
+        origin = f"http://127.0.0.1:{dash.port}"
+        with contextlib.ExitStack() as stack:
+            for _ in range(3):  # each socket open and streaming: every slot is busy
+                ws = stack.enter_context(connect(url, origin=origin, open_timeout=20))  # type: ignore[arg-type]
+                assert ws.recv(timeout=20)
             with socket.create_connection(("127.0.0.1", dash.port), timeout=30) as extra:
                 reply = extra.recv(65536)
             assert reply.startswith(b"HTTP/1.1 503"), reply
             assert reply.endswith(b"too many connections\n")
-        finally:
-            for sock in held:
-                sock.close()
-        # the held connections end; their slots come back (the server sees each EOF)
+        # the held connections end; their slots come back (the server sees each close)
         status = 503
         for _ in range(200):
             status, _, _ = request(dash, "GET", "/api/agents", headers=token(dash))

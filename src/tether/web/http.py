@@ -7,8 +7,11 @@ over either the connection is answered 413/400 and closed), the application's
 or h11 says otherwise. A request that asks to become a WebSocket is handed, with the bytes
 that followed it, to ``websocket(request, socket)`` once the application accepts it; the
 :class:`ServerSocket` then speaks :class:`~tether.transports.ws.WsPeer` over the stream.
-Reads wait at most ``IDLE_S`` for a request, so an idle or stalled client costs one task
-for a bounded time.
+A whole request (head and body) must arrive within ``IDLE_S`` of the connection starting to
+wait for it, however the bytes trickle in (a client sending one byte a minute is closed
+like a silent one), so an idle or stalled client costs one task for a bounded time. While
+a connection waits for a request it sits in :class:`Waiting`, oldest first, where a full
+server may close it to admit a newcomer (:func:`tether.web.server.serve`).
 """
 
 from __future__ import annotations
@@ -116,6 +119,28 @@ class ServerSocket:
             await self.writer.drain()
 
 
+class Waiting:
+    """The connections waiting for a request, oldest first: what a full server may close
+    (they hold no work, and nothing a client did not yet prove with its token)."""
+
+    def __init__(self) -> None:
+        self._writers: dict[asyncio.StreamWriter, None] = {}
+
+    def add(self, writer: asyncio.StreamWriter) -> None:
+        self._writers[writer] = None
+
+    def discard(self, writer: asyncio.StreamWriter) -> None:
+        self._writers.pop(writer, None)
+
+    def close_oldest(self) -> bool:
+        """Abort the connection that has waited longest; False when none waits."""
+        for writer in self._writers:
+            del self._writers[writer]
+            writer.transport.abort()
+            return True
+        return False
+
+
 Handler = Callable[[Request], Awaitable[Response]]
 SocketHandler = Callable[[Request, ServerSocket], Awaitable[None]]
 Gate = Callable[[Request], Response | None]
@@ -128,12 +153,19 @@ async def serve_connection(
     gate: Gate,
     handle: Handler,
     websocket: SocketHandler,
+    waiting: Waiting | None = None,
 ) -> None:
-    """Serve requests on one connection; ``gate`` refuses a request before anything else."""
+    """Serve requests on one connection; ``gate`` refuses a request before anything else.
+    While it waits for a request the connection is in ``waiting`` (see :class:`Waiting`)."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+    waiting = waiting if waiting is not None else Waiting()
     try:
         while True:
-            request = await _read_request(conn, reader)
+            waiting.add(writer)
+            try:
+                request = await _read_request(conn, reader)
+            finally:
+                waiting.discard(writer)
             if request is None:
                 return
             refusal = gate(request)
@@ -164,13 +196,17 @@ class _TooLarge(Exception):
 
 
 async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> Request | None:
+    async with asyncio.timeout(IDLE_S):  # the whole request, not each read (slowloris)
+        return await _read_events(conn, reader)
+
+
+async def _read_events(conn: h11.Connection, reader: asyncio.StreamReader) -> Request | None:
     head: h11.Request | None = None
     body = bytearray()
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
-            async with asyncio.timeout(IDLE_S):
-                data = await reader.read(READ_BYTES)
+            data = await reader.read(READ_BYTES)
             conn.receive_data(data)
             if not data and head is None:
                 return None
@@ -237,4 +273,4 @@ async def _upgrade(
         writer.close()
 
 
-__all__ = ["Request", "Response", "ServerSocket", "serve_connection"]
+__all__ = ["Request", "Response", "ServerSocket", "Waiting", "serve_connection"]

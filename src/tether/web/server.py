@@ -3,8 +3,12 @@
 Nothing listens beyond loopback (127.0.0.1) unless ``listen`` names another address; then
 that address is also an allowed Host. The URL printed carries the token; anyone without it
 gets 401 (:mod:`tether.web.security`). At most ``max_connections`` connections are served at
-once (each holds a task and its buffers); one more is answered 503 and closed at once, before
-a byte of its request is read, so a client opening sockets in a loop cannot grow memory.
+once (each holds a task and its buffers). One more is admitted by closing the connection that
+has waited longest for a request (:class:`~tether.web.http.Waiting`: a slow, idle or
+token-less client cannot hold every slot and lock the page out); only when every slot is
+busy (a request being answered, an open WebSocket) is it answered 503 and closed at once,
+before a byte of its request is read, so a client opening sockets in a loop cannot grow
+memory.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import Final, TextIO
 
 from tether.web.app import Dashboard
-from tether.web.http import serve_connection
+from tether.web.http import Waiting, serve_connection
 from tether.web.security import Policy, allowed_hosts, new_token
 
 LOOPBACK = "127.0.0.1"
@@ -43,17 +47,23 @@ async def serve(
     host = listen or LOOPBACK
     holder: list[Dashboard] = []
     open_connections = 0
+    waiting = Waiting()
 
     async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal open_connections
-        if open_connections >= max_connections:
+        if open_connections >= max_connections and not waiting.close_oldest():
             await _refuse_busy(writer)
             return
         open_connections += 1
         try:
             app = holder[0]
             await serve_connection(
-                reader, writer, gate=app.gate, handle=app.handle, websocket=app.websocket
+                reader,
+                writer,
+                gate=app.gate,
+                handle=app.handle,
+                websocket=app.websocket,
+                waiting=waiting,
             )
         finally:
             open_connections -= 1
