@@ -8,7 +8,15 @@ request deadline; the slot test runs a real ``tether dashboard`` beside a real d
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import socket
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from dashboard_support import start_dashboard
@@ -91,3 +99,40 @@ def closed_unanswered(sock: socket.socket) -> bool:
         return sock.recv(65536) == b""
     except ConnectionResetError:
         return True
+
+
+def test_attack_open_keeps_the_token_off_every_command_line(
+    agentd: AgentDaemon, tmp_path: Path
+) -> None:
+    """``--open`` with ``$BROWSER`` a program that records its argv: the token is not in it
+    (every local user can read ``/proc/PID/cmdline``); the browser gets a private file
+    that redirects to the URL (before: the URL with its token was the argument)."""
+    record = tmp_path / "argv.json"
+    browser = tmp_path / "browser"
+    browser.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"open({str(record)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+    )
+    browser.chmod(0o700)
+    agentd.env["BROWSER"] = str(browser)
+    try:
+        with start_dashboard(agentd, "--open") as dash:
+            argv = wait_for_json(record)
+            assert all(dash.token not in arg for arg in argv), argv
+            [uri] = argv
+            page = Path(urlsplit(uri).path)
+            assert dash.token in page.read_text()
+            assert stat.S_IMODE(page.stat().st_mode) == 0o600
+            assert stat.S_IMODE(page.parent.stat().st_mode) == 0o700
+        assert not page.exists()  # removed when the dashboard stopped
+    finally:
+        del agentd.env["BROWSER"]
+
+
+def wait_for_json(path: Path) -> Any:
+    """The JSON the browser double wrote (it writes once, then exits)."""
+    for _ in range(2000):  # bounded: at most 20 s of 10 ms waits for the file to appear
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            return json.loads(path.read_text())
+        time.sleep(0.01)
+    raise AssertionError(f"the browser double never ran ({path} missing)")

@@ -9,18 +9,25 @@ token-less client cannot hold every slot and lock the page out); only when every
 busy (a request being answered, an open WebSocket) is it answered 503 and closed at once,
 before a byte of its request is read, so a client opening sockets in a loop cannot grow
 memory.
+
+``open_browser`` never puts the token on a command line (``/proc/PID/cmdline`` is readable
+by every local user): the browser is given a private file (0600, in the 0700 runtime
+directory) that redirects to the URL, removed when the server stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
+import os
 import signal
 import sys
 import webbrowser
 from pathlib import Path
 from typing import Final, TextIO
 
+from tether import fsafe, paths
 from tether.web.app import Dashboard
 from tether.web.http import Waiting, serve_connection
 from tether.web.security import Policy, allowed_hosts, new_token
@@ -76,9 +83,7 @@ async def serve(
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}/?token={policy.token}"
     print(f"tether dashboard: {url}", file=out, flush=True)
-    if open_browser:
-        with contextlib.suppress(Exception):
-            webbrowser.open(url)
+    page = _open_browser(url, bound) if open_browser else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -89,6 +94,33 @@ async def serve(
             await stop.wait()
     finally:
         await app.aclose()
+        if page is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(page)
+
+
+def _open_browser(url: str, port: int) -> Path | None:
+    """Open ``url`` through a private redirect file (see the module docstring); the file,
+    or None when none could be written (then the printed URL is the way in)."""
+    try:
+        page = paths.ensure_private_dir(paths.runtime_dir()) / f"dashboard-{port}.html"
+        target = html.escape(url)
+        fsafe.replace_file(
+            page,
+            f'<!doctype html><meta http-equiv="refresh" content="0;url={target}">'
+            f'<a href="{target}">tether dashboard</a>\n'.encode(),
+        )
+    except OSError as exc:
+        print(f"tether dashboard: not opening a browser: {exc}", file=sys.stderr)
+        return None
+    # in a thread: a browser command that waits (``$BROWSER``) must not stall the server
+    asyncio.get_running_loop().run_in_executor(None, _open_quietly, page.as_uri())
+    return page
+
+
+def _open_quietly(uri: str) -> None:
+    with contextlib.suppress(webbrowser.Error, OSError):
+        webbrowser.open(uri)
 
 
 async def _refuse_busy(writer: asyncio.StreamWriter) -> None:
