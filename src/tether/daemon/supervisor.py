@@ -141,7 +141,7 @@ class Supervisor:
         self.errors: list[dict[str, str]] = []
         self._registry: AgentRegistry | None = None
         self._hub: WatchHub | None = None
-        self._spawning: set[str] = set()
+        self._spawning: dict[str, asyncio.Future[Any]] = {}  # name -> its spawn
         self._forwarders: dict[str, _Forwarder] = {}
 
     @property
@@ -178,6 +178,10 @@ class Supervisor:
 
     async def shutdown(self) -> None:
         """Stop supervising; the children keep running and a later daemon recovers them."""
+        spawns = list(self._spawning.values())
+        for spawn in spawns:  # a child at its gate then ends (its starter is going)
+            spawn.cancel()
+        await asyncio.gather(*spawns, return_exceptions=True)
         for forwarder in self._forwarders.values():
             forwarder.close()
         await asyncio.gather(*(agent.detach() for agent in self.agents.values()))
@@ -197,15 +201,31 @@ class Supervisor:
     # -- spawn ------------------------------------------------------------------------
 
     async def spawn(self, params: SpawnParams) -> tuple[AgentRun, asyncio.Future[Any] | None]:
-        """Start an agent and wait until it is ready; see the module docstring."""
+        """Start an agent and wait until it is ready; see the module docstring.
+
+        The spawn runs as a task of its own, shielded from the caller: a client that goes
+        away mid-spawn (its call cancelled) leaves an agent, or a refusal that frees the
+        name, never a reserved row that no agent serves and a child stuck at its gate.
+        """
         name = params.name
         if name in self.agents or name in self._spawning:
             raise RpcFailure(ErrorCode.AGENT_EXISTS, f"an agent named {name!r} already exists")
-        self._spawning.add(name)
-        try:
-            return await self._spawn(params)
-        finally:
-            self._spawning.discard(name)
+        task = self._spawning[name] = asyncio.ensure_future(self._spawn(params))
+        task.add_done_callback(lambda _: self._spawned(name, task))
+        return await asyncio.shield(task)
+
+    def _spawned(self, name: str, task: asyncio.Future[Any]) -> None:
+        self._spawning.pop(name, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: a caller that went away never reads it
+
+    async def wait_spawned(self, name: str) -> AgentRun | None:
+        """Until a spawn of ``name`` in progress has ended (whether or not its caller still
+        waits); the agent of that name, None when there is none."""
+        task = self._spawning.get(name)
+        if task is not None:
+            await asyncio.wait([task])
+        return self.agents.get(name)
 
     async def _spawn(self, p: SpawnParams) -> tuple[AgentRun, asyncio.Future[Any] | None]:
         self._check_channel(p.channel_id)

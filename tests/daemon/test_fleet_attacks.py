@@ -1,0 +1,80 @@
+"""The fleet attacked from outside (issue 16's fleet check, bench/fleet_outside.py), small.
+
+Each test is one failure the outside driver found, decided by events (the registry's
+rows, the agent's own futures), never by sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_agents_support import kill_agents
+
+from tether.daemon.registry import AgentRecord
+from tether.daemon.supervisor import SpawnParams, Supervisor
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    """The agents' marker (``TETHER_HOME``); whatever they left is killed at teardown."""
+    path = tmp_path / "home"
+    try:
+        yield path
+    finally:
+        kill_agents(path)
+
+
+def _params(home: Path, name: str) -> SpawnParams:
+    script = home.parent / "replies.json"
+    script.write_text(json.dumps([{"text": "ok"}] * 4))
+    env = {"TETHER_HOME": str(home)}
+    cwd = str(home.parent)
+    return SpawnParams(name=name, provider="scripted", script=str(script), cwd=cwd, env=env)
+
+
+def _on_insert(supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Set once a spawn has reserved its row (it then starts the child, in a thread)."""
+    inserted = asyncio.Event()
+    insert = supervisor.registry.insert
+
+    def insert_and_say(record: AgentRecord) -> None:
+        insert(record)
+        inserted.set()
+
+    monkeypatch.setattr(supervisor.registry, "insert", insert_and_say)
+    return inserted
+
+
+def test_a_spawn_whose_caller_goes_away_still_ends_as_an_agent(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that disconnects mid-spawn cancels its call: the name must not be left
+    reserved by a row no agent serves (spawn says agent_exists, rm agent_not_found), with
+    a child waiting at its gate for good."""
+
+    async def go() -> None:
+        root = home.parent
+        supervisor = Supervisor(db=root / "tether.db", runs_root=root / "runs")
+        try:
+            inserted = _on_insert(supervisor, monkeypatch)
+            call = asyncio.ensure_future(supervisor.spawn(_params(home, "a")))
+            await inserted.wait()
+            call.cancel()  # as the server does when the client's connection is lost
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            agent = await supervisor.wait_spawned("a")
+            assert agent is not None, "the cancelled spawn left no agent"
+            assert agent.state == "ready", agent.state
+            assert [row.name for row in supervisor.registry.list()] == ["a"]
+            await supervisor.remove("a", force=True)
+            again, _ = await supervisor.spawn(_params(home, "a"))
+            assert again.state == "ready"
+            await supervisor.remove("a", force=True)
+        finally:
+            await supervisor.shutdown()
+
+    asyncio.run(go())
