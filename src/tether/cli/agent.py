@@ -13,8 +13,10 @@
     tether agent answer NAME MSG_KEY TEXT | --approve | --deny   (a question in its inbox)
 
 Human output by default, ``--json`` for scripts (one JSON document; ``events --json``
-prints one event per line). ``spawn`` starts the daemon when none is running; the other
-actions say how to start it.
+prints one event per line). Human output carries an agent's text (its events, questions,
+errors), so nothing a terminal would interpret reaches it (:mod:`tether.display.sanitize`);
+``ask``'s answer is cleaned only for a terminal, as ``tether run``'s is. ``spawn`` starts the
+daemon when none is running; the other actions say how to start it.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ def main(argv: list[str], prog: str) -> int:
             return attach(args.socket, args.name)
         return _run(args)
     except DaemonClientError as exc:
-        print(f"tether agent: {exc}", file=sys.stderr)
+        print(_for_terminal(f"tether agent: {exc}"), file=sys.stderr)
         if args.json:
             print(json.dumps({"error": _error_json(exc)}))
         return exc.exit_code
@@ -199,7 +201,14 @@ def _connect(args: argparse.Namespace) -> DaemonClient | RemoteClient:
 
 
 def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
-    print(json.dumps(data) if args.json else human)
+    print(json.dumps(data) if args.json else _for_terminal(human))
+
+
+def _for_terminal(text: str) -> str:
+    """``text`` (an agent's words in it) without escape sequences or control characters."""
+    from tether.display.sanitize import sanitize
+
+    return sanitize(text)
 
 
 # -- actions --------------------------------------------------------------------------------
@@ -344,7 +353,11 @@ def _ask(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
         params["timeout_s"] = args.timeout
     client.settimeout(None if args.timeout is None else args.timeout + CALL_TIMEOUT_S)
     result = client.call("agent.ask", params)
-    _emit(args, result, "" if result.get("timed_out") else result["text"])
+    answer = "" if result.get("timed_out") else result["text"]
+    if args.json or sys.stdout.isatty():
+        _emit(args, result, answer)
+    else:  # the answer itself, byte for byte, into a pipe or a file
+        print(answer)
     return _timed_out(result, args.name)
 
 
@@ -411,7 +424,7 @@ def _print_event(args: argparse.Namespace, event: dict[str, Any]) -> None:
     kind = event.get("type", "?")
     if kind in ("assistant-text-delta", "assistant-thinking-delta"):
         return
-    print(f"{event.get('seq', 0):>6} {kind:<22} {_event_summary(event)}".rstrip())
+    print(_for_terminal(f"{event.get('seq', 0):>6} {kind:<22} {_event_summary(event)}".rstrip()))
 
 
 def _event_summary(event: dict[str, Any]) -> str:
