@@ -5,6 +5,11 @@ each run's permanent log is ``events.jsonl`` in its run directory. ``replay`` fe
 log to a fresh display through the same :class:`~tether.cli.run.DisplayFeed` the live
 ``tether run`` uses, so it renders what the live view rendered. RUN is a run id, a
 unique prefix or suffix of one, or ``latest``.
+
+What ``runs`` and ``show`` print holds a child's words (a sub-agent's task, the final
+answer, its errors), so it goes through :mod:`tether.display.sanitize`: no escape sequence
+or control character reaches the terminal, and ``--json`` lines carry C1 controls as
+``\\u`` escapes (the same JSON).
 """
 
 from __future__ import annotations
@@ -92,9 +97,11 @@ def _runs(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001
         print(f"tether runs: cannot read the run index: {exc}", file=sys.stderr)
         return exits.USAGE  # a set-up problem (a full disk, an unsafe directory)
+    from tether.display.sanitize import escape_c1_json, sanitize
+
     if args.json:
         for record in records:
-            print(json.dumps(_record_json(record), ensure_ascii=False))
+            print(escape_c1_json(json.dumps(_record_json(record), ensure_ascii=False)))
         return 0
     if not records:
         print('no runs yet: start one with `tether run "task"` or `tether demo`')
@@ -103,10 +110,11 @@ def _runs(args: argparse.Namespace) -> int:
     for record in records:
         nested = "  " if record.parent_run else ""
         provider = "/".join(p for p in (record.provider, record.model) if p) or "-"
-        print(
+        line = (
             f"{record.id:22}  {record.status:9}  {_elapsed(record):>7}  "
             f"{provider[:16]:16}  {nested}{_one_line(record.task, 60)}"
         )
+        print(sanitize(line))
     return 0
 
 
@@ -134,16 +142,18 @@ def _show(args: argparse.Namespace) -> int:
     if path is None:
         print(f"tether show: {problem}", file=sys.stderr)
         return exits.USAGE
+    from tether.display.sanitize import escape_c1_json, sanitize
+
     summary = summarise(record, path)
     if args.json:
-        print(json.dumps(summary, ensure_ascii=False, indent=2))
+        print(escape_c1_json(json.dumps(summary, ensure_ascii=False, indent=2)))
         return 0
     for key, value in summary.items():
         if key == "final_text":
             continue
         shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value
-        print(f"{key.replace('_', ' ') + ':':14} {shown}")
-    final = summary.get("final_text") or ""
+        print(sanitize(f"{key.replace('_', ' ') + ':':14} {shown}"))
+    final = sanitize(summary.get("final_text") or "")
     if final:
         print("final answer:")
         for line in final.splitlines()[:40]:
