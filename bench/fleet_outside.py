@@ -45,6 +45,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -91,21 +92,19 @@ class Daemon:
         self.socket = Path(self.env["TETHER_SOCKET"])
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, limits: tuple[int, int] | None = None) -> int:
-        """Start it (under ``(RLIMIT_NOFILE, RLIMIT_NPROC)`` soft limits) until it answers."""
+    def start(self, limit: tuple[str, int] | None = None) -> int:
+        """Start it (under ``("nofile" | "nproc", N)``, soft and hard) until it answers."""
 
         def lower() -> None:
-            if limits is not None:
-                nofile, nproc = limits
-                hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
-                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            if limit is not None:
+                which = {"nofile": resource.RLIMIT_NOFILE, "nproc": resource.RLIMIT_NPROC}
+                resource.setrlimit(which[limit[0]], (limit[1], limit[1]))
 
         argv = [sys.executable, "-m", "tether", "daemon", "--foreground"]
         self.proc = subprocess.Popen(
             [*argv, "--socket", str(self.socket), "--log-level", "WARNING"],
             env=self.env,
-            preexec_fn=lower if limits is not None else None,  # noqa: PLW1509
+            preexec_fn=lower if limit is not None else None,  # noqa: PLW1509
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -379,7 +378,7 @@ async def stop_all(path: Path, names: list[str], clients: int) -> float:
 def check_clean(daemon: Daemon) -> None:
     """After the daemon stopped: nothing of the run is left (module docstring, 7)."""
     left = of_home(daemon.root)
-    check(not left, f"processes left: {left[:10]}")
+    check(not left, f"processes left: {[(pid, _described(pid)) for pid in left[:5]]}")
     held = holding(daemon.root)
     check(not held, f"descriptors into the home left: {held[:10]}")
     check(not daemon.socket.exists(), f"the socket {daemon.socket} is left")
@@ -501,6 +500,14 @@ async def kill_template(path: Path, root: Path, script: Path, daemon_pid: int, c
     return f"template SIGKILLed ({len(templates)}) under {count} spawns: {said}"
 
 
+def _described(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "gone"
+    return f"{stat[:120]} {_cmdline(pid)[:60]!r}"
+
+
 def _cmdline(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -508,39 +515,81 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-async def limits(root: Path, script: Path, nofile: int, nproc: int) -> str:
-    """A daemon of its own under low limits: spawns until refused; it stays up."""
-    sub = root / "limits"
-    sub.mkdir()
-    daemon = Daemon(sub)
-    await asyncio.to_thread(daemon.start, (nofile, nproc))
-    path = daemon.socket
+async def limits(root: Path, script: Path, limit: str) -> str:
+    """A daemon of its own under a low limit (``nofile:N``: ``ulimit -n N``, soft and hard;
+    ``nproc:N``: RLIMIT_NPROC, which binds only a user other than root: the daemon and
+    this client then run as ``nobody``): spawn until refused; it stays up and answers."""
+    kind = limit.partition(":")[0]
+    sub = Path(tempfile.mkdtemp(dir="/tmp", prefix=f"tfl-{kind}-"))
+    script = sub / script.name
+    script.write_text(json.dumps([{"text": REPLY}] * SCRIPT_REPLIES))
+    python, env = [sys.executable], dict(os.environ)
+    if kind == "nproc" and os.geteuid() == 0:
+        os.chown(sub, NOBODY, NOBODY)
+        os.chown(script, NOBODY, NOBODY)
+        python = as_nobody(env)
+    argv = [*python, __file__, "--limits-run", limit, "--root", str(sub)]
+    try:
+        done = await asyncio.to_thread(
+            subprocess.run, argv, check=False, capture_output=True, text=True, env=env, timeout=120
+        )
+    finally:
+        shutil.rmtree(sub, ignore_errors=True)
+    check(done.returncode == 0, f"under {limit}: {done.stdout[-2000:]} {done.stderr[-3000:]}")
+    return done.stdout.strip()
+
+
+def as_nobody(env: dict[str, str]) -> list[str]:
+    """The command that runs this Python as ``nobody`` (``env`` gets the import path): the
+    system's interpreter of the same version, since this one may sit in root's home."""
+    import sysconfig
+
+    import tether
+
+    paths = [str(Path(tether.__file__).parents[1]), sysconfig.get_paths()["purelib"]]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python]
+
+
+NOBODY = 65534
+
+
+async def limited(root: Path, limit: str) -> str:
+    """``--limits-run``: the part of :func:`limits` under the limit (a process of its own)."""
+    kind, _, value = limit.partition(":")
+    daemon = Daemon(root)
+    script = root / "replies.json"
     codes: dict[str, int] = {}
     ready = 0
+    await asyncio.to_thread(daemon.start, (kind, int(value)))
     try:
-        async with await AsyncDaemonClient.open(path) as client:
-            for index in range(nofile):
-                result = await code_of(
-                    client.call("agent.spawn", spawn_params(f"l{index:03d}", sub, script, index))
-                )
+        async with await AsyncDaemonClient.open(daemon.socket) as client:
+            for index in range(400):
+                params = spawn_params(f"l{index:03d}", root, script, index)
+                result = await code_of(client.call("agent.spawn", params))
                 if isinstance(result, dict):
                     ready += 1
                     continue
                 codes[result] = codes.get(result, 0) + 1
-                if codes and sum(codes.values()) >= 5:
+                if sum(codes.values()) >= 5:
                     break
-            check(set(codes) <= {"spawn_failed"}, f"under low limits: {codes}")
-            check(bool(codes), f"{ready} spawned under nofile {nofile}, none refused")
-            check((await client.call("daemon.status", None))["pid"] == daemon.pid, "status")
+            check(set(codes) == {"spawn_failed"}, f"{ready} spawned, then {codes}")
+            status = await client.call("daemon.status", None)
+            check(status["pid"] == daemon.pid, f"daemon.status: {status}")
             rows = await client.call("agent.list", {})
             check(len(rows["agents"]) == ready, f"{len(rows['agents'])} listed, {ready} ready")
-            await stop_all(path, [row["name"] for row in rows["agents"]], 1)
+            names = [row["name"] for row in rows["agents"]]
+            for name in random.sample(names, min(3, len(names))):
+                ack = await client.call("agent.follow_up", {"name": name, "text": "there?"})
+                check(ack["ack"] == "accepted", f"{name} under the limit: {ack}")
+        await stop_all(daemon.socket, names, 1)
         check(daemon.stop() == 0, "the limited daemon's exit")
         check_clean(daemon)
     finally:
         if daemon.proc is not None and daemon.proc.poll() is None:
             daemon.kill()
-    return f"ulimit -n {nofile}, nproc {nproc}: {ready} spawned, then {codes}; daemon answered"
+    return f"{limit}: {ready} spawned, then {codes}; the daemon answered and stopped cleanly"
 
 
 async def restart(daemon: Daemon, names: list[str], pids: dict[str, int]) -> str:
@@ -576,7 +625,12 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--statuses", type=int, default=1000)
     parser.add_argument("--attacks", default="all")
+    parser.add_argument("--limits-run", help=argparse.SUPPRESS)  # see limited()
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.limits_run:
+        print(asyncio.run(limited(args.root, args.limits_run)))
+        return
     attacks = args.attacks.split(",") if args.attacks != "all" else ATTACKS
     print(f"load average before: {uptime()}; {os.cpu_count()} CPUs")
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="tfo"))
@@ -678,7 +732,8 @@ async def attacked(
     if attack == "kill-template":
         return await kill_template(path, root, script, daemon.pid, 24), names
     if attack == "limits":
-        return await limits(root, script, 160, 4096), names
+        said = [await limits(root, script, limit) for limit in ("nofile:200", "nproc:60")]
+        return "; ".join(said), names
     if attack == "restart":
         said = await restart(daemon, names, pids)
         await turn(path, random.choice(names))

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from daemon_helpers import DaemonProcess, probe
 from test_agents_support import kill_agents
 
 from tether.daemon.registry import AgentRecord
@@ -78,3 +82,45 @@ def test_a_spawn_whose_caller_goes_away_still_ends_as_an_agent(
             await supervisor.shutdown()
 
     asyncio.run(go())
+
+
+# A subreaper (the parent a dying daemon's children are given to) that runs the daemon in
+# argv, stops it when stdin says so, then says whether any child came to it: every
+# process the daemon left alive would have.
+_SUBREAPER = r"""
+import ctypes, os, subprocess, sys
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+daemon = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL)
+print(daemon.pid, flush=True)
+sys.stdin.readline()
+daemon.terminate()
+daemon.wait()
+try:
+    pid, _ = os.waitpid(-1, os.WNOHANG)
+except ChildProcessError:
+    print("none left", flush=True)
+else:
+    print("left", pid, flush=True)
+    os.waitpid(-1, 0)
+"""
+
+
+def test_a_stopped_daemon_leaves_no_fork_server_behind(daemon_env: DaemonProcess) -> None:
+    """``tether daemon stop`` returned (and freed the lock) while its fork server's template
+    was still exiting, reparented: an outside check right after the stop saw it alive."""
+    argv = [sys.executable, "-m", "tether", "daemon", "--foreground"]
+    command = [sys.executable, "-c", _SUBREAPER, *argv]
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
+    with subprocess.Popen(command, env=daemon_env.env, text=True, **pipes) as helper:
+        assert helper.stdout is not None
+        try:
+            int(helper.stdout.readline())
+            while not probe(daemon_env.socket, timeout=0.5):  # (as DaemonProcess.wait_ready)
+                assert helper.poll() is None, "the daemon did not start"
+                time.sleep(0.02)
+            # it answers: its start hooks ran, the template is started
+            said, _ = helper.communicate("stop\n", timeout=60)
+        finally:
+            if helper.poll() is None:
+                helper.kill()
+    assert said.strip() == "none left"

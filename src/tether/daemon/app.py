@@ -14,8 +14,9 @@ Who installs what, read top to bottom in :func:`build_daemon`::
 
 :func:`run_daemon` adds the process around it: a short scheduler slice
 (:mod:`tether.sched`), the private socket directory, the lock,
-the socket (:mod:`tether.daemon.lifecycle`), the event loop, the signals and, when asked,
-the link to a cluster of hosts (:mod:`tether.daemon.hosts`). Nothing is
+the socket (:mod:`tether.daemon.lifecycle`), the event loop, the signals, the fork
+server's end at exit and, when asked, the link to a cluster of hosts
+(:mod:`tether.daemon.hosts`). Nothing is
 discovered and no part writes itself into another: each is handed what it needs here.
 """
 
@@ -43,6 +44,7 @@ from tether.daemon.lifecycle import (
 from tether.daemon.pty_agent import PtyFleet
 from tether.daemon.server import Daemon, ServerConfig
 from tether.daemon.supervisor import Supervisor
+from tether.runtime.forkserver import shared_forkserver
 from tether.sched import request_short_slice
 
 if TYPE_CHECKING:
@@ -113,6 +115,7 @@ def run_daemon(
         log.info("tether daemon %d stopped", os.getpid())
         return 0
     finally:
+        shared_forkserver().close()  # its template ends with it (the agents live on)
         with contextlib.suppress(FileNotFoundError):
             socket_path.unlink()
         lock.release()

@@ -24,6 +24,8 @@ request. Children share the template's pages copy-on-write and reach ``ready`` i
   init, so their statuses cannot be known any more: each is then watched through a pidfd
   and ends with ``returncode`` None (as for a re-adopted child: the verdict is the
   child's ``exit`` line). The next spawn starts a new template.
+- :meth:`ForkServer.close` ends the template and waits for it (the daemon, before it
+  exits and frees its lock, so nothing of it outlives it).
 - :meth:`ForkServer.spawn` answers None when no template can serve (it cannot start, it
   died, the request does not fit): the caller execs instead. ``TETHER_FORKSERVER=0``
   turns the fork server off (every child is exec'd); :func:`eligible` says which commands
@@ -75,6 +77,7 @@ ENV_ROOM: Final = 64 * 1024  # and of environment room (a bigger environment is 
 ROOM_ENV: Final = "TETHER_FORKSERVER_ROOM"
 READY_TIMEOUT_S: Final = 20.0  # the template's start (imports) on a loaded machine
 REPLY_TIMEOUT_S: Final = 10.0  # one fork; a template that takes longer is killed
+CLOSE_TIMEOUT_S: Final = 5.0  # a template asked to exit (ForkServer.close)
 WARM_AFTER: Final = 2  # without ``cold``, the spawn that starts the template
 RETRY_AFTER_S: Final = 10.0  # after a template that failed to start, exec this long
 _OFF: Final = frozenset({"0", "off", "no", "false"})
@@ -386,6 +389,23 @@ class ForkServer:
         template = self._template = _start_template()
         self._retry_at = time.monotonic() + RETRY_AFTER_S
         return template
+
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+        """End the template and wait for it (SIGKILL after ``timeout``): it exits when its
+        socket closes, its children keep running. For a process that exits next (the
+        daemon): without it the template would outlive it, reparented, for a moment. A
+        later spawn starts a new template."""
+        with self._lock:
+            template, self._template = self._template, None
+        if template is None:
+            return
+        with contextlib.suppress(OSError):
+            template.sock.shutdown(socket.SHUT_RDWR)
+        try:
+            template.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._kill(template)
+            template.popen.wait()
 
     def _kill(self, template: _Template) -> None:
         with contextlib.suppress(OSError):
