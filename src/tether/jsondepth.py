@@ -12,10 +12,14 @@ Theory of the scan (every pass runs in C, none per byte in Python):
 1. At most ``limit`` opening brackets in all: nothing to do (the common case). They are
    counted by jumping from one to the next in C (memchr), giving up past ``limit``, so a
    line with few brackets costs a memchr pass or two whatever its size.
-2. Remove the strings (a bracket inside a string is text; without a backslash in the data
-   every quote opens or closes one, so a split does it), then every byte but brackets,
+2. Remove the strings (a bracket inside a string is text), then every byte but brackets,
    writing ``(`` for ``[``/``{`` and ``)`` for ``]``/``}``: the depth of a prefix does not
-   depend on the bracket kinds.
+   depend on the bracket kinds. Escapes go first: ``\\\\`` pairs, then ``\\"`` (two
+   ``replace`` calls pair a run of backslashes from its left, as a parser does), after which
+   every quote opens or closes a string. The rest is done one ``SCAN_SLICE`` at a time
+   (split at the quotes, keep what lies outside strings, keep only its brackets), so the
+   scan holds a few copies of the data whatever it holds (one split of a whole line of
+   many short strings, ``[{"a":1},...]``, made a piece per string: ~30x the line).
 3. Delete the adjacent ``()`` pairs, once per level (``bytes.replace`` does not match the
    pairs its own deletions create): after ``k`` passes every subtree at most ``k`` deep
    is gone, so a value still standing after ``limit`` passes is deeper than ``limit``.
@@ -31,7 +35,6 @@ its strings and ours agree.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -40,6 +43,7 @@ from tether.errors import TetherError
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "SCAN_SLICE",
     "SHALLOW_BELOW",
     "TooDeep",
     "check_depth",
@@ -62,8 +66,8 @@ and what it refuses it has recursed into at most this many levels.
 
 T = TypeVar("T")
 
-_STRING_B: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_STRING_S: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+SCAN_SLICE: Final = 65536
+"""Bytes split at their quotes at a time by the depth scan (bounds its pieces)."""
 _ANY: Final = msgspec.json.Decoder()
 _OPEN: Final = ord("(")
 _AS_PARENS: Final = bytes.maketrans(b"[{]}", b"(())")
@@ -89,26 +93,27 @@ def check_depth(data: bytes | bytearray | memoryview | str, limit: int = MAX_JSO
     if isinstance(data, str):
         if _few_openers(data, _OPENERS_S, limit):
             return
-        raw = _without_strings_s(data).encode("utf-8", "surrogatepass")
+        raw = data.encode("utf-8", "surrogatepass")  # multi-byte UTF-8 holds no ASCII
     else:
         raw = data if type(data) is bytes else bytes(data)
         if few_openers(raw, limit):
             return
-        raw = _without_strings_b(raw)
-    if _deeper_than(raw.translate(_AS_PARENS, _NOT_BRACKETS), limit):
+    if _deeper_than(_brackets_outside_strings(raw), limit):
         raise TooDeep(limit)
 
 
-def _without_strings_b(raw: bytes) -> bytes:
+def _brackets_outside_strings(raw: bytes) -> bytes:
+    """The brackets of ``raw`` that lie outside strings, as ``(`` and ``)`` (step 2)."""
     if b"\\" in raw:
-        return _STRING_B.sub(b"", raw)
-    return b"".join(raw.split(b'"')[::2])  # no escapes: each quote opens or closes a string
-
-
-def _without_strings_s(data: str) -> str:
-    if "\\" in data:
-        return _STRING_S.sub("", data)
-    return "".join(data.split('"')[::2])
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    out = []
+    inside = False  # whether the slice starts inside a string
+    for start in range(0, len(raw), SCAN_SLICE):
+        pieces = raw[start : start + SCAN_SLICE].split(b'"')
+        outside = b"".join(pieces[1::2] if inside else pieces[::2])
+        out.append(outside.translate(_AS_PARENS, _NOT_BRACKETS))
+        inside ^= len(pieces) % 2 == 0  # an odd number of quotes flips it
+    return b"".join(out)
 
 
 def few_openers(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
