@@ -28,11 +28,15 @@ Python client (:class:`tether.daemon.aclient.AsyncDaemonClient`), a few through 
    the fork server's template mid-spawn: every spawn answers, as an agent or as
    ``spawn_failed``), ``limits`` (a daemon started under a low ``ulimit -n`` and a low
    RLIMIT_NPROC: spawns fail ``spawn_failed``, the daemon stays up and answers),
-   ``restart`` (SIGKILL of the daemon with every agent alive, then a new one: every agent
-   re-adopted once, same pid, none orphaned, a turn still works).
-7. **stop**: ``agent.stop`` of every agent, ``agent.rm`` of every row, ``tether daemon``
-   stopped; then no process of the run left, no descriptor into its home, no socket, the
-   daemon's lock free.
+   ``restart-mid-spawn`` (SIGKILL of the daemon with 200 spawns under way, then a new one:
+   every acked agent there with its pid, the other names honest rows or free, no process
+   that no row names), ``restart-mid-stop`` (the same with stops under way: each of those
+   agents ended ``done`` or still alive and listed once), ``restart`` (SIGKILL of the
+   daemon with every agent alive, then a new one: every agent re-adopted once, same pid,
+   none orphaned, a turn still works).
+7. **stop**: ``agent.stop`` of every agent, ``agent.rm`` of every row (then no process
+   holds a run's file open, the daemon included), ``tether daemon`` stopped; then no
+   process of the run left, no descriptor into its home, no socket, the daemon's lock free.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from idle import idle_cpu  # bench/idle.py: CPU and wake-ups of processes
 
 from daemon import daemon_env  # bench/daemon.py: a daemon kept under one directory
 from tether.daemon.aclient import AsyncDaemonClient
-from tether.daemon.client import DaemonCallError
+from tether.daemon.client import DaemonCallError, DaemonConnectionLost
 from tether.daemon.protocol import ErrorCode
 
 REPLY = "ok"
@@ -149,6 +153,8 @@ async def code_of(awaitable: Any) -> Any:
         return await awaitable
     except DaemonCallError as exc:
         return exc.code.value
+    except DaemonConnectionLost:
+        return "connection_lost"
 
 
 # -- /proc -----------------------------------------------------------------------------------
@@ -291,6 +297,7 @@ async def turn(path: Path, name: str) -> float:
     """One agent through full turns; the first one's wall time. See the module docstring (5)."""
     took = []
     async with await AsyncDaemonClient.open(path) as client:
+        first = (await client.call("agent.status", {"name": name}))["turn"]
         for verb in ("agent.follow_up", "agent.steer"):  # on an idle agent each starts a turn
             after = int((await client.call("agent.status", {"name": name}))["last_seq"])
             began = time.perf_counter()
@@ -305,7 +312,7 @@ async def turn(path: Path, name: str) -> float:
         answer = await client.call("agent.ask", {"name": name, "text": "again", "timeout_s": 60})
         check(answer.get("text") == REPLY and not answer["timed_out"], f"ask {name}: {answer}")
         status = await client.call("agent.status", {"name": name})
-        check(status["state"] == "ready" and status["turn"] == 3, f"{name} after: {status}")
+        check(status["state"] == "ready" and status["turn"] == first + 3, f"{name}: {status}")
     return took[0]
 
 
@@ -613,6 +620,122 @@ async def restart(daemon: Daemon, names: list[str], pids: dict[str, int]) -> str
     return f"daemon SIGKILLed with {len(names)} alive, back in {took:.1f} s, all re-adopted"
 
 
+async def restart_mid_spawn(daemon: Daemon, script: Path, count: int, clients: int) -> str:
+    """SIGKILL the daemon with ``count`` spawns under way, start another: every acked agent
+    is there with its pid, every other name is an honest row or free, and no process of
+    the home is one that no row names (a child left at its gate)."""
+    names = [f"rs{i:03d}" for i in range(count)]
+    results: dict[str, Any] = {}
+    quarter = asyncio.Event()
+
+    async def part(chunk: list[str]) -> None:
+        async with await AsyncDaemonClient.open(daemon.socket) as client:
+            gate = asyncio.Semaphore(4)
+
+            async def one(name: str) -> None:
+                async with gate:
+                    params = spawn_params(name, script.parent, script, len(results))
+                    results[name] = await code_of(client.call("agent.spawn", params))
+                    if len(results) >= count // 4:
+                        quarter.set()
+
+            await asyncio.gather(*(one(name) for name in chunk))
+
+    spawning = asyncio.gather(*(part(names[i::clients]) for i in range(clients)))
+    await quarter.wait()
+    daemon.kill()
+    await spawning
+    await asyncio.to_thread(daemon.start)
+    rows = await listed(daemon.socket)
+    acked = {n: r for n, r in results.items() if isinstance(r, dict)}
+    for name, result in acked.items():
+        check(
+            name in rows and rows[name]["pid"] == result["pid"], f"acked {name}: {rows.get(name)}"
+        )
+        check(rows[name]["state"] == "ready", f"acked {name} is {rows[name]['state']}")
+    ours = [n for n in names if n in rows]
+    states: dict[str, int] = {}
+    for name in ours:
+        states[rows[name]["state"]] = states.get(rows[name]["state"], 0) + 1
+    free = [n for n in names if n not in rows]
+    for name in free[:5]:
+        result = await code_of(
+            call(daemon.socket, "agent.spawn", spawn_params(name, script.parent, script, 0))
+        )
+        check(isinstance(result, dict), f"free name {name}: {result}")
+        ours.append(name)
+    await until_only_listed(daemon)
+    for name in ours:
+        await call(daemon.socket, "agent.rm", {"name": name, "force": True})
+    return (
+        f"daemon SIGKILLed under {count} spawns ({len(acked)} acked): {states} rows of them "
+        f"after the restart, {len(free)} names free, no process unaccounted for"
+    )
+
+
+async def restart_mid_stop(daemon: Daemon, names: list[str], clients: int) -> tuple[str, list[str]]:
+    """SIGKILL the daemon while ``names`` are being stopped, start another: each ended
+    ``done`` (its process gone) or is alive and listed once with its pid; the survivors."""
+    before = await listed(daemon.socket)
+    answered = asyncio.Event()
+    count = 0
+
+    async def part(chunk: list[str]) -> None:
+        nonlocal count
+        async with await AsyncDaemonClient.open(daemon.socket) as client:
+            for name in chunk:
+                result = await code_of(client.call("agent.stop", {"name": name, "timeout_s": 60}))
+                count += 1
+                if count >= len(names) // 4:
+                    answered.set()
+                if result == "connection_lost":
+                    return
+
+    stopping = asyncio.gather(*(part(names[i::clients]) for i in range(clients)))
+    await answered.wait()
+    daemon.kill()
+    await stopping
+    await asyncio.to_thread(daemon.start)
+    rows = await listed(daemon.socket)
+    ended: dict[str, int] = {}
+    for name in names:
+        row = rows[name]
+        if row["state"] in LIVE:
+            check(row["pid"] == before[name]["pid"], f"{name} has another pid: {row}")
+            check(
+                proc_state(row["pid"]) not in (None, "Z"), f"{name} listed live, its process gone"
+            )
+        else:
+            check(
+                row["state"] == "done", f"{name} stopped ended {row['state']}: {row.get('error')}"
+            )
+            check(proc_state(row["pid"]) in (None, "Z"), f"{name} ended, its process alive")
+            ended[name] = 1
+    for name in ended:
+        await call(daemon.socket, "agent.rm", {"name": name})
+    await until_only_listed(daemon)
+    alive = [n for n in names if n not in ended]
+    said = f"daemon SIGKILLed stopping {len(names)}: {len(ended)} ended done, {len(alive)} alive"
+    return said, alive
+
+
+async def until_only_listed(daemon: Daemon, limit_s: float = 15.0) -> None:
+    """Until every process of the home is the daemon, its template or a listed live
+    agent's (a child whose starter died leaves its gate at once)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        rows = await listed(daemon.socket)
+        known = {row["pid"] for row in rows.values() if row["state"] in LIVE}
+        helpers = set(descendants(daemon.pid))
+        extra = [p for p in of_home(daemon.root) if p not in known | helpers | {daemon.pid}]
+        if not extra:
+            return
+        check(
+            time.monotonic() < deadline, f"unlisted processes: {[_described(p) for p in extra[:3]]}"
+        )
+        await asyncio.sleep(0.1)
+
+
 # -- the run ---------------------------------------------------------------------------------
 
 
@@ -647,7 +770,16 @@ def main() -> None:
     print(f"load average after: {uptime()}")
 
 
-ATTACKS = ["same-name", "disconnect", "kill-children", "kill-template", "limits", "restart"]
+ATTACKS = [
+    "same-name",
+    "disconnect",
+    "kill-children",
+    "kill-template",
+    "limits",
+    "restart-mid-spawn",
+    "restart-mid-stop",
+    "restart",
+]
 
 
 async def run(args: argparse.Namespace, attacks: list[str], daemon: Daemon) -> None:
@@ -663,6 +795,9 @@ async def run(args: argparse.Namespace, attacks: list[str], daemon: Daemon) -> N
     rest = sorted(await listed(daemon.socket))
     stopped = await stop_all(daemon.socket, rest, args.clients)
     check(not await listed(daemon.socket), "rows left after rm")
+    runs = str(daemon.root / "home" / "runs")
+    kept = [(p, t) for p, t in holding(daemon.root) if t.startswith(runs)]
+    check(not kept, f"run files still open with every agent removed: {kept[:5]}")
     code = daemon.stop()
     check(code == 0, f"the daemon exited {code}")
     check_clean(daemon)
@@ -734,6 +869,12 @@ async def attacked(
     if attack == "limits":
         said = [await limits(root, script, limit) for limit in ("nofile:200", "nproc:60")]
         return "; ".join(said), names
+    if attack == "restart-mid-spawn":
+        return await restart_mid_spawn(daemon, script, 200, args.clients), names
+    if attack == "restart-mid-stop":
+        victims = random.sample(names, min(100, len(names) // 4))
+        said, alive = await restart_mid_stop(daemon, victims, args.clients)
+        return said, [n for n in names if n not in victims or n in alive]
     if attack == "restart":
         said = await restart(daemon, names, pids)
         await turn(path, random.choice(names))

@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
 from tether.daemon.agent_state import restore_mirror
 from tether.daemon.registry import AgentRecord, AgentRegistry
 from tether.daemon.turns import MAX_ANSWER_CHARS, AskFailed, TurnAnswer, TurnTracker
 from tether.runtime.mirror import RunMirror
+from tether.runtime.outcome import Timeouts
 from tether.runtime.rundir import append_line
+from tether.runtime.supervise import RunWatch
 from tether.wire import (
     AnyEvent,
     AssistantStreamEnd,
@@ -26,6 +29,7 @@ from tether.wire import (
     Info,
     LlmStart,
     Ready,
+    Result,
     TurnComplete,
     TurnStarted,
     encode,
@@ -148,6 +152,34 @@ def test_snapshot_and_restore_resume_the_mirror(tmp_path: Path) -> None:
     assert restored.receive(encode(ack))[1] is None  # type: ignore[arg-type]
     replayed = restore_mirror("r", None, 0, control)
     assert sorted(replayed.pending) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("killed_after", ["result", "exit"])
+def test_a_snapshot_keeps_the_result_and_exit_it_was_taken_after(
+    tmp_path: Path, killed_after: str
+) -> None:
+    """A daemon killed while an agent was being stopped, after it saved a snapshot past the
+    run's ``result`` (or ``exit``): the next daemon resumes reading after it, so without
+    them in the snapshot it failed a run that ended done ("exited done without a result",
+    found by bench/fleet_outside.py's restart-mid-stop)."""
+    control = tmp_path / "control.jsonl"
+    control.touch()
+    mirror, ev = RunMirror("r"), Events()
+    close = mirror.control(ControlKind.CLOSE)
+    assert isinstance(close, tuple)
+    append_line(control, close[1])
+    events = [ev(Ready), ev(ControlAck, status="accepted", ref=1)]
+    events += [ev(Result, stop_reason="stop", final_text="bye"), ev(Exit, status="done")]
+    cut = 3 if killed_after == "result" else 4
+    for event in events[:cut]:
+        assert mirror.receive(encode(event))[1] is None  # type: ignore[arg-type]
+    stored = msgspec.json.decode(msgspec.json.encode(mirror.snapshot()))  # (a JSON column)
+    restored = restore_mirror("r", stored, mirror.receiver.seq, control)
+    for event in events[cut:]:
+        assert restored.receive(encode(event))[1] is None  # type: ignore[arg-type]
+    verdict = RunWatch(restored, Timeouts(), now=0.0).verdict()
+    assert (verdict.status, verdict.error) == ("done", None)
+    assert verdict.result == events[2]
 
 
 def test_registry_adds_its_new_columns_to_an_old_database(tmp_path: Path) -> None:

@@ -36,6 +36,8 @@ from tether.wire import (
     Sender,
     TurnComplete,
     TurnStarted,
+    decode,
+    encode,
 )
 from tether.wire.messages import CONTROL_TYPES
 from tether.wire.session import (
@@ -68,6 +70,16 @@ def too_large(run: str, offset: int) -> ChannelError:
     return ChannelError(f"event line at offset {offset} is too large; skipped", False, run, offset)
 
 
+def _restored_event(line: object, kind: type[Result] | type[Exit]) -> Any:
+    """A ``result`` or ``exit`` event a snapshot kept (None when it kept none)."""
+    if line is None:
+        return None
+    event = decode(line, "event") if isinstance(line, str) else None
+    if not isinstance(event, kind):
+        raise ValueError(f"the snapshot's {kind.__struct_config__.tag} is {line!r:.80}")
+    return event
+
+
 @dataclass(slots=True)
 class Pending:
     """A control that was sent and not yet acknowledged."""
@@ -96,14 +108,21 @@ class RunMirror:
     # -- snapshot and restore (the daemon keeps a run's mirror across restarts) --------
 
     def snapshot(self) -> dict[str, Any]:
-        """The mirror's state as JSON-safe data, at the receiver seq it has reached."""
-        return {
+        """The mirror's state as JSON-safe data, at the receiver seq it has reached (with
+        the run's ``result`` and ``exit`` events once read: a restore resumes reading after
+        them, and the verdict needs both)."""
+        snap: dict[str, Any] = {
             "state": self.state.value,
             "turn": self.turn,
             "pending": {str(seq): p.kind.value for seq, p in self.pending.items()},
             "final_next": self.session.final_turn,
             "sender_seq": self.sender.seq,
         }
+        for key, event in (("result", self.result), ("exit", self.exit)):
+            line = None if event is None else encode(event)
+            if isinstance(line, bytes):
+                snap[key] = line.decode()
+        return snap
 
     @classmethod
     def restore(cls, run: str, snap: dict[str, Any] | None, last_seq: int) -> RunMirror:
@@ -120,6 +139,8 @@ class RunMirror:
             pending = snap["pending"].items()
             mirror.pending = {int(q): Pending(int(q), ControlKind(k)) for q, k in pending}
             mirror.sender.seq = int(snap["sender_seq"])
+            mirror.result = _restored_event(snap.get("result"), Result)
+            mirror.exit = _restored_event(snap.get("exit"), Exit)
         mirror.receiver.seq = last_seq
         return mirror
 
