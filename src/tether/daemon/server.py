@@ -15,7 +15,8 @@ by their full method name:
 
 Failures map to error codes in one place (:meth:`Connection._answer`): an unknown method
 or namespace is ``unknown_method``, :class:`RpcFailure` carries its own code, any other
-exception is ``internal`` and the daemon stays up. A malformed frame is answered
+exception is ``internal`` and the daemon stays up (a full disk, ``ENOSPC`` or SQLite's
+"database or disk is full", is said as such, with what to do). A malformed frame is answered
 ``malformed_frame`` (with the frame's id when it can be read, else id 0) and the
 connection is closed. A frame that is not completed within ``frame_timeout_s`` of its
 first byte is answered the same way, so a stalled client only ever holds its own
@@ -39,6 +40,7 @@ returns the daemon's pid, uptime and counters. The CLI and the benchmark use it.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import socket
@@ -47,7 +49,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from types import CoroutineType
-from typing import Any, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 import msgspec
 
@@ -439,8 +441,22 @@ def _unknown(request: Request) -> str:
     return f"no handler for method {request.method!r}"
 
 
+_DISK_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
 def _internal(exc: BaseException) -> str:
+    if _disk_full(exc):
+        return (
+            f"the daemon's disk is full ({exc}); free space where its state lives "
+            "(TETHER_HOME) and retry"
+        )
     return f"internal error: {type(exc).__name__}: {exc}"
+
+
+def _disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno in _DISK_FULL
+    return type(exc).__module__ == "sqlite3" and "disk is full" in str(exc)  # SQLITE_FULL
 
 
 class Daemon:

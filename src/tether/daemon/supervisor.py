@@ -455,11 +455,11 @@ class Supervisor:
                     f"agent {name!r} is {agent.state}; stop it first or pass force",
                 )
             await agent.kill("removed (rm --force)")
+        self._forget_row(name)  # first: a row that cannot go (a full disk) keeps the agent
         self.agents.pop(name, None)
         forwarder = self._forwarders.pop(name, None)
         if forwarder is not None:
             forwarder.close()
-        self._forget_row(name)
         return {"name": name, "removed": True, "state": agent.state, "run_dir": str(agent.run.path)}
 
     # -- inbox -> channel -------------------------------------------------------------
