@@ -15,7 +15,9 @@ finalize turn was offered).
 
 Bodies are limited to :data:`MAX_BODY_BYTES` (checked from ``Content-Length`` before
 reading). A client that goes away mid-stream (an interrupted CLI) ends that response
-quietly.
+quietly. Each connection is a thread: one that sends nothing for :data:`IDLE_S` is closed,
+and at most :data:`MAX_CONNECTIONS` are served at once (one more is answered 503 and
+closed), so clients that connect and wait cannot pile up threads without end.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tether.agent.scripted import Reply, load_script
 
 __all__ = [
     "MAX_BODY_BYTES",
+    "MAX_CONNECTIONS",
     "Api",
     "Exchange",
     "ModelServer",
@@ -46,6 +49,12 @@ __all__ = [
 ]
 
 MAX_BODY_BYTES: Final = 64 * 1024 * 1024
+IDLE_S: Final = 30.0
+MAX_CONNECTIONS: Final = 128
+BUSY_RESPONSE: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n"
+    b"content-length: 21\r\nconnection: close\r\n\r\ntoo many connections\n"
+)
 # Pauses are cut into slices this long, so a server shutting down is not held by them.
 PAUSE_SLICE_S: Final = 0.05
 
@@ -222,6 +231,7 @@ class Api(Protocol):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = IDLE_S  # set on the socket: a silent client's read times out, its thread ends
     server: _Server
 
     def do_GET(self) -> None:
@@ -271,6 +281,21 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     owner: ModelServer
+    slots: threading.BoundedSemaphore  # at most this many connections served at once
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(BUSY_RESPONSE)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that drops its connection (a CLI's probe, an interrupt) is normal."""
@@ -292,6 +317,7 @@ class ModelServer:
         port: int = 0,
         log: str | Path | None = None,
         apis: Sequence[Api],
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.script = script
         self.apis = tuple(apis)
@@ -300,6 +326,7 @@ class ModelServer:
         self._lock = threading.Condition()
         self._httpd = _Server((host, port), _Handler)
         self._httpd.owner = self
+        self._httpd.slots = threading.BoundedSemaphore(max_connections)
         self._thread: threading.Thread | None = None
 
     @property
