@@ -56,6 +56,11 @@ SETUPS: dict[str, Setup] = {
         CLIENTS["claude-code-acp"], "acp", cli_match=("claude-code-acp",), reports_usage=False
     ),
 }
+# Claude Code has its own tests (test_claude.py); bench/agents_check.py plays every CLI.
+CHECKED: dict[str, Setup] = {
+    "claude": Setup(CLIENTS["claude"], "claude", cli_match=("--input-format",)),
+    **SETUPS,
+}
 
 
 class World:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from tether.runtime.adapters.registry import AGENTS, search_path
+from tether.wire.usage import add_usage
 
 MARK = "TETHER_TEST_MARK"
 CI_CACHE = "/var/cache/tether-ci"  # .ci/setup's default for $TETHER_CI_CACHE
@@ -112,26 +113,40 @@ def read_events(path: Path) -> list[Event]:
 
 
 def check_wire(events: list[Event], controls: list[Event]) -> None:
-    """The invariants a parent relies on, checked on one run's events.jsonl."""
+    """The invariants a parent relies on, checked on one run's events.jsonl.
+
+    Every line is a valid v1 event; ``ready`` first, one ``exit`` last, seqs 1..n; each
+    control acked exactly once, before anything it causes (an injection naming it, a turn
+    it opens, the exit of a cancel or finalize); turns paired in order, each closed with
+    a stop reason and usage; ``result`` exactly once, right before ``exit done`` (none
+    otherwise) with the run's summed usage; a failed or timed-out exit says why.
+    """
+    from tether.wire.codec import Rejection, decode_event
+
+    for event in events:
+        decoded = decode_event(json.dumps(event))
+        assert not isinstance(decoded, Rejection), (event, decoded)
     kinds = [e["type"] for e in events]
     assert kinds[0] == "ready", kinds[:3]
     assert kinds[-1] == "exit", kinds[-3:]
     assert kinds.count("exit") == 1
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    acks = Counter(e["ref"] for e in events if e["type"] == "control-ack" and "ref" in e)
-    for control in controls:
-        assert acks[control["seq"]] == 1, f"control {control} acked {acks[control['seq']]} times"
-    status = events[-1]["status"]
-    if status == "done":
+    _check_acks(events, controls)
+    _check_turns(events)
+    exit_event = events[-1]
+    if exit_event["status"] == "done":
         assert kinds.count("result") == 1
         assert kinds[-2] == "result"
     else:
         assert "result" not in kinds
-    started = [e["turn"] for e in events if e["type"] == "turn-started"]
-    completed = [e["turn"] for e in events if e["type"] == "turn-complete"]
-    assert completed == started[: len(completed)]
-    assert len(started) - len(completed) <= 1
-    # each control's ack comes before anything it causes: a turn it starts, its injection
+        if exit_event["status"] != "cancelled":
+            assert exit_event.get("error"), exit_event
+
+
+def _check_acks(events: list[Event], controls: list[Event]) -> None:
+    acks = Counter(e["ref"] for e in events if e["type"] == "control-ack" and "ref" in e)
+    for control in controls:
+        assert acks[control["seq"]] == 1, f"control {control} acked {acks[control['seq']]} times"
     position = {e["seq"]: i for i, e in enumerate(events)}
     ack_at = {
         e["ref"]: position[e["seq"]] for e in events if e["type"] == "control-ack" and "ref" in e
@@ -140,6 +155,27 @@ def check_wire(events: list[Event], controls: list[Event]) -> None:
         ref = event.get("ref")
         if event["type"] in ("steering-injected", "follow-up-injected") and ref in ack_at:
             assert ack_at[ref] < position[event["seq"]], event
+    ends = {"cancel", "finalize", "close"}
+    for control in controls:
+        if control["type"] in ends and control["seq"] in ack_at:
+            assert ack_at[control["seq"]] < len(events) - 1, control
+
+
+def _check_turns(events: list[Event]) -> None:
+    started = [e["turn"] for e in events if e["type"] == "turn-started"]
+    completed = [e for e in events if e["type"] == "turn-complete"]
+    assert [e["turn"] for e in completed] == started[: len(completed)]
+    assert len(started) - len(completed) <= 1
+    for turn in completed:
+        assert turn["stop-reason"], turn
+    result = next((e for e in events if e["type"] == "result"), None)
+    if result is not None and "usage" in result:
+        total: dict[str, int] = {}
+        for turn in completed:
+            add_usage(total, turn.get("usage", {}))
+        assert {k: v for k, v in result["usage"].items() if v} == {
+            k: v for k, v in total.items() if v
+        }, (result["usage"], total)
 
 
 @contextlib.contextmanager

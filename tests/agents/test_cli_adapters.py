@@ -140,11 +140,10 @@ def test_steer_and_follow_up_during_a_tool(make_world: Worlds) -> None:
     followed = of(events, "follow-up-injected")
     assert [e["text"] for e in steered] == ["ALSO CHECK THE TESTS"]
     assert [e["text"] for e in followed] == ["AND THEN SUMMARIZE"]
-    turns = len(of(events, "turn-started"))
-    if world.setup.agent in ("pi", "codex"):
-        assert turns == 1  # native steer: both joined the running turn
-    else:
-        assert turns == 2  # ACP: the steer waited and opened the next prompt
+    # one turn: native steers join the running one; ACP's steer waits for the prompt to
+    # end and opens the next prompt of the same turn (a turn ending with a steer queued
+    # looked idle to the parent, whose automatic close then refused the follow-up)
+    assert len(of(events, "turn-started")) == 1
     texts = world.all_model_texts()
     assert "ALSO CHECK THE TESTS" in texts
     assert "AND THEN SUMMARIZE" in texts

@@ -235,6 +235,16 @@ def test_codex_interrupt_before_the_turn_id_and_failed_turns() -> None:
     codex.receive({"id": 5, "result": {"turn": {"id": "t2"}}})
     out = codex.receive({"method": "turn/completed", "params": {"turn": failed}})
     assert out[-1] == Ended("error", Usage(), "model exploded")
+    # Codex 0.171.0 sends a failed turn's error twice (an `error` notification, then in
+    # turn/completed, as for a max_output_tokens stop): it is shown once
+    codex.start_turn(Injection("once more"))
+    codex.receive({"id": 6, "result": {"turn": {"id": "t3"}}})
+    cut = {"message": "Incomplete response returned, reason: max_output_tokens"}
+    noted = codex.receive({"method": "error", "params": {"error": cut, "willRetry": False}})
+    failed = {"id": "t3", "status": "failed", "error": cut}
+    out = noted + codex.receive({"method": "turn/completed", "params": {"turn": failed}})
+    assert [e["error"] for e in shown(out) if e["type"] == "error"] == [cut["message"]]
+    assert out[-1] == Ended("error", Usage(), cut["message"])
 
 
 def test_codex_approvals_are_declined_and_asked_and_unknown_requests_refused() -> None:

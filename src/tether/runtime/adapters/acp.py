@@ -16,7 +16,7 @@ requests; the response's ``stopReason`` ends each (``end_turn`` -> ``stop``,
 ``_meta.quota.token_count``) is the usage.
 
 - steer: ACP cannot add a message to a running prompt; the steer stays queued and opens
-  the next prompt when the current one ends (the presenter's leftover turn);
+  the next prompt, in the same turn, when the current one ends (as a follow-up does);
 - follow-up: the driver sends the next ``session/prompt`` when the current one ends;
 - interrupt (finalize) and abort: the ``session/cancel`` notification (no permission
   request is ever left pending: each is answered at once). ACP cannot run a prompt

@@ -112,6 +112,7 @@ class CodexTranslator:
         self._usage = Usage()
         self._stop = "stop"
         self._error: str | None = None
+        self._shown_error: str | None = None  # Codex sends a failed turn's error twice
         self._steers: dict[int | str, Injection] = {}
         self._held: list[Injection] = []  # steers waiting for the turn id
         self._next_opening: list[Injection] = []  # refused steers: the next Codex turn
@@ -126,6 +127,7 @@ class CodexTranslator:
         """Open a Codex turn with ``opening`` (announced by the driver)."""
         self.turn_open, self.turn, self._interrupt = True, None, False
         self._usage, self._stop, self._error = Usage(), "stop", None
+        self._shown_error = None
         return [self._turn_start(opening.text)]
 
     def _turn_start(self, text: str) -> Send:
@@ -322,7 +324,8 @@ class CodexTranslator:
         out = self._close_call(self._stop, None)
         if self._stop == "error":
             self._error = text_of(field(turn, "error", "message")) or "codex: the turn failed"
-            out.append(Show({"type": "error", "error": self._error, "source": "agent"}))
+            if self._error != self._shown_error:
+                out.append(Show({"type": "error", "error": self._error, "source": "agent"}))
         self.turn = None
         return out + self._maybe_end()
 
@@ -339,6 +342,7 @@ class CodexTranslator:
         message = text_of(field(params, "error", "message")) or "codex reported an error"
         if params.get("willRetry") is True:
             return [Show({"type": "info", "summary": f"codex will retry: {message}"})]
+        self._shown_error = message
         return [Show({"type": "error", "error": message, "source": "agent"})]
 
 

@@ -16,8 +16,9 @@ end of the CLI's turn, or fail the set-up.
 - :meth:`run_turn` opens a turn with the opening message, then until the CLI's turn
   ends: steers (and, where the CLI takes them natively, follow-ups) go to the
   translator's ``inject`` as the presenter queues them; finalize's interrupt goes to
-  ``interrupt`` once. When the CLI's turn ends, queued follow-ups open the next CLI turn
-  of the same tether turn (unless the turn was interrupted); usage is summed across them.
+  ``interrupt`` once. When the CLI's turn ends, queued follow-ups (and the steers of a
+  CLI that takes none mid-turn: ACP) open the next CLI turn of the same tether turn
+  (unless the turn was interrupted); usage is summed across them.
 - finalize's last turn: with ``Traits.final_args`` the CLI is closed and started again
   with those arguments (Claude Code: ``--resume SESSION --tools ""``, the same
   conversation with no tools), hand-shake included; without, it runs in the same CLI.
@@ -237,7 +238,7 @@ class TranslatingRunner:
                 error = self._dead or f"{self.traits.name} went away"
                 return TurnOutcome("error", turn.usage.to_wire(), error)
             if not turn.interrupted and ended.stop_reason not in ("aborted", "error"):
-                follow_ups += control.take_follow_ups()
+                follow_ups += self._queued(control)
             if not follow_ups or turn.interrupted:
                 return TurnOutcome(ended.stop_reason, turn.usage.to_wire(), ended.error)
             item = follow_ups.pop(0)
@@ -255,6 +256,16 @@ class TranslatingRunner:
                 self._take(control)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(turn.ended.wait(), POLL_BUSY_S)
+
+    def _queued(self, control: TurnControl) -> list[Injection]:
+        """What opens the next CLI turn when one ends: the follow-ups, and the steers of
+        a CLI that cannot take them during its turn (ACP), in the order they came.
+
+        They stay in the same tether turn: ending it with a steer still queued would show
+        the parent an idle child (whose automatic ``close`` then refuses what follows).
+        """
+        items = [] if self.traits.steer else control.take_steering()
+        return sorted([*items, *control.take_follow_ups()], key=lambda i: i.ref or 0)
 
     def _take(self, control: TurnControl) -> None:
         items: list[Injection] = []

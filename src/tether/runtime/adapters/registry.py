@@ -92,7 +92,7 @@ _ACP_CONTROLS = {
     "steer": (
         E,
         "ACP cannot add to a running prompt: the steer waits until the current "
-        "session/prompt ends and is sent as the next one",
+        "session/prompt ends and is sent as the next one, within the same turn",
     ),
     "follow_up": (E, "the next session/prompt, within the same turn, when the current one ends"),
     "finalize": (
