@@ -30,6 +30,10 @@ CANCELLED: Final = 3
 FAILED: Final = 4
 TIMED_OUT: Final = 5
 
+EARLY_SIGNALS: Final[list[int]] = []
+"""The signals ``tether run`` got before its own handling was in place, in order: recorded
+by :func:`tether.cli.entrypoint`, acted on by the run once its child has started."""
+
 BY_STATUS: Final = {"done": OK, "cancelled": CANCELLED, "failed": FAILED, "timed-out": TIMED_OUT}
 """A run's final status -> the exit status (an unknown status is a failure)."""
 

@@ -217,3 +217,98 @@ def test_sigterm_after_the_run_ended_does_not_kill_it(env: dict[str, str], tmp_p
     proc.stdout.close()
     assert proc.wait(TIMEOUT) == 0
     assert (first + rest).decode().strip() == answer
+
+
+def test_the_exit_code_is_kept_while_the_interpreter_shuts_down(env: dict[str, str]) -> None:
+    """Shutting down restores the default action (death, -15) of every signal with a Python
+    handler but leaves an ignored one ignored, so once the code is decided the three
+    stopping signals must be ignored: an atexit hook sees what shutting down will see."""
+    probe = (
+        "import atexit, signal, sys\n"
+        "def seen():\n"
+        "    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)\n"
+        "    names = [signal.getsignal(s) for s in sigs]\n"
+        "    print('ignored' if all(h == signal.SIG_IGN for h in names) else names)\n"
+        "atexit.register(seen)\n"
+        "sys.argv = ['tether', *sys.argv[1:]]\n"
+        "from tether.cli import entrypoint\n"
+        "entrypoint()\n"
+    )
+    for argv in (["runs"], ["show", "no-such-run"]):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=env["HOME"],
+            timeout=TIMEOUT,
+            check=False,
+        )
+        assert done.returncode in CONTRACT, done
+        assert done.stdout.strip().splitlines()[-1] == "ignored", done
+
+
+def test_a_sigterm_as_the_child_starts_cancels_the_run(env: dict[str, str], tmp_path: Path) -> None:
+    """A SIGTERM that lands while ``tether run`` is still starting its child (before its
+    own handling is in place) is acted on once it is: the child is cancelled and the run
+    recorded ``cancelled``, exit 3, nothing left running. Raising where the signal landed
+    left the run's row ``starting`` and, inside msgspec building a decoder, crashed."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "slow", "delay_ms": 60_000}]))
+    argv = ["run", "--no-stdin", "--provider", "scripted", "--script", str(script), "task"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        _wait_for_child(env, proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(TIMEOUT) == 3
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stderr is not None
+        stderr = proc.stderr.read()
+        proc.stderr.close()
+    assert b"Traceback" not in stderr, stderr
+    assert _left_running(env) == []
+    runs = [json.loads(line) for line in tether(env, "runs", "--json").stdout.splitlines()]
+    assert [run["status"] for run in runs] == ["cancelled"], runs
+
+
+def _tether_processes(env: dict[str, str]) -> list[tuple[int, str]]:
+    """Processes started with this test's TETHER_HOME: (pid, command line)."""
+    marker = f"TETHER_HOME={env['TETHER_HOME']}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        found.append((int(entry.name), cmdline))
+    return found
+
+
+def _wait_for_child(env: dict[str, str], proc: subprocess.Popen[bytes]) -> None:
+    """Until a ``tether child`` of this test exists (the parent is then mid-start)."""
+    deadline = time.monotonic() + TIMEOUT
+    while not any(pid != proc.pid for pid, _ in _tether_processes(env)):
+        assert proc.poll() is None, "tether run ended before starting its child"
+        assert time.monotonic() < deadline, "tether run never started its child"
+        time.sleep(0.001)
+
+
+def _left_running(env: dict[str, str]) -> list[tuple[int, str]]:
+    """This test's processes still alive (zombies are gone once reaped by init)."""
+    deadline = time.monotonic() + TIMEOUT
+    while (left := _tether_processes(env)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left

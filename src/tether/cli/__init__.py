@@ -74,7 +74,7 @@ def entrypoint() -> None:
     traceback, 1 or a shell's 128+N."""
     from tether import exits
 
-    _stop_on_signals()
+    _stop_on_signals(record=sys.argv[1:2] == ["run"])
     try:
         code = main()
         sys.stdout.flush()
@@ -90,7 +90,18 @@ def entrypoint() -> None:
         code = exits.for_exception(exc)
         if code != exits.CANCELLED:
             _report(exc)
+    _ignore_late_signals()
     sys.exit(code)
+
+
+def _ignore_late_signals() -> None:
+    """The exit code is decided: a signal while the interpreter shuts down must not turn
+    it into 128+N. Shutting down restores the default action of every signal with a
+    Python handler, which kills, but leaves an ignored one ignored."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 class _Stopped(KeyboardInterrupt):
@@ -99,12 +110,26 @@ class _Stopped(KeyboardInterrupt):
     does for Ctrl-C runs for these signals too."""
 
 
-def _stop_on_signals() -> None:
+def _stop_on_signals(*, record: bool = False) -> None:
+    """SIGTERM and SIGHUP stop a command as Ctrl-C does, by raising where it is.
+
+    ``tether run`` instead records them, and Ctrl-C too, in ``exits.EARLY_SIGNALS``, and acts
+    on them once its child has started and its own handling is in place: an exception
+    raised wherever the signal lands could leave a half-started child behind, and one
+    raised inside a native extension's callback (msgspec building a decoder at import
+    time) has crashed the interpreter.
+    """
     import signal
+
+    from tether.exits import EARLY_SIGNALS
 
     def stop(signum: int, _frame: object) -> None:
         raise _Stopped(signal.Signals(signum).name)
 
+    if record:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, lambda signum, _frame: EARLY_SIGNALS.append(signum))
+        return
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
 

@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from tether import exits
@@ -140,6 +141,8 @@ def finalize_after(deadline: float | None, before: float | None) -> float | None
 async def _main(args: argparse.Namespace, task: str) -> int:
     from tether.runtime.parent import SpawnError, spawn
 
+    if exits.EARLY_SIGNALS:  # stopped before anything started
+        return exits.CANCELLED
     child_args = list(args.child_arg)
     if args.script is not None:
         child_args += ["--script", _absolute(args.script)]
@@ -161,18 +164,26 @@ async def _main(args: argparse.Namespace, task: str) -> int:
         return _refused(args, str(exc), exits.FAILED)
     except OSError as exc:  # nothing could start: an unsafe directory, a full disk...
         return _refused(args, f"cannot start the run: {_os_error(exc)}", exits.USAGE)
-    # The display (and, for a terminal, rich) is imported once the child is starting: its
-    # import overlaps the child's start-up instead of delaying it. The child's first
-    # events wait in its file until the display reads them.
-    display = _open_display(args)
-    presenter = DisplayFeed(display)
-    controls = _Controls(handle, display, read_stdin=not args.no_stdin)
+    try:
+        # The display (and, for a terminal, rich) is imported once the child is starting:
+        # its import overlaps the child's start-up instead of delaying it. The child's
+        # first events wait in its file until the display reads them.
+        display = _open_display(args)
+        presenter = DisplayFeed(display)
+        controls = _Controls(handle, display, read_stdin=not args.no_stdin)
+    except BaseException:
+        handle.kill("the parent could not show the run")  # never leave the child behind
+        raise
     controls.install()
+    controls.replay(exits.EARLY_SIGNALS)  # what came while the child started, acted on now
     status = asyncio.create_task(_status_loop(handle, display, args.output))
     try:
         async for update in handle.updates():
             presenter.update(update)
         result = await handle.wait()
+    except BaseException:
+        handle.kill("the parent stopped")
+        raise
     finally:
         controls.uninstall()
         status.cancel()
@@ -290,14 +301,22 @@ class _Controls:
         self._installed: list[int] = []
         self.terminals: list[int] = []
 
+    def _handlers(self) -> dict[int, Callable[[], None]]:
+        return {
+            signal.SIGINT: self.interrupt,
+            signal.SIGTERM: self.terminate,
+            signal.SIGHUP: self.hangup,
+        }
+
+    def replay(self, signums: list[int]) -> None:
+        """Act on signals recorded before :meth:`install`, in the order they came."""
+        handlers = self._handlers()
+        while signums:
+            handlers[signums.pop(0)]()
+
     def install(self) -> None:
         self.terminals = [fd for fd in (0, 1, 2) if _fd_isatty(fd)]
-        handlers = (
-            (signal.SIGINT, self.interrupt),
-            (signal.SIGTERM, self.terminate),
-            (signal.SIGHUP, self.hangup),
-        )
-        for sig, handler in handlers:
+        for sig, handler in self._handlers().items():
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 self.loop.add_signal_handler(sig, handler)
                 self._installed.append(sig)
