@@ -22,9 +22,12 @@ Python client (:class:`tether.daemon.aclient.AsyncDaemonClient`), a few through 
    turn-complete read back over ``agent.events {follow}`` (every seq once, in order) and
    the turn's text checked; then ``agent.ask`` and its answer; a few through the CLI.
 6. **attacks** (``--attacks``, a comma list or ``all``): ``same-name`` (many clients spawn
-   one name: one wins, the rest ``agent_exists``), ``disconnect`` (a client that goes
+   one name: one wins, the rest ``agent_exists``), ``flood`` (700 clients at once, over the
+   daemon's 512 connections: each answered or refused ``busy``), ``disconnect`` (a client that goes
    away mid-spawn: the name is listed or free, never stuck), ``kill-children`` (SIGKILL
-   of random agents: each ends ``failed``, the rest answer), ``kill-template`` (SIGKILL of
+   of random agents: each ends ``failed``, the rest answer), ``kill-spawning`` (SIGKILL of
+   each new child the moment it shows up: every spawn answers ``spawn_failed``, its name
+   then free, or ready and then ``failed``), ``kill-template`` (SIGKILL of
    the fork server's template mid-spawn: every spawn answers, as an agent or as
    ``spawn_failed``), ``limits`` (a daemon started under a low ``ulimit -n`` and a low
    RLIMIT_NPROC: spawns fail ``spawn_failed``, the daemon stays up and answers),
@@ -620,6 +623,84 @@ async def restart(daemon: Daemon, names: list[str], pids: dict[str, int]) -> str
     return f"daemon SIGKILLed with {len(names)} alive, back in {took:.1f} s, all re-adopted"
 
 
+async def flood(path: Path, names: list[str], count: int) -> str:
+    """``count`` clients at once (more than the daemon's 512 connections), each asking one
+    agent's status: each is answered, or refused ``busy``; then it serves as before."""
+
+    async def one(name: str) -> Any:
+        try:
+            client = await AsyncDaemonClient.open(path)
+        except OSError as exc:
+            return f"connect: {exc.strerror}"
+        try:
+            return await code_of(client.call("agent.status", {"name": name}))
+        finally:
+            await client.close()
+
+    results = await asyncio.gather(*(one(random.choice(names)) for _ in range(count)))
+    kinds: dict[str, int] = {}
+    for result in results:
+        kind = "answered" if isinstance(result, dict) else str(result)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    check(set(kinds) <= {"answered", "busy"}, f"{count} clients at once: {kinds}")
+    check((await call(path, "agent.status", {"name": names[0]}))["name"] == names[0], "after")
+    return f"{count} clients at once: {kinds}"
+
+
+async def kill_spawning(daemon: Daemon, script: Path, known: set[int], count: int) -> str:
+    """SIGKILL every new child the moment it shows up, while ``count`` spawns are under way:
+    each answers ``spawn_failed`` (its name then free) or ready (then it ends ``failed``)."""
+    names = [f"ks{i:03d}" for i in range(count)]
+    killed: set[int] = set()
+    done = asyncio.Event()
+
+    async def killer() -> None:
+        while not done.is_set():
+            helpers = {p for p in descendants(daemon.pid) if b"forkserver" in _cmdline(p)}
+            for pid in set(descendants(daemon.pid)) - known - helpers - killed:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+            await asyncio.sleep(0.002)
+
+    async def one(client: AsyncDaemonClient, index: int) -> Any:
+        params = spawn_params(names[index], script.parent, script, index)
+        if index % 2:  # exec'd, slow to start: killed before `ready`
+            child = [sys.executable, "-m", "tether", "child", "--provider", "scripted"]
+            late = ["sh", "-c", 'sleep 0.3; exec "$@"', "sh", *child, "--script", str(script)]
+            params = {"name": names[index], "argv": late, "cwd": str(script.parent)}
+        return await code_of(client.call("agent.spawn", params))
+
+    killing = asyncio.create_task(killer())
+    async with await AsyncDaemonClient.open(daemon.socket) as client:
+        results = await asyncio.gather(*(one(client, i) for i in range(count)))
+    done.set()
+    await killing
+    refused = [n for n, r in zip(names, results, strict=True) if r == "spawn_failed"]
+    acked = [n for n, r in zip(names, results, strict=True) if isinstance(r, dict)]
+    check(len(refused) + len(acked) == count, f"spawns with their children killed: {results}")
+    async with await AsyncDaemonClient.open(daemon.socket) as client:
+        for name in acked:
+            deadline = time.monotonic() + 30
+            while (state := (await client.call("agent.status", {"name": name}))["state"]) in LIVE:
+                check(time.monotonic() < deadline, f"{name} still {state}, its process killed")
+                await asyncio.sleep(0.05)
+            check(state == "failed", f"{name} killed ended {state}")
+            await client.call("agent.rm", {"name": name})
+        rows = await client.call("agent.list", {})
+        listed_names = {row["name"] for row in rows["agents"]}
+        check(not listed_names & set(refused), "a refused spawn is listed")
+        for name in refused:
+            result = await code_of(
+                client.call("agent.spawn", spawn_params(name, script.parent, script, 0))
+            )
+            check(isinstance(result, dict), f"{name} after its refused spawn: {result}")
+            await client.call("agent.rm", {"name": name, "force": True})
+    await until_only_listed(daemon)
+    said = f"{len(refused)} spawn_failed, {len(acked)} ready then failed"
+    return f"{len(killed)} children SIGKILLed mid-spawn (half exec'd, slow): {said}"
+
+
 async def restart_mid_spawn(daemon: Daemon, script: Path, count: int, clients: int) -> str:
     """SIGKILL the daemon with ``count`` spawns under way, start another: every acked agent
     is there with its pid, every other name is an honest row or free, and no process of
@@ -772,9 +853,11 @@ def main() -> None:
 
 ATTACKS = [
     "same-name",
+    "flood",
     "disconnect",
     "kill-children",
     "kill-template",
+    "kill-spawning",
     "limits",
     "restart-mid-spawn",
     "restart-mid-stop",
@@ -869,6 +952,11 @@ async def attacked(
     if attack == "limits":
         said = [await limits(root, script, limit) for limit in ("nofile:200", "nproc:60")]
         return "; ".join(said), names
+    if attack == "flood":
+        return await flood(path, names, 700), names
+    if attack == "kill-spawning":
+        known = {daemon.pid, *(pids[n] for n in names)}
+        return await kill_spawning(daemon, script, known, 30), names
     if attack == "restart-mid-spawn":
         return await restart_mid_spawn(daemon, script, 200, args.clients), names
     if attack == "restart-mid-stop":

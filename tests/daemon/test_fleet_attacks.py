@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import select
 import subprocess
 import sys
 import time
@@ -18,6 +19,8 @@ import pytest
 from daemon_helpers import DaemonProcess, probe
 from test_agents_support import kill_agents
 
+from tether.daemon.client import DaemonCallError, DaemonClient
+from tether.daemon.protocol import ErrorCode
 from tether.daemon.registry import AgentRecord
 from tether.daemon.supervisor import SpawnParams, Supervisor
 
@@ -124,3 +127,19 @@ def test_a_stopped_daemon_leaves_no_fork_server_behind(daemon_env: DaemonProcess
             if helper.poll() is None:
                 helper.kill()
     assert said.strip() == "none left"
+
+
+def test_a_client_over_the_connection_cap_reads_busy(daemon_env: DaemonProcess) -> None:
+    """Over ``max_connections`` the daemon answered ``busy`` (id 0) and closed the socket
+    whole: the client's request then met EPIPE, and a fleet's 700 clients at once saw
+    "connection lost" 188 times, never ``busy``."""
+    daemon_env.start("--max-connections", "1")
+    with DaemonClient.connect(daemon_env.socket) as held:
+        assert held.call("daemon.status", None)["pid"] == daemon_env.pid  # the one slot
+        sock = daemon_env.connect()
+        poller = select.poll()
+        poller.register(sock, select.POLLRDHUP)
+        assert poller.poll(10_000), "no answer to the connection over the cap"
+        with DaemonClient(sock, daemon_env.socket) as over, pytest.raises(DaemonCallError) as info:
+            over.call("daemon.status", None)  # sent after the daemon answered and hung up
+        assert info.value.code is ErrorCode.BUSY

@@ -19,6 +19,7 @@ from tether.daemon.client import (
     DaemonConnectionLost,
     answer_frame,
     check_server,
+    connection_refusal,
     result_of,
     unavailable_hint,
 )
@@ -45,6 +46,7 @@ class AsyncDaemonClient(asyncio.Protocol):
         self._next_id = 1
         self._closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.on_request: Callable[[Request], Awaitable[Any]] | None = None
+        self._refusal: DaemonCallError | None = None  # see connection_refusal
 
     @classmethod
     async def open(cls, path: Path | None = None) -> AsyncDaemonClient:
@@ -67,6 +69,8 @@ class AsyncDaemonClient(asyncio.Protocol):
 
     async def call_response(self, method: str, params: Any = None) -> Response:
         transport = self._transport
+        if self._refusal is not None:
+            raise self._refusal
         if transport is None or transport.is_closing():
             raise DaemonConnectionLost("the connection is closed")
         request_id = self._next_id
@@ -124,9 +128,14 @@ class AsyncDaemonClient(asyncio.Protocol):
             future = self._pending.get(message.id)
             if future is not None and not future.done():
                 future.set_result(message)
+            elif (refusal := connection_refusal(message)) is not None:
+                self._refusal = refusal  # the daemon closes next: every call gets it
+                for future in self._pending.values():
+                    if not future.done():
+                        future.set_exception(refusal)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        error = DaemonConnectionLost(
+        error = self._refusal or DaemonConnectionLost(
             "the daemon closed the connection" if exc is None else f"connection lost: {exc}"
         )
         for future in self._pending.values():

@@ -101,6 +101,15 @@ def result_of(response: Response) -> Any:
     return response.result
 
 
+def connection_refusal(response: Response) -> DaemonCallError | None:
+    """The error of a response with id 0: the daemon's answer to the connection as a
+    whole (``busy``: too many connections; ``malformed_frame``), sent before it closes it.
+    Clients number their calls from 1, so it answers every call in flight."""
+    if response.id == 0 and isinstance(response.error, RpcError):
+        return DaemonCallError(response.error.code, response.error.message)
+    return None
+
+
 def answer_frame(request: Request, outcome: Any) -> bytes:
     if isinstance(outcome, DaemonCallError):
         return encode_response(Response.fail(request.id, outcome.code, outcome.message))
@@ -169,6 +178,9 @@ class DaemonClient:
             if isinstance(message, Response):
                 if message.id == request_id:
                     return result_of(message)
+                refusal = connection_refusal(message)
+                if refusal is not None:
+                    raise refusal
                 continue
             self._serve_one(message)
 

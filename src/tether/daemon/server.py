@@ -20,7 +20,8 @@ exception is ``internal`` and the daemon stays up (a full disk, ``ENOSPC`` or SQ
 ``malformed_frame`` (with the frame's id when it can be read, else id 0) and the
 connection is closed. A frame that is not completed within ``frame_timeout_s`` of its
 first byte is answered the same way, so a stalled client only ever holds its own
-connection. Caps on connections and in-flight requests answer ``busy``.
+connection. Caps on connections and in-flight requests answer ``busy`` (a connection over
+the cap with id 0, closing our side first so the client can read it).
 
 On shutdown, in-flight async handlers are cancelled and answered ``shutting_down``.
 
@@ -77,6 +78,9 @@ from tether.wire.needdata import NEED_DATA
 __all__ = ["CallContext", "Connection", "ConnectionClosed", "Daemon", "ServerConfig"]
 
 log = logging.getLogger("tether.daemon")
+
+REFUSED_LINGER_S = 1.0  # a refused connection waits this long for its client's EOF
+MAX_REFUSING = 256  # refused connections waiting at once; more are closed at once
 
 
 class ConnectionClosed(DaemonError):
@@ -148,6 +152,8 @@ class Connection(asyncio.Protocol):
         self._closing = False
         self._half_closed = False
         self._frame_timer: asyncio.TimerHandle | None = None
+        self._linger: asyncio.TimerHandle | None = None  # a refused connection's (_refuse)
+        self._refused = False
         self._close_callbacks: list[Callable[[Connection], None]] = []
         self._upgrade: Callable[[asyncio.Transport], UpgradedProtocol] | None = None
         self._upgraded: UpgradedProtocol | None = None
@@ -162,7 +168,7 @@ class Connection(asyncio.Protocol):
             transport.abort()
             return
         if not self.daemon._admit(self):
-            self._fail_and_close(0, ErrorCode.BUSY, "too many connections; retry later")
+            self._refuse(ErrorCode.BUSY, "too many connections; retry later")
 
     def data_received(self, data: bytes) -> None:
         if self._upgraded is not None:
@@ -214,6 +220,10 @@ class Connection(asyncio.Protocol):
         self._closing = True
         if self._frame_timer is not None:
             self._frame_timer.cancel()
+        if self._linger is not None:
+            self._linger.cancel()
+        if self._refused:
+            self.daemon._refusing -= 1
         for task in self._tasks:
             task.cancel()
         for future in self._pending.values():
@@ -374,6 +384,23 @@ class Connection(asyncio.Protocol):
     def _write_error(self, request_id: int, code: ErrorCode, message: str) -> None:
         self._write(_failure(request_id, code, message))
 
+    def _refuse(self, code: ErrorCode, message: str) -> None:
+        """Answer a connection that is not served (id 0) and close only our side at once:
+        the client's first request, sent before the answer reached it, must not meet a
+        closed socket (EPIPE: "connection lost", never the answer). What it sends is
+        ignored; the connection closes at its EOF, or REFUSED_LINGER_S later."""
+        transport = self._transport
+        assert transport is not None
+        self._write_error(0, code, message)
+        self._closing = True
+        if not transport.can_write_eof() or self.daemon._refusing >= MAX_REFUSING:
+            transport.close()  # (a flood of refused clients holds no descriptors)
+            return
+        transport.write_eof()
+        self.daemon._refusing += 1
+        self._refused = True
+        self._linger = asyncio.get_running_loop().call_later(REFUSED_LINGER_S, transport.close)
+
     def _fail_and_close(self, request_id: int, code: ErrorCode, message: str) -> None:
         self._write_error(request_id, code, message)
         self.close()
@@ -471,6 +498,7 @@ class Daemon:
         self.stopping = False
         self._counters: dict[str, Callable[[], int]] = {}
         self._connections: set[Connection] = set()
+        self._refusing = 0  # refused connections waiting for their client's EOF
         self._in_flight = 0
         self._quiet = asyncio.Event()  # set while no async call is in flight
         self._quiet.set()
