@@ -40,6 +40,8 @@ derives from a built-in (``ValueError``, ``KeyError``, ``OSError``) that is said
     │   └── PartialAppend             transports.channel: append_many stored a prefix only
     ├── TooDeep                       jsondepth (msgspec.DecodeError): JSON nested too deep;
     │                                 the decoders that call it return a rejection instead
+    ├── TooMany                       jsondepth (msgspec.DecodeError): JSON holding too many
+    │                                 arrays and objects (a CLI's stdout line), likewise
     ├── UnsafeFileError               fsafe (OSError): a file a child can touch is unsafe
     └── UnsafeDirectory               paths (PermissionError): another user could reach in
 

@@ -63,6 +63,9 @@ READ_CHUNK: Final = 64 * 1024
 EXIT_POLL_S: Final = 0.02
 # The longest stdout line a JSON-lines CLI may write (tool results can be large).
 CLI_LINE_BYTES: Final = 16 * 1024 * 1024
+# The most arrays and objects such a line may hold: each decoded one costs ~250 bytes, so
+# a 16 MiB line of them would be ~500 MB; real events hold hundreds.
+CLI_LINE_CONTAINERS: Final = 65536
 ERROR_LINE_BYTES: Final = SUMMARY_BYTES
 STDERR_LABEL: Final = "; stderr: "
 
@@ -97,7 +100,7 @@ class JsonLines:
         if not data:
             return BadLine(item.offset, "an empty line")
         try:
-            value = jsondepth.decode_any(data)
+            value = jsondepth.decode_any(data, max_containers=CLI_LINE_CONTAINERS)
         except msgspec.DecodeError as exc:
             return BadLine(item.offset, f"not JSON ({exc}): {_preview(data)}")
         if not isinstance(value, dict):
