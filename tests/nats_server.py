@@ -143,6 +143,8 @@ class NatsCluster:
     nodes: list[NatsServer]
     stack: contextlib.ExitStack
     names: list[str]
+    root: Path
+    extras: list[list[str]]  # each node's cluster flags, kept for a restart
 
     @property
     def urls(self) -> str:
@@ -154,6 +156,14 @@ class NatsCluster:
         node.process.kill()
         node.process.wait()
 
+    def restart(self, index: int) -> None:
+        """Start a killed node again on its port, with its store and routes."""
+        node = self.nodes[index]
+        assert node.process.poll() is not None, "kill the node first"
+        self.nodes[index] = self.stack.enter_context(
+            run_nats_server(self.root / self.names[index], extra=self.extras[index], port=node.port)
+        )
+
 
 @contextmanager
 def run_nats_cluster(root: Path, size: int = 3) -> Iterator[NatsCluster]:
@@ -164,19 +174,26 @@ def run_nats_cluster(root: Path, size: int = 3) -> Iterator[NatsCluster]:
     names = [f"n{i}" for i in range(size)]
     with contextlib.ExitStack() as stack:
         nodes = []
-        for i in range(size):
-            extra = [
-                "-n", names[i],
-                "--cluster_name", "tether",
-                "--cluster", f"nats://127.0.0.1:{route_ports[i]}",
-                "--routes", routes,
+        extras = [
+            [
+                "-n",
+                names[i],
+                "--cluster_name",
+                "tether",
+                "--cluster",
+                f"nats://127.0.0.1:{route_ports[i]}",
+                "--routes",
+                routes,
             ]  # fmt: skip
+            for i in range(size)
+        ]
+        for i in range(size):
             nodes.append(
                 stack.enter_context(
-                    run_nats_server(root / names[i], extra=extra, port=client_ports[i])
+                    run_nats_server(root / names[i], extra=extras[i], port=client_ports[i])
                 )
             )
-        yield NatsCluster(nodes, stack, names)
+        yield NatsCluster(nodes, stack, names, root, extras)
 
 
 async def open_r3(urls: str, prefix: str) -> JetStreamChannel:

@@ -35,7 +35,7 @@ import msgspec
 from tether import jsondepth
 from tether.transports.channel import Channel, Entry, PartialAppend
 from tether.transports.tail import FileTail, TailStatus
-from tether.wire.lines import Line
+from tether.wire.lines import Line, LineItem
 
 __all__ = ["BRIDGE_CONSUMER", "Inbound", "Outbound", "last_seq"]
 
@@ -107,28 +107,36 @@ class Outbound:
             await self.channel.commit(self.name, BRIDGE_CONSUMER, offset)
             self._committed = offset
 
-    async def pump(self) -> int:
+    async def pump(self, limit: int | None = None) -> int:
         """Forward the new lines (at most ``PUMP_LINES``, about ``PUMP_BYTES``) in one
-        :meth:`~tether.transports.channel.Channel.append_many`; how many lines it read (0:
-        none new). It does not commit: :meth:`commit` does, as often as the caller likes."""
+        :meth:`~tether.transports.channel.Channel.append_many`; how many lines it took (0:
+        none new). ``limit``: only the lines that end within the file's first ``limit``
+        bytes (the rest wait for a later pump). It does not commit: :meth:`commit` does,
+        as often as the caller likes."""
         assert self._tail is not None, "call start() first"
         batch: list[tuple[bytes, str | None]] = []
         offsets: list[int] = []  # the local offset of each line in ``batch``
         read_count = size = 0
-        while read_count < PUMP_LINES and size < PUMP_BYTES:
+        beyond: int | None = None  # the offset of the first line past ``limit``
+        while read_count < PUMP_LINES and size < PUMP_BYTES and beyond is None:
             read = self._tail.read()
             if read.status is TailStatus.TRUNCATED:
                 raise OSError(f"{self.path} shrank: the bridge cannot continue")
             if not read.items:
                 break
-            read_count += len(read.items)
             for item in read.items:
+                if limit is not None and _end(item) > limit:
+                    beyond = item.offset
+                    break
+                read_count += 1
                 if not isinstance(item, Line) or len(item.data) >= self.channel.max_line_bytes:
                     self.skipped += 1
                     continue
                 batch.append((item.data, f"{self.name}:{item.offset}"))
                 offsets.append(item.offset)
                 size += len(item.data)
+        if beyond is not None:  # read again from there next time
+            self._rewind(beyond)
         if batch:
             try:
                 await self.channel.append_many(self.name, batch)
@@ -152,6 +160,11 @@ class Outbound:
     def close(self) -> None:
         if self._tail is not None:
             self._tail.close()
+
+
+def _end(item: LineItem) -> int:
+    """The offset just past a line (a line too long to keep: its start, unknown end)."""
+    return item.offset + len(item.data) + 1 if isinstance(item, Line) else item.offset + 1
 
 
 class Inbound:

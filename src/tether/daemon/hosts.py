@@ -26,8 +26,10 @@ no second socket hop:
   :class:`~tether.daemon.bridge.Outbound` (``Nats-Msg-Id = run:offset``), woken by the
   process's one file watcher, so any host can tail a run from a sequence, and a restarted
   link resumes from its commits with nothing lost or doubled. A pass publishes the lines
-  of every changed file together (each file's as one atomic batch) and gathers the
-  acknowledgements after; each bridge
+  of every changed run together (each file's as one atomic batch: a run's control and
+  inbox lines first, then its events up to where the event log ended before those were
+  read, so no event reaches JetStream ahead of a line written before it) and gathers
+  the acknowledgements after; each bridge
   commits at most every ``COMMIT_EVERY_S`` (a restart re-sends what came after, stored
   once by its message ids). A pass gathers changes for
   ``FORWARD_BATCH_S`` and then waits (at most ``FORWARD_DEFER_S``) until no call is in
@@ -242,6 +244,14 @@ def run_channels(host: str, run_id: str) -> str:
     return f"h.{check_host(host)}.run.{run_id}.*"
 
 
+def _size(path: Path) -> int | None:
+    """A file's size now (None: it cannot be read, and then no bound applies)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
 def failure(request_id: int, code: ErrorCode, message: str) -> bytes:
     """A response body (no frame prefix) answering ``code``."""
     return encode_failure(request_id, code, message)[PREFIX_BYTES:]
@@ -417,10 +427,7 @@ class HostLink:
         self._bridges[name] = bridges
         for bridge in bridges:
             self._watcher.watch(bridge.path)
-            self._spawn(self._start_bridge(bridge))
-
-    async def _start_bridge(self, bridge: Outbound) -> None:
-        await self._pump(bridge)
+        self._spawn(self._pump_run(bridges))
 
     def _detach(self, name: str) -> None:
         for bridge in self._bridges.pop(name, []):
@@ -445,12 +452,11 @@ class HostLink:
             # this pass beside its control line), all at once: their lines leave in one
             # write to NATS and their acknowledgements come back together
             due = [
-                bridge
+                bridges
                 for bridges in list(self._bridges.values())
                 if not changed or any(bridge.path in changed for bridge in bridges)
-                for bridge in bridges
             ]
-            await asyncio.gather(*(self._pump(bridge) for bridge in due))
+            await asyncio.gather(*(self._pump_run(bridges) for bridges in due))
             await self._commit_due(time.monotonic() - COMMIT_EVERY_S)
 
     async def _commit_due(self, before: float) -> None:
@@ -467,7 +473,20 @@ class HostLink:
                 return
             self._uncommitted.pop(bridge, None)
 
-    async def _pump(self, bridge: Outbound) -> None:
+    async def _pump_run(self, bridges: list[Outbound]) -> None:
+        """One run's control and inbox lines, then its events up to where its event log
+        ended before those were read: an event (its ``exit`` above all) never reaches
+        JetStream ahead of a control or inbox line written before it. A remote parent
+        ends at the exit and reads nothing after it (the three files went at once
+        before, and a burst's inbox lines could land behind the exit and never be read)."""
+        control, events, inbox = bridges
+        limit = _size(events.path)
+        sent = await asyncio.gather(self._pump(control), self._pump(inbox))
+        if all(sent):  # else the next pass sends them first
+            await self._pump(events, limit)
+
+    async def _pump(self, bridge: Outbound, limit: int | None = None) -> bool:
+        """Forward what ``bridge``'s file has (up to ``limit``); False if that failed."""
         lock = self._locks.setdefault(bridge.name, asyncio.Lock())
         async with lock:  # one pump at a time per file, or two would interleave its lines
             if not bridge.started:
@@ -477,22 +496,25 @@ class HostLink:
                     await bridge.start()
                 except (TransportError, OSError) as error:
                     log.warning("host %s: forwarding %s failed: %s", self.host, bridge.name, error)
-                    return
-            await self._pump_locked(bridge)
+                    return False
+            return await self._pump_locked(bridge, limit)
 
-    async def _pump_locked(self, bridge: Outbound) -> None:
+    async def _pump_locked(self, bridge: Outbound, limit: int | None) -> bool:
         # Any failure leaves the bridge rewound to its first unsent line and is retried on
         # the next pass (at least once a second); it must never end the forwarding loop,
         # which pumps inline: one escaped error there stopped a host's forwarding for good.
+        sent = False
         try:
-            while await bridge.pump():
+            while await bridge.pump(limit):
                 pass
+            sent = True
         except (TransportError, OSError) as error:
             log.warning("host %s: forwarding %s failed: %s", self.host, bridge.name, error)
         except Exception:
             log.exception("host %s: forwarding %s failed; retrying", self.host, bridge.name)
         if bridge.uncommitted:  # due a second after the commit before it
             self._uncommitted.setdefault(bridge, time.monotonic())
+        return sent
 
     # -- leaving ------------------------------------------------------------------------
 
