@@ -165,6 +165,12 @@ class NatsCluster:
         )
 
 
+def _cluster_flags(name: str, route_port: int, routes: str) -> list[str]:
+    """A node's flags: its name, its route listener and every node's route."""
+    cluster = f"nats://127.0.0.1:{route_port}"
+    return ["-n", name, "--cluster_name", "tether", "--cluster", cluster, "--routes", routes]
+
+
 @contextmanager
 def run_nats_cluster(root: Path, size: int = 3) -> Iterator[NatsCluster]:
     """``size`` JetStream nodes on 127.0.0.1, routed into one cluster named ``tether``."""
@@ -175,17 +181,8 @@ def run_nats_cluster(root: Path, size: int = 3) -> Iterator[NatsCluster]:
     with contextlib.ExitStack() as stack:
         nodes = []
         extras = [
-            [
-                "-n",
-                names[i],
-                "--cluster_name",
-                "tether",
-                "--cluster",
-                f"nats://127.0.0.1:{route_ports[i]}",
-                "--routes",
-                routes,
-            ]  # fmt: skip
-            for i in range(size)
+            _cluster_flags(name, port, routes)
+            for name, port in zip(names, route_ports, strict=True)
         ]
         for i in range(size):
             nodes.append(
