@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Sequence
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # collections.abc costs a few ms before the signal handlers are set
+    from collections.abc import Sequence
 
 # name -> (module, one-line help). The order is the order of ``tether --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
