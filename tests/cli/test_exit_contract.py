@@ -198,17 +198,7 @@ def test_sigterm_after_the_run_ended_does_not_kill_it(env: dict[str, str], tmp_p
     """The answer goes to stdout only once the run is over; a pipe nobody reads holds the
     rest of a 1 MB answer back, so a SIGTERM lands after the run, while it is written."""
     answer = "x" * 1_000_000
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps([{"text": answer}]))
-    argv = ["run", "--no-stdin", "--provider", "scripted", "--script", str(script), "task"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tether", *argv],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=tmp_path,
-    )
+    proc = _start_run(env, tmp_path, {"text": answer}, stdout=subprocess.PIPE)
     assert proc.stdout is not None
     first = proc.stdout.read(1)  # the run is over: its answer is being written
     assert first == b"x"
@@ -253,17 +243,7 @@ def test_a_sigterm_as_the_child_starts_cancels_the_run(env: dict[str, str], tmp_
     own handling is in place) is acted on once it is: the child is cancelled and the run
     recorded ``cancelled``, exit 3, nothing left running. Raising where the signal landed
     left the run's row ``starting`` and, inside msgspec building a decoder, crashed."""
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps([{"text": "slow", "delay_ms": 60_000}]))
-    argv = ["run", "--no-stdin", "--provider", "scripted", "--script", str(script), "task"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tether", *argv],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=tmp_path,
-    )
+    proc = _start_run(env, tmp_path, {"text": "slow", "delay_ms": 60_000}, stderr=subprocess.PIPE)
     try:
         _wait_for_child(env, proc)
         proc.send_signal(signal.SIGTERM)
@@ -278,6 +258,28 @@ def test_a_sigterm_as_the_child_starts_cancels_the_run(env: dict[str, str], tmp_
     assert _left_running(env) == []
     runs = [json.loads(line) for line in tether(env, "runs", "--json").stdout.splitlines()]
     assert [run["status"] for run in runs] == ["cancelled"], runs
+
+
+def _start_run(
+    env: dict[str, str],
+    tmp_path: Path,
+    reply: dict[str, object],
+    *,
+    stdout: int = subprocess.DEVNULL,
+    stderr: int = subprocess.DEVNULL,
+) -> subprocess.Popen[bytes]:
+    """``tether run`` on one scripted reply, its stdin closed."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([reply]))
+    argv = ["run", "--no-stdin", "--provider", "scripted", "--script", str(script), "task"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "tether", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        env=env,
+        cwd=tmp_path,
+    )
 
 
 def _tether_processes(env: dict[str, str]) -> list[tuple[int, str]]:
