@@ -140,8 +140,13 @@ def test_a_crash_mid_turn_ends_the_turn_with_error(make_child: Make, program: Pr
 tether_read_msg
 tether_write_msg TEXT "half an answer"
 printf 'something broke\n' >&2
+i=0
+while [ $i -lt 100 ]; do
+  printf '  --option-%s  what it does, at some length\n' $i >&2; i=$((i+1))
+done
 exit 3
 """
+    # the reason comes first, then a usage longer than the tail kept (as Gemini CLI's)
     child = make_child(program("crash.sh", body)).start()
     child.send("prompt", text="go")
     turn = child.wait_type("turn-complete")

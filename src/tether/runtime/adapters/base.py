@@ -10,8 +10,9 @@ tasks run until the end:
   through :class:`JsonLines` (a bounded line splitter plus a JSON object decoder) to
   ``on_message`` as a dict or a :class:`BadLine`; ``on_eof`` runs once when stdout ends
   (or when the process has exited and a leftover of its group keeps stdout open);
-- stderr: copied to the child's stderr (the run's stderr file), the last
-  :data:`STDERR_TAIL_BYTES` kept for :meth:`CliProcess.death_note`;
+- stderr: copied to the child's stderr (the run's stderr file), its first line and the
+  last :data:`STDERR_TAIL_BYTES` kept for :meth:`CliProcess.death_note` (a CLI that
+  refuses its arguments says why first and then prints its whole usage: Gemini CLI);
 - the exit watch.
 
 Ending: :meth:`CliProcess.terminate` (SIGTERM to the group, SIGKILL after the grace) for
@@ -38,6 +39,7 @@ from tether.agent.runner import RunnerSetupError
 from tether.runtime.adapters.early import spawn_cli
 from tether.wire.limits import SUMMARY_BYTES
 from tether.wire.lines import Line, LineSplitter
+from tether.wire.text import cut_text
 
 __all__ = [
     "CLI_LINE_BYTES",
@@ -59,6 +61,7 @@ EXIT_WAIT_S: Final = 0.2
 # How long to wait for the exit status and stderr after EOF on stdout.
 DEATH_WAIT_S: Final = 0.5
 STDERR_TAIL_BYTES: Final = 2048
+STDERR_HEAD_BYTES: Final = 512
 READ_CHUNK: Final = 64 * 1024
 EXIT_POLL_S: Final = 0.02
 # The longest stdout line a JSON-lines CLI may write (tool results can be large).
@@ -66,7 +69,9 @@ CLI_LINE_BYTES: Final = 16 * 1024 * 1024
 # The most arrays and objects such a line may hold: each decoded one costs ~250 bytes, so
 # a 16 MiB line of them would be ~500 MB; real events hold hundreds.
 CLI_LINE_CONTAINERS: Final = 65536
-ERROR_LINE_BYTES: Final = SUMMARY_BYTES
+# A dead CLI's note (one line): well within an exit line's error (child_io), longer than
+# a summary, so the stderr lines that say why fit.
+ERROR_LINE_BYTES: Final = 4 * SUMMARY_BYTES
 STDERR_LABEL: Final = "; stderr: "
 
 
@@ -237,6 +242,8 @@ class CliProcess:
         self.started_at: float | None = None
         self.eof = False
         self.stderr_tail = b""
+        self.stderr_head = b""  # the first STDERR_HEAD_BYTES
+        self._stderr_bytes = 0
         self._stderr_done = asyncio.Event()
         self._pumps: list[asyncio.Task[None]] = []
 
@@ -338,7 +345,22 @@ class CliProcess:
             note = f"{self.name} was killed by signal {-code} {when}"
         else:
             note = f"{self.name} exited with status {code} {when}"
-        return with_stderr(note, self.stderr_tail.decode("utf-8", "replace"))
+        return with_stderr(note, self.stderr_text())
+
+    def stderr_text(self) -> str:
+        """What the CLI wrote to stderr: all of it when the tail holds it, else its first
+        line, ``...`` and the whole lines of the tail."""
+        tail = self.stderr_tail
+        if self._stderr_bytes > len(tail):
+            first = self.stderr_head.split(b"\n", 1)[0]
+            tail = first + b"\n...\n" + tail.split(b"\n", 1)[-1]
+        return tail.decode("utf-8", "replace")
+
+    def _keep_stderr(self, data: bytes) -> None:
+        if self._stderr_bytes < STDERR_HEAD_BYTES:
+            self.stderr_head += data[: STDERR_HEAD_BYTES - self._stderr_bytes]
+        self._stderr_bytes += len(data)
+        self.stderr_tail = (self.stderr_tail + data)[-STDERR_TAIL_BYTES:]
 
     # -- pumps -----------------------------------------------------------------------
 
@@ -366,7 +388,7 @@ class CliProcess:
     async def _pump_stderr(self, stream: asyncio.StreamReader) -> None:
         try:
             while data := await stream.read(READ_CHUNK):
-                self.stderr_tail = (self.stderr_tail + data)[-STDERR_TAIL_BYTES:]
+                self._keep_stderr(data)
                 with contextlib.suppress(OSError):
                     os.write(2, data)
         except (OSError, ValueError):
@@ -420,12 +442,14 @@ async def wait_exit(proc: CliChild, seconds: float | None) -> bool:
 
 
 def with_stderr(note: str, stderr: str) -> str:
-    """``note`` and the last lines of stderr, on ONE line (error events keep one line)."""
+    """``note``, the first line of stderr and as many of its last lines as fit, on ONE
+    line (error events keep one line)."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     if not lines:
         return f"{note}; its stderr is empty"
-    room = ERROR_LINE_BYTES - len(note.encode()) - len(STDERR_LABEL)
-    kept = [lines.pop()]
-    while lines and len(" | ".join([lines[-1], *kept]).encode()) <= room:
+    first = cut_text(lines.pop(0), ERROR_LINE_BYTES // 2)[0]
+    room = ERROR_LINE_BYTES - len(f"{note}{STDERR_LABEL}{first}".encode())
+    kept: list[str] = []
+    while lines and len(" | ".join(["", lines[-1], *kept]).encode()) <= room:
         kept.insert(0, lines.pop())
-    return f"{note}{STDERR_LABEL}{' | '.join(kept)}"
+    return f"{note}{STDERR_LABEL}{' | '.join([first, *kept])}"
