@@ -287,7 +287,13 @@ def test_a_symlinked_socket_directory_is_refused(daemon_env: DaemonProcess) -> N
     assert "not a usable directory" in result.stderr
 
 
-def test_sigterm_answers_blocked_calls_shutting_down(daemon: DaemonProcess) -> None:
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"]
+)
+def test_a_stop_signal_answers_blocked_calls_shutting_down(
+    daemon: DaemonProcess, sig: signal.Signals
+) -> None:
+    """SIGTERM, SIGINT and SIGHUP (a closed terminal under --foreground) stop it alike."""
     with daemon.connect() as receiver, daemon.connect() as pusher:
         channel = call(receiver, 1, "channel.register_channel", {"session_id": "s"})["result"]
         assert isinstance(channel, dict)
@@ -300,7 +306,7 @@ def test_sigterm_answers_blocked_calls_shutting_down(daemon: DaemonProcess) -> N
         pusher.sendall(frame({"id": 9, "method": "channel.push_to_channel", "params": params}))
         assert read_frame(receiver) is not None  # delivered, never answered
         assert daemon.proc is not None
-        daemon.proc.send_signal(signal.SIGTERM)
+        daemon.proc.send_signal(sig)
         assert_error(read_frame(pusher), 9, ErrorCode.SHUTTING_DOWN)
         assert read_frame(pusher) is None
         assert daemon.proc.wait(10) == 0

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Run or control the tether daemon.")
-    parser.add_argument("--foreground", action="store_true", help="run here until SIGTERM/SIGINT")
+    parser.add_argument(
+        "--foreground", action="store_true", help="run here until SIGTERM, SIGINT or SIGHUP"
+    )
     parser.add_argument(
         "--socket",
         type=Path,

@@ -81,7 +81,8 @@ def build_daemon(config: ServerConfig) -> Daemon:
 def run_daemon(
     config: ServerConfig, *, use_uvloop: bool = True, cluster: ClusterOptions | None = None
 ) -> int:
-    """Run a daemon in the foreground until SIGTERM/SIGINT. Returns the exit status.
+    """Run a daemon in the foreground until SIGTERM, SIGINT or SIGHUP (a closed terminal):
+    a graceful stop, the agents live on. Returns the exit status.
 
     With ``cluster`` it also joins a cluster of hosts over NATS (:mod:`tether.daemon.hosts`);
     a cluster it cannot reach is a :class:`DaemonSetupError`.
@@ -103,7 +104,7 @@ def run_daemon(
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.add_signal_handler(signum, daemon.request_stop)
             if cluster is not None:
                 await _join(daemon, cluster)
