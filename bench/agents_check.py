@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -327,7 +328,7 @@ def spawn_cancel_script(setup: Setup) -> list[Any]:
     return tool_reply(setup, "setsid sleep 97 & sleep 41")
 
 
-async def spawn_cancel(check: Check) -> None:
+async def spawn_cancel(check: Check) -> str:
     handle = await check.world.spawn("work long")
     updates = handle.updates()
     await until(updates, "tool-call")
@@ -341,6 +342,7 @@ async def spawn_cancel(check: Check) -> None:
     assert result.status == "cancelled", result
     check.checked(handle.run_dir.path)
     assert took < 2.0, f"exit cancelled {took:.2f} s after cancel"
+    return f"cancelled {took:.2f} s after cancel"
 
 
 def spawn_cancel_stream_script(setup: Setup) -> list[Any]:
@@ -362,14 +364,19 @@ def spawn_deadline_script(setup: Setup) -> list[Any]:
     return tool_reply(setup, "sleep 2; sleep 60")
 
 
-async def spawn_deadline(check: Check) -> None:
-    handle = await check.world.spawn("work long", deadline_s=check.setup.deadline_s + 3)
+async def spawn_deadline(check: Check) -> str:
+    limit = check.setup.deadline_s + 3
+    asked = time.time()
+    handle = await check.world.spawn("work long", deadline_s=limit)
     updates = handle.updates()
     await until(updates, "tool-call")
     result = await handle.wait()
+    late = time.time() - math.ceil(asked + limit)  # an upper bound: the wire's is ceil'd
     assert result.status == "timed-out", result
+    assert late < 1.5, f"exit timed-out at most {late:.2f} s after the deadline"
     events = check.checked(handle.run_dir.path)
     assert events[-1]["error"] == "run deadline exceeded", events[-1]
+    return f"timed-out <= {late:.2f} s after the deadline"
 
 
 def spawn_kill_script(setup: Setup) -> list[Any]:
@@ -417,6 +424,44 @@ def run_bad_flag(check: Check) -> None:
     assert "such-flag-xyz" in events[-1]["error"], events[-1]  # yargs: no-X negates X
 
 
+def spawn_first_byte_script(setup: Setup) -> list[Any]:
+    return [{"text": "too late", "delay_ms": 30000}]
+
+
+async def spawn_cancel_first_byte(check: Check) -> str:
+    handle = await check.world.spawn("wait for the model")
+    updates = handle.updates()
+    await until(updates, "user")
+    await asyncio.sleep(1.5)  # bench only: the model call is in flight, no byte yet
+    loop = asyncio.get_running_loop()
+    asked = loop.time()
+    await handle.cancel()
+    result = await handle.wait()
+    took = loop.time() - asked
+    assert result.status == "cancelled", result
+    check.checked(handle.run_dir.path)
+    assert took < 2.0, f"exit cancelled {took:.2f} s after cancel"
+    return f"cancelled {took:.2f} s after cancel"
+
+
+def spawn_finalize_stream_script(setup: Setup) -> list[Any]:
+    return [{"text": ["slow "] * 40, "chunk_ms": 300}, {"text": ["Last ", "word ✓"]}]
+
+
+async def spawn_finalize_stream(check: Check) -> None:
+    handle = await check.world.spawn("stream, then wrap up")
+    updates = handle.updates()
+    await until(updates, "assistant-text-delta")
+    ack = await handle.finalize()
+    assert ack.status == "accepted", ack
+    result = await handle.wait()
+    assert result.status == "done", result
+    assert result.final_text == "Last word ✓", result.final_text
+    events = check.checked(handle.run_dir.path)
+    stops = [e["stop-reason"] for e in of(events, "turn-complete")]
+    assert stops == ["aborted", "stop"], stops
+
+
 Scenario = Callable[[Check], Any]
 SCENARIOS: dict[str, tuple[Callable[[Setup], list[Any]], Scenario]] = {
     "run-rich": (run_rich_script, run_rich),
@@ -434,6 +479,8 @@ SCENARIOS: dict[str, tuple[Callable[[Setup], list[Any]], Scenario]] = {
     "spawn-kill": (spawn_kill_script, spawn_kill),
     "spawn-kill-tool": (spawn_cancel_script, spawn_kill_tool),
     "run-bad-flag": (run_bad_flag_script, run_bad_flag),
+    "spawn-cancel-first-byte": (spawn_first_byte_script, spawn_cancel_first_byte),
+    "spawn-finalize-stream": (spawn_finalize_stream_script, spawn_finalize_stream),
 }
 
 
@@ -444,23 +491,21 @@ def program_for(setup: Setup) -> str:
     return require_program(first, AGENTS[setup.agent].package or first)
 
 
-def play(name: str, scenario: str, tmp: Path) -> str | None:
+def play(name: str, scenario: str, tmp: Path) -> tuple[str | None, str]:
+    """(what broke or None, a measured figure or "")."""
     setup = CHECKED[name]
     make_script, body = SCENARIOS[scenario]
     check = Check(name, setup, program_for(setup), tmp, make_script(setup))
     try:
         outcome = body(check)
         if isinstance(outcome, Awaitable):
-            asyncio.run(asyncio.wait_for(_awaited(outcome), 180))
-        return None
+            outcome = asyncio.run(asyncio.wait_for(_awaited(outcome), 180))
+        return None, outcome if isinstance(outcome, str) else ""
     except BaseException as exc:  # a bench reports every failure and goes on
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return (
-            "".join(traceback.format_exception_only(exc)).strip()[-1500:]
-            + "\n"
-            + "".join(traceback.format_tb(exc.__traceback__)[-2:])
-        )
+        where = "".join(traceback.format_tb(exc.__traceback__)[-2:])
+        return "".join(traceback.format_exception_only(exc)).strip()[-1500:] + "\n" + where, ""
     finally:
         check.close()
 
@@ -480,11 +525,11 @@ def main() -> int:
     for name in args.agent or sorted(CHECKED):
         for scenario in args.scenario or list(SCENARIOS):
             started = time.monotonic()
-            problem = play(name, scenario, root / f"{name}-{scenario}")
+            problem, figure = play(name, scenario, root / f"{name}-{scenario}")
             took = time.monotonic() - started
             verdict = "PASS" if problem is None else "FAIL"
             failed += problem is not None
-            print(f"{verdict} {name:16} {scenario:20} {took:5.1f} s", flush=True)
+            print(f"{verdict} {name:16} {scenario:20} {took:5.1f} s  {figure}", flush=True)
             if problem:
                 print("    " + problem.replace("\n", "\n    "), flush=True)
     print(f"runs kept in {root}" if args.keep else f"(runs in {root})")

@@ -84,17 +84,27 @@ def _require_command(setup: Setup) -> str:
 # -- tether run --agent NAME ----------------------------------------------------------------
 
 
+# Longer than one wire line (final-text-path), non-ASCII and escapes, no two lines alike
+# (Gemini CLI cuts a reply that repeats itself).
+LONG_ANSWER = "".join(f'línea {n:04} — "ß→✓" \\ {n * 7919 % 10007}\t🚀\n' for n in range(2400))
+
+
 @each_cli
-def test_run_a_tool_call_that_really_runs(make_world: Worlds) -> None:
+def test_run_two_tool_calls_that_really_run_and_a_long_answer(make_world: Worlds) -> None:
     # the tool also writes to the run's inbox: the CLI passes TETHER_INBOX_PATH on
     progress = '{"type":"progress","text":"from the tool"}'
     report = f"echo '{progress}' >> \"$TETHER_INBOX_PATH\""
-    tool = make_world.shell(f"echo made > marker.txt; {report}")
-    world = make_world([*tool, {"text": "It is made."}])
+    client = make_world.setup.client
+    commands = [f"echo made > marker.txt; {report}", "printf 'ß→✓' > two.txt"]
+    calls = [{"name": client.shell_tool, "arguments": client.tool_args(c)} for c in commands]
+    tools = {"thinking": "Two at once…", "text": "Running both.", "tool_calls": calls}
+    answer = {"text": LONG_ANSWER, "usage": {"input": 30, "output": 7}}
+    world = make_world([tools, *client.after_tool * len(calls), answer])
     done = world.run_cli("make the marker")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "It is made."
+    assert done.stdout == LONG_ANSWER
     assert (world.work / "marker.txt").read_text() == "made\n"
+    assert (world.work / "two.txt").read_text() == "ß→✓"
     run_dir = world.cli_run_dir()
     events = world.checked(run_dir)
     assert "make the marker" in world.model_texts(1)
@@ -102,12 +112,14 @@ def test_run_a_tool_call_that_really_runs(make_world: Worlds) -> None:
     assert (run_dir / "agent-session").read_text().strip()
     assert of(events, "assistant-text-delta")
     assert of(events, "turn-complete")[0]["stop-reason"] == "stop"
-    call = of(events, "tool-call")[0]
-    result = of(events, "tool-result")[0]
-    assert result["tool-call-id"] == call["id"]
-    assert result["is-error?"] is False
+    ids = [e["id"] for e in of(events, "tool-call")]
+    assert len(ids) == 2
+    assert sorted(e["tool-call-id"] for e in of(events, "tool-result")) == sorted(ids)
+    assert not [e for e in of(events, "tool-result") if e["is-error?"]]
     assert [e["stop-reason"] for e in of(events, "llm-end")][-1] == "stop"
-    assert events[-2]["final-text"] == "It is made."
+    assert events[-2]["truncated?"] is True
+    assert events[-2]["final-text-path"]
+    assert LONG_ANSWER.startswith(events[-2]["final-text"])
     if make_world.setup.reports_usage:
         assert of(events, "turn-complete")[0]["usage"]["output"] > 0
     inbox = read_events(run_dir / "inbox.jsonl")
