@@ -11,7 +11,7 @@ its bash tool appends to ``$TETHER_INBOX_PATH`` and the driver appends there too
 shell would. Meanwhile, at moments drawn from ``--seed``, one fault at a time: a NATS node
 SIGKILLed (and restarted on its port and store), a host daemon SIGKILLed (and restarted:
 it must re-adopt its agents), a host's NATS connections cut (``ss -K``, again and again
-for a few seconds, the server left up).
+for a few seconds, the server left up), a NATS node stalled (SIGSTOP, then SIGCONT).
 
 Then, for every run: every control the driver was told landed is in the run's control
 log once, with exactly one ``control-ack`` (a control whose outcome the host could not
@@ -467,8 +467,17 @@ class Chaos:
             await asyncio.sleep(rng.uniform(2.0, 6.0))
             if not self.working:
                 return
-            kind = rng.choice(("node", "daemon", "cut"))
-            if kind == "node":
+            kind = rng.choice(("node", "daemon", "cut", "stall"))
+            if kind == "stall":  # a node that hangs (its connections stay open, silent)
+                index = rng.randrange(len(self.cluster.nodes))
+                seconds = rng.uniform(1.0, 8.0)
+                self.fault(f"SIGSTOP NATS node n{index} for {seconds:.1f}s")
+                process = self.cluster.nodes[index].process
+                process.send_signal(signal.SIGSTOP)
+                await asyncio.sleep(seconds)
+                process.send_signal(signal.SIGCONT)
+                self.say(f"NATS node n{index} continued")
+            elif kind == "node":
                 index = rng.randrange(len(self.cluster.nodes))
                 self.fault(f"SIGKILL NATS node n{index}")
                 self.cluster.kill(index)
