@@ -100,6 +100,9 @@ class Check:
         events = read_events(run_dir / "events.jsonl")
         check_wire(events, read_events(run_dir / "control.jsonl"))
         assert_no_survivors(self.world.mark)
+        # every model call is closed, as the built-in agent closes one (ended or not)
+        calls = [e["type"] for e in events if e["type"] in ("llm-start", "llm-end")]
+        assert calls == ["llm-start", "llm-end"] * (len(calls) // 2), calls
         return events
 
     def tether_run(self, *args: str, stdin: str | None = None) -> subprocess.Popen[str]:

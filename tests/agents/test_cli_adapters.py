@@ -240,6 +240,31 @@ def test_the_cli_killed_mid_turn_ends_the_turn_with_its_error(make_world: Worlds
     assert any("killed by signal 9" in e or "closed its stdout" in e for e in errors), errors
 
 
+@pytest.mark.parametrize("make_world", ["codex"], indirect=True)
+@pytest.mark.parametrize("end", ["kill", "cancel"])
+def test_a_model_call_ended_mid_stream_is_closed(make_world: Worlds, end: str) -> None:
+    # as the built-in agent closes one: assistant-stream-end, then llm-end (error/aborted)
+    world = make_world([{"text": ["streaming "] * 40, "chunk_ms": 400}])
+
+    async def go() -> tuple[tether.Result, Path]:
+        handle = await world.spawn("stream slowly")
+        updates = handle.updates()
+        await until(updates, "assistant-text-delta")
+        if end == "kill":
+            world.kill_cli()
+        else:
+            await handle.cancel()
+        return await handle.wait(), handle.run_dir.path
+
+    result, run_dir = asyncio.run(go())
+    assert result.status == ("done" if end == "kill" else "cancelled"), result
+    events = world.checked(run_dir)
+    kinds = [e["type"] for e in events if e["type"].startswith(("llm-", "assistant-stream"))]
+    assert kinds == ["llm-start", "assistant-stream-end", "llm-end"]
+    stop = {"kill": "error", "cancel": "aborted"}[end]
+    assert of(events, "llm-end")[0]["stop-reason"] == stop
+
+
 # -- the daemon -----------------------------------------------------------------------------
 
 

@@ -27,7 +27,8 @@ end of the CLI's turn, or fail the set-up.
   another group (Codex runs tools in their own sessions) are ended, SIGTERM then SIGKILL
   after :data:`~tether.runtime.adapters.base.TERM_GRACE_S`.
 - The CLI closing its stdout ends the turn ``error`` with its exit status and stderr
-  tail; every later turn fails the same way at once.
+  tail; every later turn fails the same way at once. A model call left open (the CLI
+  died, or was ended, mid-stream) is closed with ``llm-end`` ``error`` / ``aborted``.
 - :meth:`aclose` closes stdin, gives the CLI a moment, then ends whatever is left
   (claude-code-acp never exits on EOF).
 """
@@ -40,7 +41,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
@@ -112,7 +113,8 @@ class TranslatingRunner:
     ) -> None:
         self.translator = translator
         self.traits = traits
-        self.emit = emit
+        self._emit = emit
+        self._call_open = False  # an llm-start not yet closed by its llm-end
         self.run_dir = options.run_dir
         env = options.env
         self.inbox = env.get("TETHER_INBOX_PATH") or env.get("RUNEX_INBOX_PATH")
@@ -215,6 +217,7 @@ class TranslatingRunner:
             self._abort()
             self._turn = None  # ended by us: the CLI's exit that follows is no error
             await self.terminate()
+            self._close_call("aborted")
             raise
         finally:
             self._turn = None
@@ -309,8 +312,25 @@ class TranslatingRunner:
             self._started.set()
         turn = self._turn
         if turn is not None and not turn.ended.is_set():
+            self._close_call("error")
             self.emit({"type": "error", "error": note, "source": "adapter"})
             turn.ended.set()
+
+    # -- display ------------------------------------------------------------------------
+
+    def emit(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        if kind in ("llm-start", "llm-end"):
+            self._call_open = kind == "llm-start"
+        self._emit(event)
+
+    def _close_call(self, stop: str) -> None:
+        """A model call the CLI never closed (it died or was ended mid-stream) is closed
+        as the built-in agent closes one: ``assistant-stream-end``, ``llm-end`` with
+        ``stop`` (its text already went out as deltas)."""
+        if self._call_open:
+            self.emit({"type": "assistant-stream-end", "final?": False})
+            self.emit({"type": "llm-end", "stop-reason": stop})
 
     # -- actions ------------------------------------------------------------------------
 
