@@ -114,6 +114,7 @@ class Chaos:
         self.faults: list[str] = []
         self.runs: list[Run] = []
         self.working = True
+        self.fault_gap = (2.0, 6.0)  # seconds between faults
 
     def say(self, text: str) -> None:
         print(f"[{time.monotonic() - self.started:7.2f}] {text}", flush=True)
@@ -213,7 +214,13 @@ class Chaos:
         replies: list[dict[str, Any]] = []
         for i in range(60):
             delay = rng.randint(100, 900)
-            if i % 2 == 0:
+            if i % 6 == 0:  # a burst: a hundred lines at once
+                line = json.dumps({"type": "progress", "text": f"{name}:b{i}:N"})
+                line = line.replace(":N", ":'\"$n\"'")
+                command = f"for n in $(seq 100); do echo '{line}'; done >> \"$TETHER_INBOX_PATH\""
+                call = {"name": "bash", "arguments": {"command": command}, "id": f"c{i}"}
+                replies.append({"tool_calls": [call], "delay_ms": delay})
+            elif i % 2 == 0:
                 line = json.dumps({"type": "progress", "text": f"{name}:b{i}"})
                 command = f"echo '{line}' >> \"$TETHER_INBOX_PATH\""
                 call = {"name": "bash", "arguments": {"command": command}, "id": f"c{i}"}
@@ -464,7 +471,7 @@ class Chaos:
     async def faults_loop(self) -> None:
         rng = random.Random(f"{self.seed}:faults")
         while self.working:
-            await asyncio.sleep(rng.uniform(2.0, 6.0))
+            await asyncio.sleep(rng.uniform(*self.fault_gap))
             if not self.working:
                 return
             kind = rng.choice(("node", "daemon", "cut", "stall"))
@@ -767,6 +774,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--fault-gap", default="2,6", help="LO,HI seconds between faults")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="chaos"))
     print(f"seed {args.seed}, {args.runs} runs, in {root}; load {os.getloadavg()[0]:.1f}")
@@ -774,6 +782,8 @@ def main() -> None:
     try:
         with run_nats_cluster(root / "cluster", 3) as cluster:
             chaos = Chaos(args.seed, args.runs, root, cluster)
+            low, high = (float(part) for part in args.fault_gap.split(","))
+            chaos.fault_gap = (low, high)
             chaos.start_hosts()
             asyncio.run(chaos.main())
             chaos.stop_hosts()
