@@ -115,6 +115,7 @@ class Chaos:
         self.runs: list[Run] = []
         self.working = True
         self.fault_gap = (2.0, 6.0)  # seconds between faults
+        self.stall_max = 8.0  # the longest SIGSTOP of a node
 
     def say(self, text: str) -> None:
         print(f"[{time.monotonic() - self.started:7.2f}] {text}", flush=True)
@@ -477,7 +478,7 @@ class Chaos:
             kind = rng.choice(("node", "daemon", "cut", "stall"))
             if kind == "stall":  # a node that hangs (its connections stay open, silent)
                 index = rng.randrange(len(self.cluster.nodes))
-                seconds = rng.uniform(1.0, 8.0)
+                seconds = rng.uniform(1.0, self.stall_max)
                 self.fault(f"SIGSTOP NATS node n{index} for {seconds:.1f}s")
                 process = self.cluster.nodes[index].process
                 process.send_signal(signal.SIGSTOP)
@@ -775,6 +776,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--fault-gap", default="2,6", help="LO,HI seconds between faults")
+    parser.add_argument("--stall-max", type=float, default=8.0, help="longest node SIGSTOP")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="chaos"))
     print(f"seed {args.seed}, {args.runs} runs, in {root}; load {os.getloadavg()[0]:.1f}")
@@ -784,6 +786,7 @@ def main() -> None:
             chaos = Chaos(args.seed, args.runs, root, cluster)
             low, high = (float(part) for part in args.fault_gap.split(","))
             chaos.fault_gap = (low, high)
+            chaos.stall_max = args.stall_max
             chaos.start_hosts()
             asyncio.run(chaos.main())
             chaos.stop_hosts()
