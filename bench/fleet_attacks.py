@@ -283,9 +283,9 @@ async def kill_spawning(daemon: Daemon, script: Path, known: set[int], count: in
     done = asyncio.Event()
 
     async def killer() -> None:
-        while not done.is_set():
-            helpers = {p for p in descendants(daemon.pid) if b"forkserver" in _cmdline(p)}
-            for pid in set(descendants(daemon.pid)) - known - helpers - killed:
+        helpers = {p for p in descendants(daemon.pid) if b"forkserver" in _cmdline(p)}
+        while not done.is_set():  # the agents are children of the daemon or the template
+            for pid in children_of([daemon.pid, *helpers]) - known - helpers - killed:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
                     killed.add(pid)
@@ -327,6 +327,17 @@ async def kill_spawning(daemon: Daemon, script: Path, known: set[int], count: in
     await until_only_listed(daemon)
     said = f"{len(refused)} spawn_failed, {len(acked)} ready then failed"
     return f"{len(killed)} children SIGKILLed mid-spawn (half exec'd, slow): {said}"
+
+
+def children_of(pids: list[int]) -> set[int]:
+    """The direct children of ``pids`` (``/proc/PID/task/TID/children``: no /proc scan)."""
+    found: set[int] = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{pid}/task"):
+                text = Path(f"/proc/{pid}/task/{task}/children").read_text()
+                found.update(int(child) for child in text.split())
+    return found
 
 
 async def restart_mid_spawn(daemon: Daemon, script: Path, count: int, clients: int) -> str:
