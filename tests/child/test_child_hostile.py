@@ -274,6 +274,24 @@ def test_removed_control_file_is_read_to_its_end_first(make_child: MakeChild) ->
     assert types(events)[-2:] == ["result", "exit"]
 
 
+def test_a_close_read_during_a_turn_outlives_the_removed_control_file(
+    make_child: MakeChild,
+) -> None:
+    """Regression (a 2-core CI at load 16): the close was read while the turn still ran,
+    then the parent removed the file; the run must still end done, not failed."""
+    child = make_child(script="gated_tool.json").start()
+    child.send("prompt", text="go")
+    child.wait_for(lambda e: e["type"] == "tool-call")  # the turn is held at its gate
+    assert child.ack(child.send("close"))["status"] == "accepted"  # now closing
+    child.control.unlink()
+    child.wait_for(lambda e: e["type"] == "info" and "was removed" in e["summary"])
+    (child.root / "go").touch()
+    code, events = child.finish()
+    assert code == 0, child.describe()
+    assert types(events)[-2:] == ["result", "exit"]
+    assert events[-1]["status"] == "done"
+
+
 def test_a_cancel_then_5000_steers_in_one_write_get_one_ack_each(make_child: MakeChild) -> None:
     child = make_child(script="hello.json").start()
     lines = [{"v": 1, "seq": 1, "type": "cancel", "run": "r"}] + [

@@ -89,6 +89,9 @@ LATE_DRAIN_READS: Final = 16
 UNWIND_GRACE_S: Final = 1.0
 # A last turn that stopped this way leaves a partial answer (``result.context``).
 PARTIAL_STOPS: Final = frozenset({"aborted", "error"})
+# States whose end is already decided by a control read earlier: a removed control file
+# (the parent gone) changes nothing, the turn runs out and the run ends done.
+_ENDS_WITHOUT_CONTROLS: Final = frozenset({State.CLOSING, State.FINALIZING})
 
 _yield_cpu: Final = getattr(os, "sched_yield", lambda: None)
 _INJECTION_KINDS: Final[dict[str, InjectionKind]] = {
@@ -303,7 +306,7 @@ class Presenter:
         """The writer's wake-up byte: read the new lines now, in the reader's callback (the
         ack goes out without a hop through the reader task). True when nothing is left
         for the reader task to do (it then sleeps on)."""
-        if self.exiting:
+        if self.exiting or self._channel_dead:
             return False
         try:
             return self._read_once() and not self.exiting and not self._unread
@@ -322,7 +325,7 @@ class Presenter:
             return False
         if got.removed:  # the parent is gone with its files: no control can ever arrive
             self._channel_dead = True
-            self.fail("control file was removed")
+            self._control_removed()
             return False
         for line in got.controls:
             self._on_line(line)
@@ -334,6 +337,15 @@ class Presenter:
             # give it the CPU now, so it reads the acks before the turn's work, not after.
             _yield_cpu()
         return True
+
+    def _control_removed(self) -> None:
+        """No control can arrive any more: the run fails, unless a close or finalize read
+        before the removal already decided its end (it then ends with its turn, done)."""
+        if self.state not in _ENDS_WITHOUT_CONTROLS:
+            self.fail("control file was removed")
+            return
+        summary = f"control file was removed; the run ends with its turn ({self.state})"
+        self.log.emit(Info, timestamp=utc_now(), summary=summary)
 
     def _on_line(self, line: ControlLine) -> None:
         rejection = line.rejection
