@@ -189,7 +189,9 @@ def children_of(pid: int) -> list[int]:
     return sorted(out)
 
 
-def wait_group_gone(pgid: int, timeout: float = 5.0) -> bool:
+def wait_group_gone(pgid: int, timeout: float = WAIT_S) -> bool:
+    """The SIGKILLed members still need the CPU to exit (a starved, niced suite): the
+    bound is a hang detector, as the other waits here; a group left alive still fails."""
     deadline = time.monotonic() + timeout
     while procs.group_has_live_members(pgid):
         if time.monotonic() > deadline:

@@ -45,7 +45,9 @@ class DaemonProcess:
             self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = 15.0) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """A hang detector: a niced suite beside other work on 2 cores was seen starved of
+        the CPU for minutes (a start needs ~0.3 s of it); a daemon that never answers fails."""
         assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
