@@ -107,3 +107,34 @@ def test_tether_show_does_not_block_on_a_fifo_left_in_the_run_dir(victim: Path) 
     )
     assert shown.returncode == 0, shown
     assert str(result.run_id) in shown.stdout
+
+
+def test_events_replaced_before_the_parent_first_reads_them_are_still_read(
+    victim: Path,
+) -> None:
+    """Regression (a flaky [events-fifo] under load): the parent opened its event file
+    lazily, at its first read, so a child quick to plant a FIFO there (while the parent
+    was still busy, e.g. writing its index row) blinded it. The parent now holds the
+    file from before the child exists."""
+
+    async def go() -> RunResult:
+        handle = await spawn("task", argv=hostile("events-fifo", arg=victim), timeouts=FAST)
+        events = Path(os.environ["TETHER_HOME"]) / "runs" / str(handle.run_id) / "events.jsonl"
+        _wait_planted(events)  # blocking, no await: the parent's reader cannot run yet
+        return await asyncio.wait_for(handle.wait(), 30)
+
+    result = asyncio.run(go())
+    _intact(victim)
+    assert result.status == "done", result.error
+    assert result.final_text == "answer: task"
+
+
+def _wait_planted(events: Path) -> None:
+    """Until the child has put its FIFO in place of ``events`` (bounded)."""
+    import stat
+    import time
+
+    deadline = time.monotonic() + 30
+    while not stat.S_ISFIFO(os.lstat(events).st_mode):
+        assert time.monotonic() < deadline, "the child never planted its FIFO"
+        time.sleep(0.005)

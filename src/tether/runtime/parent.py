@@ -87,6 +87,7 @@ class LocalRunHandle(RunHandle):
         self,
         *,
         prepared: PreparedRun,
+        events: FileTail,
         task: str,
         proc: asyncio.subprocess.Process | ForkedChild,
         lifeline: int | None,
@@ -109,7 +110,7 @@ class LocalRunHandle(RunHandle):
         self._created_at = prepared.created_at
         self._recorder = recorder
         self._inbox = inbox
-        self._tail = FileTail(run.events)
+        self._tail = events  # opened before the child existed: a swapped path changes nothing
         self._wake = asyncio.Event()
         self._token = hub.subscribe_event(run.events, self._wake)
         self._nested = (
@@ -382,12 +383,15 @@ async def spawn(
         )
     # The child starts before its row is written: the index write (tens of ms, a thread
     # and SQLite) then overlaps the child's own start-up instead of delaying it.
+    events = FileTail(run.events)
+    events.open()  # before the child exists: it cannot swap the file under our reader
     try:
         proc, lifeline = await start_child(
             command, run, cwd, prepared.env, prepared.control, cli=cli
         )
     except SpawnError as exc:
         prepared.control.close()
+        events.close()
         if recorder is not None:
             await recorder.start(row)
             await recorder.finish(RunResult("failed", error=str(exc), run_id=run.run_id))
@@ -397,6 +401,7 @@ async def spawn(
         await recorder.started(proc.pid)
     return LocalRunHandle(
         prepared=prepared,
+        events=events,
         task=task,
         proc=proc,
         lifeline=lifeline,

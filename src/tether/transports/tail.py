@@ -71,6 +71,11 @@ class FileTail:
         """Offset just past the last byte read from the file (complete lines or not)."""
         return self._splitter.fed
 
+    def open(self) -> bool:
+        """Open the file now, not at the first read: a writer that swaps the path later
+        (a hostile child planting a FIFO) cannot take it from us. False when refused."""
+        return self._open() is not None
+
     def size(self) -> int | None:
         """The file's size now; None when it cannot be opened."""
         fd = self._open()
