@@ -6,14 +6,14 @@ Gemini CLI over ACP, claude-code-acp), in one run, against one scripted model se
 in rounds of one run per series, each series going first in turn (the first run of a
 round is favoured): ``direct`` (the CLI alone), ``cold`` (``tether child`` exec'd, as the
 first run of a process: ``TETHER_FORKSERVER=0``; its CLI started before the child's
-interpreter by the pre-exec stage, ``runtime/adapters/prestart.py``), ``warm`` (forked
+interpreter by the pre-exec stage, ``runtime/child/adapters/prestart.py``), ``warm`` (forked
 from the fork server's running template, as in the daemon or a parent that starts many
 runs; it is started before the first round) and, with ``--before``, ``before``:
 
 - start-up to the first answer: from starting the process to the first text delta of
   the CLI's first reply. Direct: a minimal harness speaking the CLI's own protocol
   (:class:`Direct`) starts the CLI with exactly the command line and environment tether
-  gives it (:func:`tether.runtime.adapters.commands.cli_launch`), does the protocol's
+  gives it (:func:`tether.runtime.child.adapters.commands.cli_launch`), does the protocol's
   hand-shake (Codex: ``initialize``, ``initialized``, ``thread/start``; ACP:
   ``initialize``, ``session/new``, ``session/set_mode`` when the client sets a mode;
   Claude Code and pi need none) and sends the prompt, until the first text delta
@@ -78,11 +78,11 @@ from typing import Any, NamedTuple
 import tether
 from tether.modelserver import open_model_server
 from tether.modelserver.clients import CLIENTS
-from tether.runtime import forkserver
-from tether.runtime.adapters.commands import MODE_ARG, cli_launch
-from tether.runtime.adapters.driver import descendants
-from tether.runtime.adapters.registry import AGENTS, find_command
-from tether.runtime.updates import RunEvent
+from tether.runtime.child.adapters.commands import MODE_ARG, cli_launch
+from tether.runtime.child.adapters.driver import descendants
+from tether.runtime.child.adapters.registry import AGENTS, find_command
+from tether.runtime.parent import forkserver
+from tether.runtime.parent.updates import RunEvent
 from tether.wire import tag_of
 
 # How long the server holds tether's model call (after its first chunk) while acks are timed.
@@ -263,9 +263,9 @@ def burden_argv(agent: str) -> list[str]:
     runner = AGENTS[agent].runner.partition(":")[0]
     modules = (
         "tether.cli.child",
-        "tether.runtime.child",
-        "tether.runtime.child_io",
-        "tether.runtime.adapters.driver",
+        "tether.runtime.child.presenter",
+        "tether.runtime.child.files",
+        "tether.runtime.child.adapters.driver",
         runner,
     )
     report = "import resource; u = resource.getrusage(resource.RUSAGE_SELF)"
@@ -347,7 +347,7 @@ async def main(agent, args, argv, env, home):
         runs_root=home + "/runs", db=home + "/runs.db", close_when_idle=False,
     )
     spawned = time.perf_counter() - started
-    from tether.runtime.updates import RunEvent
+    from tether.runtime.parent.updates import RunEvent
     from tether.wire import tag_of
     async for update in handle.updates():
         kind = tag_of(type(update.event)) if isinstance(update, RunEvent) else None

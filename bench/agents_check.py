@@ -10,7 +10,7 @@ leave a daemonized grandchild behind. It drives the run through ``tether run --a
 NAME`` (steer and follow-up as stdin lines, finalize and cancel as SIGINT, a deadline)
 and through ``tether.spawn(agent=NAME)`` (steer, follow-up, finalize, cancel and a
 deadline inside a long tool, the CLI SIGKILLed mid-stream), then checks each run's
-events.jsonl with the test suite's checker (``tests/agents/cli_helpers.check_wire``:
+events.jsonl with the test suite's checker (``tests/adapters/cli_helpers.check_wire``:
 every line a valid event, one ack per control before its effects, one result right
 before ``exit done``, paired turns with stop reasons and summed usage, a failed or
 timed-out exit says why), what the capability table says steer and cancel do, and that no
@@ -485,7 +485,7 @@ SCENARIOS: dict[str, tuple[Callable[[Setup], list[Any]], Scenario]] = {
 
 
 def program_for(setup: Setup) -> str:
-    from tether.runtime.adapters.registry import AGENTS
+    from tether.runtime.child.adapters.registry import AGENTS
 
     first = setup.command[0] if setup.command else AGENTS[setup.program].command[0]
     return require_program(first, AGENTS[setup.agent].package or first)

@@ -51,16 +51,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "daemon")]
 
-from daemon_helpers import DaemonProcess, make_env  # noqa: E402
-from test_agents_support import agent_pids, alive, kill_agents  # noqa: E402
 from test_hosts import _start_when_cluster_ready  # noqa: E402
 from tests.channels import read_all  # noqa: E402
 from tests.nats_server import NatsCluster, run_nats_cluster  # noqa: E402
+from tests.support.agentd import agent_pids, alive, kill_agents  # noqa: E402
+from tests.support.daemon import DaemonProcess, make_env  # noqa: E402
 
-from tether.daemon.client import DaemonCallError, DaemonClientError  # noqa: E402
-from tether.daemon.hosts import control_channel, events_channel, inbox_channel  # noqa: E402
-from tether.daemon.remote import call_host, connect  # noqa: E402
-from tether.daemon.remote_run import RemoteRunHandle, spawn_remote  # noqa: E402
+from tether.daemon.hosts.link import control_channel, events_channel, inbox_channel  # noqa: E402
+from tether.daemon.hosts.remote import call_host, connect  # noqa: E402
+from tether.daemon.hosts.remote_run import RemoteRunHandle, spawn_remote  # noqa: E402
+from tether.daemon.rpc.client import DaemonCallError, DaemonClientError  # noqa: E402
 from tether.errors import ControlRefused, RunEnded  # noqa: E402
 
 HOSTS = ("A", "B", "C")

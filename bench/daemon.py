@@ -41,8 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tether.daemon.aclient import AsyncDaemonClient
-from tether.daemon.protocol import (
+from tether.daemon.rpc.aclient import AsyncDaemonClient
+from tether.daemon.rpc.protocol import (
     PREFIX_BYTES,
     FrameDecoder,
     ProtocolError,
@@ -206,8 +206,8 @@ def _accepts(path: Path) -> bool:
 
 
 def _pick_method(path: Path, root: Path) -> tuple[str, Any]:
-    from tether.daemon.client import DaemonCallError, DaemonClient
-    from tether.daemon.protocol import ErrorCode
+    from tether.daemon.rpc.client import DaemonCallError, DaemonClient
+    from tether.daemon.rpc.protocol import ErrorCode
 
     with DaemonClient.connect(path, timeout=60) as client:
         try:

@@ -61,9 +61,9 @@ from daemon import (  # bench/daemon.py: the servers, the round-trip client
     start_servers,
     stop_servers,
 )
-from tether.daemon.aclient import AsyncDaemonClient
-from tether.daemon.protocol import encode_call
-from tether.daemon.registry import AgentRegistry
+from tether.daemon.fleet.registry import AgentRegistry
+from tether.daemon.rpc.aclient import AsyncDaemonClient
+from tether.daemon.rpc.protocol import encode_call
 from tether.paths import db_path
 
 REPLY = "ok"

@@ -38,7 +38,7 @@ from outside import (
     turn,
 )
 
-from tether.daemon.aclient import AsyncDaemonClient
+from tether.daemon.rpc.aclient import AsyncDaemonClient
 
 
 async def same_name(path: Path, root: Path, script: Path, clients: int) -> str:

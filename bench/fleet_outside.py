@@ -5,7 +5,7 @@
 
 Only public surfaces: the daemon is ``python -m tether daemon --foreground --socket S``
 (SIGKILLed and started again the same way), the calls go over its socket through the
-Python client (:class:`tether.daemon.aclient.AsyncDaemonClient`), a few through the CLI
+Python client (:class:`tether.daemon.rpc.aclient.AsyncDaemonClient`), a few through the CLI
 (``tether agent status|steer|follow_up``); processes and memory are read from ``/proc``.
 
 1. **spawn**: ``--agents`` built-in agents (scripted provider) from ``--clients``

@@ -133,7 +133,7 @@ def _sample(pids: Sequence[int]) -> tuple[float, int, int]:
 
 
 async def _remove(socket: Path, count: int) -> None:
-    from tether.daemon.aclient import AsyncDaemonClient
+    from tether.daemon.rpc.aclient import AsyncDaemonClient
 
     client = await AsyncDaemonClient.open(socket)
     gate = asyncio.Semaphore(64)  # the daemon caps the calls in flight per connection

@@ -49,7 +49,7 @@ def _fill(path: Path, mib: int, line: int) -> int:
 async def _main(mib: int, line: int) -> None:
     from tests.parent.helpers import FAST, double
 
-    from tether.runtime.parent import ChannelError, InboxItem, spawn
+    from tether.runtime.parent.spawn import ChannelError, InboxItem, spawn
 
     start_rss = _rss_mib()
     argv = double("normal", 600_000)  # one turn that outlasts the drain

@@ -1,6 +1,6 @@
 """What bench/fleet_outside.py drives the daemon with, as a user would (no tether internals
 beyond its public client): the daemon as ``python -m tether daemon --foreground``, calls
-over its socket through :class:`tether.daemon.aclient.AsyncDaemonClient` and the CLI,
+over its socket through :class:`tether.daemon.rpc.aclient.AsyncDaemonClient` and the CLI,
 processes and descriptors read from ``/proc``. Every check raises :class:`Failed`."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 from fleet import proc_state  # bench/fleet.py: /proc readers
 
 from daemon import daemon_env  # bench/daemon.py: a daemon kept under one directory
-from tether.daemon.aclient import AsyncDaemonClient
-from tether.daemon.client import DaemonCallError, DaemonConnectionLost
-from tether.daemon.protocol import ErrorCode
+from tether.daemon.rpc.aclient import AsyncDaemonClient
+from tether.daemon.rpc.client import DaemonCallError, DaemonConnectionLost
+from tether.daemon.rpc.protocol import ErrorCode
 
 REPLY = "ok"
 SCRIPT_REPLIES = 64

@@ -21,7 +21,7 @@ Prints medians and ratios against baselines measured in the same run:
   appearing (the parent's own start-up: interpreter, imports, arguments, the run directory)
   and on to the child's ``ready`` line in ``events.jsonl`` (the child's start: exec'd, a
   second interpreter). Interleaved with the floors: ``python -c pass`` (one interpreter
-  start), ``python -c "import tether.cli.run, tether.runtime.parent"`` (the parent's
+  start), ``python -c "import tether.cli.run, tether.runtime.parent.spawn"`` (the parent's
   imports) and ``python -c "import tether.cli.child, tether.agent.loop"`` (what any
   process must have imported before a child can say ``ready``, forked or exec'd). The
   files are polled every 0.5 ms.
@@ -48,7 +48,7 @@ def _median_ms(samples: list[float]) -> float:
 
 
 def bench_run(runs: int, script: Path) -> tuple[float, float]:
-    from tether.runtime.sync import run
+    from tether.runtime.parent.sync import run
 
     baseline, full = [], []
     for _ in range(runs):
@@ -65,7 +65,7 @@ def bench_run(runs: int, script: Path) -> tuple[float, float]:
 
 
 async def _acks(count: int, script: Path) -> list[float]:
-    from tether.runtime.parent import spawn
+    from tether.runtime.parent.spawn import spawn
 
     handle = await spawn(
         "bench", provider="scripted", child_args=["--script", str(script)], close_when_idle=False
@@ -144,7 +144,7 @@ def _memory_line(where: str, forked: list[int], execd: list[int], template: int 
 
 
 async def _spawn_ready(script: Path, env: dict[str, str] | None) -> tuple[float, Any]:
-    from tether.runtime.parent import spawn
+    from tether.runtime.parent.spawn import spawn
 
     start = time.perf_counter()
     handle = await spawn(
@@ -161,7 +161,7 @@ async def _spawn_ready(script: Path, env: dict[str, str] | None) -> tuple[float,
 
 
 async def _parent_spawns(count: int, script: Path) -> None:
-    from tether.runtime.forkserver import shared_forkserver
+    from tether.runtime.parent.forkserver import shared_forkserver
 
     server = shared_forkserver()
     assert await asyncio.to_thread(server.wait_ready), "the fork server's template did not start"
@@ -186,7 +186,7 @@ async def _parent_spawns(count: int, script: Path) -> None:
 def _daemon_spawns(count: int, script: Path) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from daemon import start_servers, stop_servers
-    from tether.daemon.client import DaemonClient
+    from tether.daemon.rpc.client import DaemonClient
 
     root = Path(tempfile.mkdtemp(prefix="tether-bench-spawn-"))
     daemon, path, echo, _ = start_servers(root)
@@ -260,7 +260,7 @@ def _cold_run(home: Path, script: Path) -> tuple[float, float]:
 def _cold_runs(count: int, home: Path, script: Path) -> None:
     codes = {
         "pass": "pass",
-        "imports": "import tether.cli.run, tether.runtime.parent",
+        "imports": "import tether.cli.run, tether.runtime.parent.spawn",
         "child": "import tether.cli.child, tether.agent.loop",
     }
     floors: dict[str, list[float]] = {name: [] for name in codes}

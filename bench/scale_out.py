@@ -47,10 +47,10 @@ sys.path.insert(0, str(ROOT))
 
 from tests.nats_server import run_nats_cluster, run_nats_server  # noqa: E402
 
-from tether.daemon.aclient import AsyncDaemonClient  # noqa: E402
-from tether.daemon.bridge import PUMP_LINES, Outbound  # noqa: E402
-from tether.daemon.remote import call_host, connect  # noqa: E402
-from tether.daemon.remote_run import spawn_remote  # noqa: E402
+from tether.daemon.hosts.bridge import PUMP_LINES, Outbound  # noqa: E402
+from tether.daemon.hosts.remote import call_host, connect  # noqa: E402
+from tether.daemon.hosts.remote_run import spawn_remote  # noqa: E402
+from tether.daemon.rpc.aclient import AsyncDaemonClient  # noqa: E402
 from tether.transports.channel import Entry  # noqa: E402
 from tether.transports.jetstream import open_jetstream  # noqa: E402
 
@@ -136,7 +136,7 @@ def daemons(url: str, root: Path, replicas: int) -> Iterator[dict[str, dict[str,
 
 
 def _wait_socket(path: Path) -> None:
-    from tether.daemon.lifecycle import probe
+    from tether.daemon.rpc.lifecycle import probe
 
     deadline = time.monotonic() + 20
     while not probe(path, timeout=0.5):

@@ -13,7 +13,7 @@ import random
 import struct
 import sys
 
-from tether.daemon.protocol import (
+from tether.daemon.rpc.protocol import (
     FrameDecoder,
     ProtocolError,
     Request,

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 from tether import jsondepth
-from tether.daemon.protocol import ProtocolError, Request, Response, decode_message, recover_id
+from tether.daemon.rpc.protocol import ProtocolError, Request, Response, decode_message, recover_id
 from tether.inbox.messages import InboxRejection, parse_line
 from tether.wire import Rejection, decode
 

@@ -64,7 +64,7 @@ def test_attack_strings_cut_at_any_slice_boundary_still_count_right(
 def test_attack_a_cli_line_of_many_containers_is_refused_before_decoding() -> None:
     """A CLI's stdout line of 100,000 small objects: a bad line, and nothing decoded
     (before: msgspec built every dict, a 16 MB line of them peaked at ~435 MB)."""
-    from tether.runtime.adapters.base import CLI_LINE_CONTAINERS, BadLine, JsonLines
+    from tether.runtime.child.adapters.base import CLI_LINE_CONTAINERS, BadLine, JsonLines
 
     line = b"[" + b'{"a":1},' * 100_000 + b"1]\n"
     tracemalloc.start()

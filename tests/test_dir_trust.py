@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tether.daemon.aclient import AsyncDaemonClient
-from tether.daemon.client import DaemonClient, UntrustedDaemon
-from tether.daemon.drive_client import open_drive_async
+from tether.daemon.pty.drive_client import open_drive_async
+from tether.daemon.rpc.aclient import AsyncDaemonClient
+from tether.daemon.rpc.client import DaemonClient, UntrustedDaemon
 from tether.paths import UnsafeDirectory, ensure_private_dir
 
 HER = 54321

@@ -48,13 +48,13 @@ def test_the_drawn_tree_names_every_exception() -> None:
 
 def test_the_walk_finds_exceptions_everywhere() -> None:
     # the checks above are only as good as the walk
-    assert "tether.daemon.client.DaemonUnavailable" in CLASSES
+    assert "tether.daemon.rpc.client.DaemonUnavailable" in CLASSES
     assert "tether.agent.scripted.ScriptError" in CLASSES
     assert "tether.errors.SpawnError" in CLASSES
 
 
 def test_built_in_bases_are_kept() -> None:
-    from tether.daemon.registry import AgentNotFound
+    from tether.daemon.fleet.registry import AgentNotFound
 
     assert issubclass(AgentNotFound, KeyError)
     assert issubclass(errors.ControlRefused, ValueError)

@@ -134,7 +134,7 @@ def test_the_event_log_cuts_back_a_partial_line_and_says_so(tmp_path: Path) -> N
     script = f"""
 import resource, signal, sys
 sys.path[:0] = {sys.path!r}
-from tether.runtime.child_io import EventLog
+from tether.runtime.child.files import EventLog
 from tether.wire import messages as m
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))

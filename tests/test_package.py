@@ -25,8 +25,8 @@ def test_import_tether_loads_no_runtime() -> None:
 def test_a_local_spawn_does_not_load_the_remote_side() -> None:
     """``tether.spawn`` (the API module) leaves NATS's side unloaded until it is named."""
     code = (
-        "import sys, tether; tether.spawn; print('tether.daemon.remote_run' in sys.modules); "
-        "tether.spawn_remote; print('tether.daemon.remote_run' in sys.modules)"
+        "import sys, tether; tether.spawn; print('tether.daemon.hosts.remote_run' in sys.modules); "
+        "tether.spawn_remote; print('tether.daemon.hosts.remote_run' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tether.runtime.mirror import ChannelError, RunMirror
-from tether.runtime.parent import (
+from tether.runtime.parent.mirror import ChannelError, RunMirror
+from tether.runtime.parent.spawn import (
     ControlRefused,
     InboxItem,
     LocalRunHandle,
@@ -42,10 +42,10 @@ from tether.runtime.parent import (
     Update,
     spawn,
 )
-from tether.runtime.sync import SyncRunHandle, open_run, run
+from tether.runtime.parent.sync import SyncRunHandle, open_run, run
 
 if TYPE_CHECKING:
-    from tether.daemon.remote_run import RemoteRunHandle, spawn_remote
+    from tether.daemon.hosts.remote_run import RemoteRunHandle, spawn_remote
 
 _REMOTE = frozenset({"RemoteRunHandle", "spawn_remote"})
 
@@ -75,10 +75,10 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     """The remote handle and its spawn, loaded on first use: NATS's side of tether
-    (``tether.daemon.remote_run`` and what it imports, ~20-30 ms here) is not a local
+    (``tether.daemon.hosts.remote_run`` and what it imports, ~20-30 ms here) is not a local
     run's start-up cost."""
     if name in _REMOTE:
-        from tether.daemon import remote_run
+        from tether.daemon.hosts import remote_run
 
         value = getattr(remote_run, name)
         globals()[name] = value

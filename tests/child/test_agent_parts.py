@@ -35,7 +35,7 @@ from tether.procs import (
     terminate_group,
     terminate_group_sync,
 )
-from tether.runtime.child_io import result_fields
+from tether.runtime.child.files import result_fields
 from tether.wire import Result, Sender
 
 # -- tools ------------------------------------------------------------------------------

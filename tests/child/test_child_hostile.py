@@ -311,7 +311,7 @@ def test_the_child_loop_checks_signal_numbers_as_asyncio_does() -> None:
     """The presenter's loop keeps asyncio's signal check (with a set computed once)."""
     import asyncio
 
-    from tether.runtime.child import _ChildLoop
+    from tether.runtime.child.presenter import _ChildLoop
 
     ours, theirs = _ChildLoop(), asyncio.SelectorEventLoop()
     try:

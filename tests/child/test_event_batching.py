@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tether.runtime.child_io import EventLog
+from tether.runtime.child.files import EventLog
 from tether.wire import ControlAck, Exit, TurnStarted
 
 

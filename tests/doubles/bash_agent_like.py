@@ -4,7 +4,7 @@ Not bash-agent: a small Python program that behaves as lloydzhou/bash-agent does
 checked against the real program (``src/agent.sh`` at 4026ebe1 with its ``awk/`` files and
 ``tools.json``, run here under mawk on 2026-12-01 against tether's scripted model server):
 the same scripts gave the same stream-json lines, byte for byte except ids and timings,
-and ``tests/agents/test_bash_agent.py`` runs both (the real one when ``TETHER_BASH_AGENT``
+and ``tests/adapters/test_bash_agent.py`` runs both (the real one when ``TETHER_BASH_AGENT``
 names its ``agent.sh``). What it models, as the real one does it:
 
 - ONE task, from its arguments or, without one, from stdin until EOF (``input=$(cat)``).

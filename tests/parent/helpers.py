@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tether.runtime.parent import RunEvent, RunHandle, Timeouts, Update
+from tether.runtime.parent.spawn import RunEvent, RunHandle, Timeouts, Update
 
 DOUBLE = Path(__file__).parent / "doubles" / "wire_child.py"
 FAST = Timeouts(start_s=5, ack_s=5, cancel_grace_s=0.5, kill_grace_s=0.5, exit_grace_s=0.5)

@@ -11,7 +11,7 @@ import pytest
 
 from tether.inbox.answers import AnswerRefused
 from tether.inbox.store import open_store
-from tether.runtime.parent import InboxItem, RunEvent, spawn
+from tether.runtime.parent.spawn import InboxItem, RunEvent, spawn
 
 
 def _script(tmp_path: Path, *replies: dict[str, object]) -> str:

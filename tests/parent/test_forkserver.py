@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from tests.wake_probe import kill_and_wait, parent_pid
-from tether.runtime import forkserver
-from tether.runtime.forkserver import ForkServer, shared_forkserver
-from tether.runtime.parent import RunHandle, RunResult, spawn
+from tether.runtime.parent import forkserver
+from tether.runtime.parent.forkserver import ForkServer, shared_forkserver
+from tether.runtime.parent.spawn import RunHandle, RunResult, spawn
 
 from .helpers import FAST, Collector
 

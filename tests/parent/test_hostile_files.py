@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.doubles import hostile
-from tether.runtime.parent import RunResult, spawn
+from tether.runtime.parent.spawn import RunResult, spawn
 
 from .helpers import FAST
 

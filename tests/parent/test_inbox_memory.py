@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tether.inbox import create_inbox
-from tether.runtime.sidecars import INBOX_SLICE_BYTES, InboxTail
+from tether.runtime.parent.sidecars import INBOX_SLICE_BYTES, InboxTail
 
 LINE = b'{"type":"progress","text":"' + b"x" * 990 + b'"}\n'
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 PARENT = """
 import asyncio, json, sys
-from tether.runtime.parent import spawn
+from tether.runtime.parent.spawn import spawn
 
 async def main():
     handle = await spawn("wait", provider="scripted", child_args=["--script", sys.argv[1]])
@@ -62,7 +62,7 @@ def test_tools_do_not_see_the_lifeline(tmp_path: Path) -> None:
             [{"tool_calls": [{"name": "bash", "arguments": {"command": command}}]}, {"text": "ok"}]
         )
     )
-    from tether.runtime.sync import run
+    from tether.runtime.parent.sync import run
 
     os.environ["TETHER_HOME"] = str(tmp_path / "home")
     try:

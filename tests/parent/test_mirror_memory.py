@@ -1,10 +1,10 @@
 """The real supervision core against the real child core, in one process: states agree.
 
-The child is the real presenter (:class:`tether.runtime.child.Presenter`, the code that
+The child is the real presenter (:class:`tether.runtime.child.presenter.Presenter`, the code that
 ``tether child`` runs) with a gated TEST runner: a turn runs until the test releases it
 (taking the queued steers and follow-ups, or leaving them queued, so the next turn
 starts from the queue: the ``queued-turn`` move), or until it is interrupted or
-aborted. The parent is the real :class:`tether.runtime.supervise.RunWatch` on a fake
+aborted. The parent is the real :class:`tether.runtime.parent.supervise.RunWatch` on a fake
 clock, fed the child's event lines as they are written. After every step the mirror's
 state is the child's, every control has its ack, and the watch never asks to end a
 child that keeps its promises; at the end its verdict is the child's exit.
@@ -22,13 +22,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tether.agent.runner import EmitFn, TurnControl, TurnOutcome, TurnRequest
-from tether.runtime.child import ChildOptions, Presenter
-from tether.runtime.child_io import EventLog
-from tether.runtime.mirror import RunMirror
-from tether.runtime.outcome import Timeouts
-from tether.runtime.rundir import append_line
-from tether.runtime.supervise import Finish, RunWatch, Send, Terminate, Wait
-from tether.runtime.watchio import read_slice
+from tether.runtime.child.files import EventLog
+from tether.runtime.child.presenter import ChildOptions, Presenter
+from tether.runtime.parent.mirror import RunMirror
+from tether.runtime.parent.outcome import Timeouts
+from tether.runtime.parent.rundir import append_line
+from tether.runtime.parent.supervise import Finish, RunWatch, Send, Terminate, Wait
+from tether.runtime.parent.watchio import read_slice
 from tether.transports.tail import FileTail
 from tether.wire import Sender
 from tether.wire import messages as m

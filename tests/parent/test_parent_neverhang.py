@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tether import procs
-from tether.runtime.mirror import ChannelError
-from tether.runtime.parent import RunHandle, RunResult, Timeouts, spawn
+from tether.runtime.parent.mirror import ChannelError
+from tether.runtime.parent.spawn import RunHandle, RunResult, Timeouts, spawn
 from tether.store.index import RunIndex
 
 from .helpers import FAST, Collector, double
@@ -179,7 +179,7 @@ def test_truncated_result_without_file_carries_a_note() -> None:
 
 
 def test_spawn_failure_is_an_error_and_recorded(tether_home: Path) -> None:
-    from tether.runtime.parent import SpawnError
+    from tether.runtime.parent.spawn import SpawnError
 
     async def go() -> None:
         await spawn("task", argv=["/nonexistent/child"], timeouts=FAST)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tether.runtime.mirror import ChannelError
-from tether.runtime.parent import RunHandle, RunResult, spawn
+from tether.runtime.parent.mirror import ChannelError
+from tether.runtime.parent.spawn import RunHandle, RunResult, spawn
 from tether.wire.session import ControlKind, State, decide
 
 from .helpers import FAST, Collector

@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from tether.runtime.parent import RunEnded, RunHandle, spawn
+from tether.runtime.parent.spawn import RunEnded, RunHandle, spawn
 from tether.wire.session import ControlKind, State, decide
 
 from .helpers import FAST, Collector, child_state, double
@@ -111,7 +111,7 @@ def test_finalize_while_running_answers_from_a_tool_free_turn() -> None:
 
 
 def test_runs_started_by_a_run_are_followed_with_their_depth() -> None:
-    from tether.runtime.parent import RunEvent
+    from tether.runtime.parent.spawn import RunEvent
 
     async def go() -> tuple[list[tuple[str, int, str]], str, str]:
         top = await spawn("top", argv=double("normal", 1500), timeouts=FAST, follow_nested=True)

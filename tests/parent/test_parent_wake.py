@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from tests.wake_probe import inotify_instances
-from tether.runtime.parent import spawn
+from tether.runtime.parent.spawn import spawn
 
 CHILDREN = 4
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tether.agent.subagent import SubagentTool
 from tether.agent.tools import ToolContext
-from tether.runtime.parent import spawn
+from tether.runtime.parent.spawn import spawn
 from tether.store.index import RunIndex
 
 from .helpers import double

@@ -8,8 +8,8 @@ import os
 import stat
 from pathlib import Path
 
-from tether.runtime.parent import InboxItem, RunEvent, spawn
-from tether.runtime.sync import open_run, run
+from tether.runtime.parent.spawn import InboxItem, RunEvent, spawn
+from tether.runtime.parent.sync import open_run, run
 
 from .helpers import FAST, Collector, double
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.runtime.rundir import create_run_dir, is_run_id, new_run_id
+from tether.runtime.parent.rundir import create_run_dir, is_run_id, new_run_id
 from tether.store.index import RunIndex, RunRecord
 
 

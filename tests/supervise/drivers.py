@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tether.daemon.methods import RpcFailure
-from tether.daemon.protocol import ErrorCode
-from tether.daemon.supervisor import SpawnParams, Supervisor
-from tether.runtime.outcome import Timeouts
-from tether.runtime.parent import spawn
+from tether.daemon.fleet.supervisor import SpawnParams, Supervisor
+from tether.daemon.rpc.methods import RpcFailure
+from tether.daemon.rpc.protocol import ErrorCode
+from tether.runtime.parent.outcome import Timeouts
+from tether.runtime.parent.spawn import spawn
 from tether.wire.session import ControlKind
 
 WIRE_CHILD = Path(__file__).parents[1] / "parent" / "doubles" / "wire_child.py"

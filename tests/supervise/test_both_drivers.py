@@ -2,7 +2,7 @@
 
 The parent API (:func:`tether.spawn` / ``RunHandle``) and the daemon (its ``Supervisor``
 and ``AgentRun``, in this process) are two I/O drivers around one core
-(:mod:`tether.runtime.supervise`). Each case runs a real TEST DOUBLE child
+(:mod:`tether.runtime.parent.supervise`). Each case runs a real TEST DOUBLE child
 (tests/parent/doubles/wire_child.py, tests/doubles/hostile_child.py) through each
 driver and checks the status, the reason and that no process of the run is left.
 """
@@ -20,7 +20,7 @@ import pytest
 from tests.doubles import hostile
 from tests.supervise.drivers import DRIVERS, FAST, Driver, Run, Step, Verdict, double
 from tether import procs
-from tether.runtime.outcome import Timeouts
+from tether.runtime.parent.outcome import Timeouts
 from tether.wire.session import ControlKind
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.runtime.mirror import RunMirror
-from tether.runtime.outcome import Timeouts
-from tether.runtime.supervise import (
+from tether.runtime.parent.mirror import RunMirror
+from tether.runtime.parent.outcome import Timeouts
+from tether.runtime.parent.supervise import (
     FAILURE_DRAIN_BYTES,
     Drain,
     Finish,

@@ -17,8 +17,8 @@ import pytest
 
 from tests.doubles import hostile
 from tests.supervise.drivers import DRIVERS, FAST, Driver, Run
-from tether.runtime.parent import spawn
-from tether.runtime.updates import MAX_UNREAD
+from tether.runtime.parent.spawn import spawn
+from tether.runtime.parent.updates import MAX_UNREAD
 from tether.wire.session import ControlKind
 
 CLOSE_AFTER_TURN = ("turn-complete", ControlKind.CLOSE)

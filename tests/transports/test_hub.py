@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.runtime.hub import WatchHub
+from tether.runtime.parent.hub import WatchHub
 from tether.transports.watch import FileWatcher
 
 BOUND_S = 30.0  # a bound for a loaded machine, not a measured figure

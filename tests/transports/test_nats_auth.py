@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from tests.nats_server import NatsServer, run_nats_server
 
-from tether.daemon.hosts import init_cluster
+from tether.daemon.hosts.link import init_cluster
 from tether.transports.channel import TransportError
 from tether.transports.jetstream import open_jetstream
 
@@ -90,7 +90,7 @@ def url_for(server: NatsServer, host: str | None) -> str:
 
 def host_options(host: str) -> dict[str, object]:
     """What ``tether daemon --host`` connects with (its own reply-subject prefix)."""
-    from tether.daemon.hosts import host_inbox
+    from tether.daemon.hosts.link import host_inbox
 
     return {"inbox_prefix": host_inbox(host)}
 

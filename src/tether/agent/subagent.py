@@ -1,7 +1,7 @@
 """The ``subagent`` tool: run a sub-task in a child run and return its final answer.
 
 ``subagent {task, timeout_s?}`` starts a child with the ``spawn`` it was given (in
-``tether child``, :func:`tether.runtime.parent.spawn`: the same parent every other run
+``tether child``, :func:`tether.runtime.parent.spawn.spawn`: the same parent every other run
 uses: private run directory, the wire, never-hang rules), waits for its result and
 returns the final text. Several calls may run at once. The parent runtime sits above
 this layer, so it is handed in, never imported.
@@ -74,7 +74,7 @@ class SubRun(Protocol):
 
 
 # ``spawn(task, *, argv | provider/model/child_args, cwd, deadline_s, finalize_after_s,
-# env, parent_run)``, as :func:`tether.runtime.parent.spawn`.
+# env, parent_run)``, as :func:`tether.runtime.parent.spawn.spawn`.
 SpawnRun = Callable[..., Awaitable[SubRun]]
 
 

@@ -3,7 +3,7 @@
 ``--tools bash,read`` keeps only those (:func:`select_tools`); ``--no-tools`` keeps none.
 The ``subagent`` tool starts child runs through the parent runtime, which sits above this
 layer, so whoever builds the agent hands its ``spawn`` in (``tether child`` passes
-:func:`tether.runtime.parent.spawn`); without one the tool answers that it cannot start
+:func:`tether.runtime.parent.spawn.spawn`); without one the tool answers that it cannot start
 sub-runs.
 """
 

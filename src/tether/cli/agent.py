@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any, Final
 from tether import exits
 
 if TYPE_CHECKING:
-    from tether.daemon.client import DaemonClient
-    from tether.daemon.protocol import Request
-    from tether.daemon.remote import RemoteClient
+    from tether.daemon.hosts.remote import RemoteClient
+    from tether.daemon.rpc.client import DaemonClient
+    from tether.daemon.rpc.protocol import Request
 
 CALL_TIMEOUT_S: Final = 60.0
 
@@ -148,7 +148,7 @@ def main(argv: list[str], prog: str) -> int:
     args = parser.parse_args(own)
     if child_argv is not None and not child_argv:
         parser.error("-- must be followed by a program")
-    from tether.daemon.client import DaemonClientError
+    from tether.daemon.rpc.client import DaemonClientError
 
     try:
         if args.action == "spawn":
@@ -170,7 +170,7 @@ def main(argv: list[str], prog: str) -> int:
 def _error_json(exc: Exception) -> dict[str, str]:
     """The daemon's error code for scripts; ``unavailable``/``connection_lost``/... when
     the daemon never answered."""
-    from tether.daemon.client import DaemonCallError
+    from tether.daemon.rpc.client import DaemonCallError
 
     if isinstance(exc, DaemonCallError):
         return {"code": exc.code.value, "message": exc.message}
@@ -183,8 +183,8 @@ def _connect(args: argparse.Namespace) -> DaemonClient | RemoteClient:
     """The local daemon, or with ``--host`` (or ``list`` in a cluster) the cluster."""
     nats_url = args.nats or os.environ.get("TETHER_NATS_URL")
     if args.host is not None or (nats_url and args.action == "list"):
-        from tether.daemon.client import DaemonUnavailable
-        from tether.daemon.remote import RemoteClient
+        from tether.daemon.hosts.remote import RemoteClient
+        from tether.daemon.rpc.client import DaemonUnavailable
 
         if not nats_url:
             raise DaemonUnavailable("--host needs the cluster: give --nats URL or $TETHER_NATS_URL")
@@ -193,7 +193,7 @@ def _connect(args: argparse.Namespace) -> DaemonClient | RemoteClient:
         remote = RemoteClient(nats_url, args.host or "", connect_options(env=os.environ))
         remote.settimeout(CALL_TIMEOUT_S)
         return remote
-    from tether.daemon.client import DaemonClient
+    from tether.daemon.rpc.client import DaemonClient
 
     client = DaemonClient.connect(args.socket)
     client.settimeout(CALL_TIMEOUT_S)
@@ -215,7 +215,7 @@ def _for_terminal(text: str) -> str:
 
 
 def _spawn(args: argparse.Namespace, child_argv: list[str] | None) -> int:
-    from tether.daemon.lifecycle import DaemonSetupError, ensure_running
+    from tether.daemon.rpc.lifecycle import DaemonSetupError, ensure_running
 
     if args.pty and not child_argv:  # usage errors before a daemon is started for them
         print(
@@ -373,7 +373,7 @@ def _timed_out(result: dict[str, Any], name: str) -> int:
 
 
 def _events(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
-    from tether.daemon.client import DaemonClient
+    from tether.daemon.rpc.client import DaemonClient
 
     if not args.follow:
         return _events_page(client, args)
@@ -398,8 +398,8 @@ def _events_page(client: DaemonClient | RemoteClient, args: argparse.Namespace) 
 
 def _events_follow_local(client: DaemonClient, args: argparse.Namespace) -> Any:
     def on_request(request: Request) -> Any:
-        from tether.daemon.client import DaemonCallError
-        from tether.daemon.protocol import ErrorCode
+        from tether.daemon.rpc.client import DaemonCallError
+        from tether.daemon.rpc.protocol import ErrorCode
 
         if request.method != "agent.event" or not isinstance(request.params, dict):
             raise DaemonCallError(ErrorCode.UNKNOWN_METHOD, f"no {request.method} here")

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from tether.runtime.adapters.registry import (
+from tether.runtime.child.adapters.registry import (
     AGENTS,
     CONTROLS,
     AgentKind,

@@ -1,7 +1,7 @@
 """``tether agent attach NAME``: the terminal client for a daemon agent.
 
 Theory of operation. A PTY agent is driven over ``agent.drive``
-(:class:`~tether.daemon.drive_client.DriveConnection`): the terminal goes to raw mode, the
+(:class:`~tether.daemon.pty.drive_client.DriveConnection`): the terminal goes to raw mode, the
 agent's screen (its output ring) is drawn, keystrokes go to the program as they are typed,
 and a SIGWINCH sends the new size. ``Ctrl-]`` (printed on attach) detaches; the agent
 keeps running. The terminal's settings are restored on every way out: detach, the
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 from tether import jsondepth
 
 if TYPE_CHECKING:
-    from tether.daemon.drive_client import DriveConnection
+    from tether.daemon.pty.drive_client import DriveConnection
     from tether.display import Display
 
 DETACH_KEY: Final = b"\x1d"
@@ -40,7 +40,7 @@ READ_BYTES: Final = 4096
 
 def attach(socket_path: Path | None, name: str) -> int:
     """Attach this terminal to agent ``name``; returns the exit status."""
-    from tether.daemon.client import DaemonClient
+    from tether.daemon.rpc.client import DaemonClient
 
     with DaemonClient.connect(socket_path) as client:
         status = client.call("agent.status", {"name": name})
@@ -53,7 +53,7 @@ def attach(socket_path: Path | None, name: str) -> int:
 
 
 def attach_pty(socket_path: Path | None, name: str, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
-    from tether.daemon.drive_client import DriveConnection
+    from tether.daemon.pty.drive_client import DriveConnection
 
     conn = DriveConnection.open(name, socket_path)
     conn.sock.settimeout(None)
@@ -166,7 +166,7 @@ def _keys(conn: DriveConnection, data: bytes) -> bool:
 
 def _screen(conn: DriveConnection, stdout_fd: int) -> str | None:
     """Draw what the daemon sent; the closing words once the connection ended."""
-    from tether.daemon.client import DaemonConnectionLost
+    from tether.daemon.rpc.client import DaemonConnectionLost
     from tether.transports.ws import WsBinary, WsClosed, WsText
 
     try:
@@ -221,7 +221,7 @@ def _say(text: str) -> None:
 
 
 def attach_wire(socket_path: Path | None, name: str) -> int:
-    from tether.daemon.client import DaemonClient
+    from tether.daemon.rpc.client import DaemonClient
     from tether.display import open_display
 
     lock = threading.Lock()
@@ -254,8 +254,8 @@ def attach_wire(socket_path: Path | None, name: str) -> int:
 def _on_events(request: Any, display: Display, lock: threading.Lock) -> dict[str, Any]:
     import msgspec
 
-    from tether.daemon.client import DaemonCallError
-    from tether.daemon.protocol import ErrorCode
+    from tether.daemon.rpc.client import DaemonCallError
+    from tether.daemon.rpc.protocol import ErrorCode
     from tether.wire import Rejection, decode_event
 
     if request.method != "agent.event" or not isinstance(request.params, dict):
@@ -272,7 +272,7 @@ def _on_events(request: Any, display: Display, lock: threading.Lock) -> dict[str
 def _steer_lines(
     socket_path: Path | None, name: str, display: Display, lock: threading.Lock
 ) -> None:
-    from tether.daemon.client import DaemonClient, DaemonClientError
+    from tether.daemon.rpc.client import DaemonClient, DaemonClientError
 
     for line in sys.stdin:
         text = line.rstrip("\n")

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from tether import exits
 
 if TYPE_CHECKING:
-    from tether.daemon.client import DaemonClient
-    from tether.daemon.protocol import Request
+    from tether.daemon.rpc.client import DaemonClient
+    from tether.daemon.rpc.protocol import Request
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -50,7 +50,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 def main(argv: list[str], prog: str) -> int:
     parser = _parser(prog)
     args = parser.parse_args(argv)
-    from tether.daemon.client import DaemonClient, DaemonClientError
+    from tether.daemon.rpc.client import DaemonClient, DaemonClientError
 
     try:
         with DaemonClient.connect(args.socket) as client:
@@ -67,7 +67,7 @@ def main(argv: list[str], prog: str) -> int:
 
 def _envelope(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
     from tether import jsondepth
-    from tether.daemon.channels import make_channel_envelope
+    from tether.daemon.channels.hub import make_channel_envelope
 
     if (args.envelope is None) == (args.content is None):
         parser.error("give exactly one of ENVELOPE_JSON or --content")
@@ -111,8 +111,8 @@ def _unregister(client: DaemonClient, args: argparse.Namespace) -> int:
 
 
 def _register(client: DaemonClient, args: argparse.Namespace) -> int:
-    from tether.daemon.client import DaemonCallError, DaemonConnectionLost
-    from tether.daemon.protocol import ErrorCode
+    from tether.daemon.rpc.client import DaemonCallError, DaemonConnectionLost
+    from tether.daemon.rpc.protocol import ErrorCode
 
     session_id = args.session_id or uuid.uuid4().hex
     params: dict[str, Any] = {"session_id": session_id}

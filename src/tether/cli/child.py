@@ -7,7 +7,7 @@ The files come from the environment (``FEN_WIRE_*``, or the same names with
 
 ``tether child --agent NAME [--agent-arg ARG]... [-- CMD ARGS...]`` runs an external
 agent instead of the built-in one, through its adapter (see
-:mod:`tether.runtime.adapters`): ``claude``, ``codex``, ``pi``, ``gemini`` (their CLI looked
+:mod:`tether.runtime.child.adapters`): ``claude``, ``codex``, ``pi``, ``gemini`` (their CLI looked
 up on PATH unless a command follows ``--``), ``acp`` and ``resp`` (the command after
 ``--``). ``--adapter resp`` is ``--agent resp``.
 """
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
     from tether.agent.provider import Provider
     from tether.agent.runner import EmitFn, TurnControl, TurnOutcome, TurnRequest, TurnRunner
-    from tether.runtime.adapters.early import Early
-    from tether.runtime.parent import RunHandle
+    from tether.runtime.child.adapters.early import Early
+    from tether.runtime.parent.spawn import RunHandle
 
 MISSING_ENV = "FEN_WIRE_CONTROL_PATH and FEN_WIRE_EVENT_PATH are required"
 
@@ -118,7 +118,7 @@ def agent_name(args: argparse.Namespace) -> str | None:
         raise ValueError(f"--adapter {args.adapter} and --agent {args.agent} disagree")
     name: str | None = args.agent or args.adapter
     if name is not None:
-        from tether.runtime.adapters.registry import get_agent
+        from tether.runtime.child.adapters.registry import get_agent
 
         get_agent(name)  # UnknownAgent (a ValueError) names the known ones
     return name
@@ -133,13 +133,13 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _ack_notes(agent: str | None) -> dict[str, str] | None:
-    from tether.runtime.adapters.registry import AGENTS, DEFAULT_AGENT, ack_notes
+    from tether.runtime.child.adapters.registry import AGENTS, DEFAULT_AGENT, ack_notes
 
     return None if agent in (None, DEFAULT_AGENT) else ack_notes(AGENTS[agent])
 
 
 def _default_command(agent: str) -> tuple[str, ...]:
-    from tether.runtime.adapters.registry import AGENTS, DEFAULT_AGENT
+    from tether.runtime.child.adapters.registry import AGENTS, DEFAULT_AGENT
 
     return ("",) if agent == DEFAULT_AGENT else AGENTS[agent].command
 
@@ -164,7 +164,7 @@ def _wake_fd(env: dict[str, str]) -> str | None:
 def _start_timeout(env: dict[str, str]) -> float | None:
     """The run's start timeout from ``TETHER_START_TIMEOUT_S`` (removed from ``env``: it
     is this run's, not the agent CLI's or its tools')."""
-    from tether.runtime.adapters import START_TIMEOUT_ENV
+    from tether.runtime.child.adapters import START_TIMEOUT_ENV
 
     raw = env.pop(START_TIMEOUT_ENV, "")
     try:
@@ -186,10 +186,10 @@ def _start_early(
 ) -> list[Early]:
     """An external agent's CLI, started before anything heavy is imported, or the one
     the pre-exec stage started (``adopt``), taken over (see
-    :mod:`tether.runtime.adapters.early`); [] when it is not started early."""
+    :mod:`tether.runtime.child.adapters.early`); [] when it is not started early."""
     adopted = None
     if adopt is not None:
-        from tether.runtime.adapters.early import adopt as take_over
+        from tether.runtime.child.adapters.early import adopt as take_over
 
         adopted = take_over(adopt)
     try:
@@ -198,11 +198,11 @@ def _start_early(
         agent = None
     if agent is None:
         if adopted is not None:
-            from tether.runtime.adapters.early import discard
+            from tether.runtime.child.adapters.early import discard
 
             discard(adopted)
         return []
-    from tether.runtime.adapters.early import start_early
+    from tether.runtime.child.adapters.early import start_early
 
     cwd = os.path.realpath(args.cwd or os.getcwd())
     early = start_early(
@@ -235,7 +235,7 @@ def _fail_early(event_path: str | None, run: str, error: str) -> int:
     print(f"tether child: {error}", file=sys.stderr)
     if not event_path:
         return exits.USAGE
-    from tether.runtime.child_io import EventLog, first_line
+    from tether.runtime.child.files import EventLog, first_line
     from tether.wire import Exit
 
     try:
@@ -288,7 +288,7 @@ def main(argv: list[str], prog: str) -> int:
         )
     finally:
         if early_cli:  # never adopted: the child failed before its adapter was built
-            from tether.runtime.adapters.early import stop_early
+            from tether.runtime.child.adapters.early import stop_early
 
             stop_early(early_cli.pop())
 
@@ -341,7 +341,7 @@ def _main(
     # parent may append controls at once; they are read as soon as the loop runs.
     import signal
 
-    from tether.runtime.child_io import EventLog
+    from tether.runtime.child.files import EventLog
     from tether.wire import Ready
 
     early: list[int] = []  # a signal before the loop's handlers exist still ends `failed`
@@ -355,14 +355,14 @@ def _main(
         return exits.USAGE
     log.emit(Ready)
 
-    from tether.runtime.child import ChildOptions, run_child
+    from tether.runtime.child.presenter import ChildOptions, run_child
     from tether.transports.wake import inherited_wake_fd
     from tether.transports.watch import polling_forced
 
     async def factory(emit: EmitFn) -> TurnRunner:
         if agent not in (None, "builtin"):
-            from tether.runtime.adapters import open_runner
-            from tether.runtime.adapters.early import stop_early
+            from tether.runtime.child.adapters import open_runner
+            from tether.runtime.child.adapters.early import stop_early
 
             handed = early_cli.pop() if early_cli else None
             try:
@@ -488,7 +488,7 @@ def _imported(provider: str) -> bool:
 
 async def _spawn_subrun(task: str, **options: Any) -> RunHandle:
     """The subagent tool's ``spawn``: the parent API, imported when a sub-run starts."""
-    from tether.runtime.parent import spawn
+    from tether.runtime.parent.spawn import spawn
 
     return await spawn(task, **options)
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tether import exits
 
 if TYPE_CHECKING:
-    from tether.daemon.hosts import ClusterOptions
+    from tether.daemon.hosts.link import ClusterOptions
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -105,8 +105,8 @@ def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
     import logging
 
     from tether.daemon.app import run_daemon
-    from tether.daemon.lifecycle import DaemonSetupError
-    from tether.daemon.server import ServerConfig
+    from tether.daemon.rpc.lifecycle import DaemonSetupError
+    from tether.daemon.rpc.server import ServerConfig
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -132,7 +132,7 @@ def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
 def _cluster(args: argparse.Namespace) -> ClusterOptions | None:
     import os
 
-    from tether.daemon.hosts import ClusterOptions
+    from tether.daemon.hosts.link import ClusterOptions
 
     return ClusterOptions.from_env(
         os.environ,
@@ -149,7 +149,7 @@ def _init_cluster(args: argparse.Namespace) -> int:
     import asyncio
     import os
 
-    from tether.daemon.hosts import init_cluster
+    from tether.daemon.hosts.link import init_cluster
     from tether.transports.channel import TransportError
     from tether.transports.jetstream import connect_options
 
@@ -185,7 +185,7 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], human: str) -> None:
 
 
 def _start(args: argparse.Namespace, socket_path: Path) -> int:
-    from tether.daemon.lifecycle import DaemonSetupError, daemon_status, start_detached
+    from tether.daemon.rpc.lifecycle import DaemonSetupError, daemon_status, start_detached
 
     state = daemon_status(socket_path)
     if state.answering:
@@ -209,7 +209,7 @@ def _start(args: argparse.Namespace, socket_path: Path) -> int:
 
 
 def _stop(args: argparse.Namespace, socket_path: Path) -> int:
-    from tether.daemon.lifecycle import stop_daemon
+    from tether.daemon.rpc.lifecycle import stop_daemon
 
     try:
         pid = stop_daemon(socket_path, timeout=args.timeout, force=args.force)
@@ -235,8 +235,8 @@ def _stop(args: argparse.Namespace, socket_path: Path) -> int:
 
 
 def _status(args: argparse.Namespace, socket_path: Path) -> int:
-    from tether.daemon.client import DaemonClient, DaemonClientError
-    from tether.daemon.lifecycle import daemon_status
+    from tether.daemon.rpc.client import DaemonClient, DaemonClientError
+    from tether.daemon.rpc.lifecycle import daemon_status
 
     state = daemon_status(socket_path)
     data: dict[str, Any] = state.as_dict()

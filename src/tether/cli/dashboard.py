@@ -32,7 +32,7 @@ def main(argv: list[str], prog: str) -> int:
     )
     args = parser.parse_args(argv)
     from tether import paths
-    from tether.daemon.lifecycle import probe
+    from tether.daemon.rpc.lifecycle import probe
     from tether.web.server import MAX_CONNECTIONS, serve
 
     socket_path = args.socket or paths.socket_path()

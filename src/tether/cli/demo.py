@@ -156,7 +156,7 @@ async def _show(children: list[_Child], scratch: Path, display: Any, presenter: 
 async def _start(
     scenarios: dict[str, Path], scratch: Path, agent: str, stack: contextlib.ExitStack
 ) -> list[_Child]:
-    from tether.runtime.parent import spawn
+    from tether.runtime.parent.spawn import spawn
 
     servers: dict[str, Any] = {}
     if agent != "builtin":
@@ -181,7 +181,7 @@ async def _start(
 
 
 async def _feed(child: _Child, presenter: Any) -> None:
-    from tether.runtime.parent import RunEvent
+    from tether.runtime.parent.spawn import RunEvent
     from tether.wire import ToolCall
 
     async for update in child.handle.updates():
@@ -192,7 +192,7 @@ async def _feed(child: _Child, presenter: Any) -> None:
 
 async def _direct(child: _Child, display: Any) -> None:
     """What the demo does to each run: steer one, cancel one (the deadline does the rest)."""
-    from tether.runtime.parent import ParentError
+    from tether.runtime.parent.spawn import ParentError
 
     if child.name not in ("steered", "cancelled"):
         return

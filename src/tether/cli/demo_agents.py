@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tether.modelserver.clients import CLIENTS, Client
-from tether.runtime.adapters.registry import AGENTS, Support
+from tether.runtime.child.adapters.registry import AGENTS, Support
 
 DEADLINE_S: Final = 50.0
 FINALIZE_AFTER_S: Final = 25.0

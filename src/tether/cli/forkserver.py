@@ -1,6 +1,6 @@
 """The fork server's template process: ``python -m tether.cli.forkserver FD ROOM``.
 
-Theory of operation (the user's side is :mod:`tether.runtime.forkserver`). The template
+Theory of operation (the user's side is :mod:`tether.runtime.parent.forkserver`). The template
 gets its socket on descriptor FD. It records the signal dispositions it started with,
 imports what a built-in ``tether child`` imports, collects and freezes the heap
 (``gc.freeze``), says :class:`TemplateReady`, and then serves: each
@@ -42,7 +42,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final
 
-from tether.runtime.forkserver import (
+from tether.runtime.parent.forkserver import (
     ENCODER,
     MAX_FDS,
     MAX_MESSAGE,
@@ -93,12 +93,12 @@ def _preload() -> None:
     import tether.agent.toolset
     import tether.cli.child
     import tether.reaper
-    import tether.runtime.adapters.registry
-    import tether.runtime.child
-    import tether.runtime.child_io
+    import tether.runtime.child.adapters.registry
+    import tether.runtime.child.files
+    import tether.runtime.child.presenter
     import tether.transports.watch
     import tether.wire  # noqa: F401
-    from tether.runtime.adapters.preload import preload
+    from tether.runtime.child.adapters.preload import preload
     from tether.wire.codec import prime
 
     preload()  # the adapters of the agents forked like built-in children
@@ -127,7 +127,7 @@ def _rehearse(start: Signals) -> bool:
     from pathlib import Path
 
     from tether.cli import child
-    from tether.runtime.launch import default_argv, prepare_run
+    from tether.runtime.parent.launch import default_argv, prepare_run
 
     saved = dict(os.environ)
     root = tempfile.mkdtemp(prefix="tether-template-")

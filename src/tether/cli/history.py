@@ -66,7 +66,7 @@ def _parser(command: str, prog: str) -> argparse.ArgumentParser:
 def find_run(ref: str) -> tuple[RunRecord | None, Path | None, str]:
     """The index row and the run directory for ``ref``, or an error message."""
     from tether.paths import runs_dir
-    from tether.runtime.rundir import is_run_id
+    from tether.runtime.parent.rundir import is_run_id
     from tether.store.index import RunIndex
 
     try:
@@ -165,10 +165,10 @@ def _show(args: argparse.Namespace) -> int:
 
 def summarise(record: RunRecord | None, path: Path) -> dict[str, Any]:
     """What ``tether show`` prints: the index row plus counts from the log."""
-    from tether.runtime.mirror import RunMirror
-    from tether.runtime.parent import RunEvent
-    from tether.runtime.replay import end_from_log, read_log
-    from tether.runtime.rundir import RunDir
+    from tether.runtime.parent.mirror import RunMirror
+    from tether.runtime.parent.replay import end_from_log, read_log
+    from tether.runtime.parent.rundir import RunDir
+    from tether.runtime.parent.spawn import RunEvent
 
     run_id = record.id if record is not None else path.name
     run = RunDir(run_id, path)
@@ -267,9 +267,9 @@ def _replay(args: argparse.Namespace) -> int:
 def replay(record: RunRecord | None, path: Path, display: Any) -> str:
     """Feed a recorded run to ``display`` exactly as ``tether run`` did; returns its status."""
     from tether.cli.run import DisplayFeed
-    from tether.runtime.mirror import RunMirror
-    from tether.runtime.replay import end_from_log, read_log
-    from tether.runtime.rundir import RunDir
+    from tether.runtime.parent.mirror import RunMirror
+    from tether.runtime.parent.replay import end_from_log, read_log
+    from tether.runtime.parent.rundir import RunDir
 
     run_id = record.id if record is not None else path.name
     run = RunDir(run_id, path)

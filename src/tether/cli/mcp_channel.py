@@ -58,8 +58,8 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from mcp.server.session import ServerSession
 
-    from tether.daemon.aclient import AsyncDaemonClient
-    from tether.daemon.protocol import Request
+    from tether.daemon.rpc.aclient import AsyncDaemonClient
+    from tether.daemon.rpc.protocol import Request
 
 SERVER_NAME: Final = "tether"
 CHANNEL_CAPABILITY: Final = "claude/channel"
@@ -126,7 +126,7 @@ def main(argv: list[str], prog: str) -> int:
 
 def notification_params(envelope: Any) -> dict[str, Any] | None:
     """The notification's params for a daemon envelope, or None when it is not one."""
-    from tether.daemon.channels import envelope_problem
+    from tether.daemon.channels.hub import envelope_problem
 
     if envelope_problem(envelope) is not None:
         return None
@@ -205,8 +205,8 @@ class ChannelBridge:
             await self._connect(quiet=attempt > 1)
 
     async def _connect(self, *, quiet: bool = False) -> None:
-        from tether.daemon.aclient import AsyncDaemonClient
-        from tether.daemon.client import DaemonClientError
+        from tether.daemon.rpc.aclient import AsyncDaemonClient
+        from tether.daemon.rpc.client import DaemonClientError
 
         try:
             daemon = await AsyncDaemonClient.open(self.socket)
@@ -225,8 +225,8 @@ class ChannelBridge:
         _warn(f"channel {self.channel_id} registered for session {self.session_id}")
 
     async def _on_daemon_request(self, request: Request) -> Any:
-        from tether.daemon.client import DaemonCallError
-        from tether.daemon.protocol import ErrorCode
+        from tether.daemon.rpc.client import DaemonCallError
+        from tether.daemon.rpc.protocol import ErrorCode
 
         if request.method != "channel.deliver":
             raise DaemonCallError(ErrorCode.UNKNOWN_METHOD, f"no {request.method} here")
@@ -303,8 +303,8 @@ class ChannelBridge:
         )
 
     async def _send_reply(self, target: tuple[str, str], text: str) -> dict[str, Any]:
-        from tether.daemon.channels import make_channel_envelope
-        from tether.daemon.client import DaemonClientError
+        from tether.daemon.channels.hub import make_channel_envelope
+        from tether.daemon.rpc.client import DaemonClientError
 
         kind, where = target
         if self._daemon is None:

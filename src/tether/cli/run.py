@@ -1,6 +1,6 @@
 """``tether run``: start a child agent on a task and show it live.
 
-Theory of operation: :func:`tether.runtime.parent.spawn` starts the child; every update
+Theory of operation: :func:`tether.runtime.parent.spawn.spawn` starts the child; every update
 goes to the display (the only code that writes to the terminal) through
 :class:`DisplayFeed`, which ``tether replay`` uses too, so a replay renders exactly what
 the live view rendered. Lines typed on stdin become ``steer`` (``+text``: ``follow-up``);
@@ -139,7 +139,7 @@ def finalize_after(deadline: float | None, before: float | None) -> float | None
 
 
 async def _main(args: argparse.Namespace, task: str) -> int:
-    from tether.runtime.parent import SpawnError, spawn
+    from tether.runtime.parent.spawn import SpawnError, spawn
 
     if exits.EARLY_SIGNALS:  # stopped before anything started
         return exits.CANCELLED
@@ -242,7 +242,7 @@ class DisplayFeed:
         self.display = display
 
     def update(self, update: Any) -> None:
-        from tether.runtime.parent import InboxItem, RunEvent
+        from tether.runtime.parent.spawn import InboxItem, RunEvent
 
         if isinstance(update, RunEvent):
             self.display.event(update.event, run=update.run, depth=update.depth, raw=update.raw)
@@ -370,7 +370,7 @@ class _Controls:
         task.add_done_callback(self.tasks.discard)
 
     async def _line(self, text: str) -> None:
-        from tether.runtime.parent import ParentError
+        from tether.runtime.parent.spawn import ParentError
 
         kind, body = ("follow-up", text[1:].strip()) if text.startswith("+") else ("steer", text)
         if not body:
@@ -408,7 +408,7 @@ class _Controls:
         self.terminate()
 
     async def _send(self, kind: str) -> None:
-        from tether.runtime.parent import ParentError
+        from tether.runtime.parent.spawn import ParentError
 
         with contextlib.suppress(ParentError):
             if kind == "cancel":

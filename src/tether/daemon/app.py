@@ -14,9 +14,9 @@ Who installs what, read top to bottom in :func:`build_daemon`::
 
 :func:`run_daemon` adds the process around it: a short scheduler slice
 (:mod:`tether.sched`), the private socket directory, the lock,
-the socket (:mod:`tether.daemon.lifecycle`), the event loop, the signals, the fork
+the socket (:mod:`tether.daemon.rpc.lifecycle`), the event loop, the signals, the fork
 server's end at exit and, when asked, the link to a cluster of hosts
-(:mod:`tether.daemon.hosts`). Nothing is
+(:mod:`tether.daemon.hosts.link`). Nothing is
 discovered and no part writes itself into another: each is handed what it needs here.
 """
 
@@ -30,10 +30,12 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tether.daemon.agents import AgentVerbs
-from tether.daemon.channel_store import ChannelStore
-from tether.daemon.channels import ChannelHub
-from tether.daemon.lifecycle import (
+from tether.daemon.channels.hub import ChannelHub
+from tether.daemon.channels.store import ChannelStore
+from tether.daemon.fleet.supervisor import Supervisor
+from tether.daemon.fleet.verbs import AgentVerbs
+from tether.daemon.pty.agent import PtyFleet
+from tether.daemon.rpc.lifecycle import (
     DaemonLock,
     DaemonSetupError,
     bind_socket,
@@ -41,14 +43,12 @@ from tether.daemon.lifecycle import (
     lock_path_for,
     raise_open_files_limit,
 )
-from tether.daemon.pty_agent import PtyFleet
-from tether.daemon.server import Daemon, ServerConfig
-from tether.daemon.supervisor import Supervisor
-from tether.runtime.forkserver import shared_forkserver
+from tether.daemon.rpc.server import Daemon, ServerConfig
+from tether.runtime.parent.forkserver import shared_forkserver
 from tether.sched import request_short_slice
 
 if TYPE_CHECKING:
-    from tether.daemon.hosts import ClusterOptions
+    from tether.daemon.hosts.link import ClusterOptions
 
 __all__ = ["build_daemon", "run_daemon"]
 
@@ -84,7 +84,7 @@ def run_daemon(
     """Run a daemon in the foreground until SIGTERM, SIGINT or SIGHUP (a closed terminal):
     a graceful stop, the agents live on. Returns the exit status.
 
-    With ``cluster`` it also joins a cluster of hosts over NATS (:mod:`tether.daemon.hosts`);
+    With ``cluster`` it also joins a cluster of hosts over NATS (:mod:`tether.daemon.hosts.link`);
     a cluster it cannot reach is a :class:`DaemonSetupError`.
     """
     import asyncio
@@ -130,7 +130,7 @@ async def _freeze_heap() -> None:
 
 
 async def _join(daemon: Daemon, cluster: ClusterOptions) -> None:
-    from tether.daemon.hosts import open_host_link
+    from tether.daemon.hosts.link import open_host_link
     from tether.transports.channel import TransportError
 
     try:

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from tether import jsondepth
-from tether.daemon.aclient import AsyncDaemonClient
-from tether.daemon.client import DaemonCallError, DaemonClientError
-from tether.daemon.protocol import ErrorCode, Request
+from tether.daemon.rpc.aclient import AsyncDaemonClient
+from tether.daemon.rpc.client import DaemonCallError, DaemonClientError
+from tether.daemon.rpc.protocol import ErrorCode, Request
 from tether.transports.ws import CLOSE_POLICY, WsBinary, WsClosed, WsText
 from tether.web.http import Request as HttpRequest
 from tether.web.http import Response, ServerSocket
@@ -267,7 +267,7 @@ async def _until_closed(socket: ServerSocket) -> None:
 
 async def _drive(socket_path: Path, name: str, socket: ServerSocket) -> None:
     """Relay a browser terminal to the daemon's ``agent.drive`` and back."""
-    from tether.daemon.drive_client import open_drive_async
+    from tether.daemon.pty.drive_client import open_drive_async
 
     drive = await open_drive_async(socket_path, name)
 

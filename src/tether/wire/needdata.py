@@ -1,7 +1,7 @@
 """The one "need more data" sentinel of tether's incremental readers.
 
 The RESP frame reader (:mod:`tether.framing.resp`) and the daemon's frame decoder
-(:mod:`tether.daemon.protocol`) hand out a value, a rejection, or :data:`NEED_DATA`.
+(:mod:`tether.daemon.rpc.protocol`) hand out a value, a rejection, or :data:`NEED_DATA`.
 """
 
 from __future__ import annotations

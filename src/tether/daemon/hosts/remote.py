@@ -1,0 +1,337 @@
+"""Calling another host's daemon over NATS, and the cluster-wide agent list.
+
+:func:`call_host` sends a request body exactly as on the socket to
+``tether.host.<HOST>.rpc`` and returns the result, raising the same errors as the socket
+client (:class:`~tether.daemon.rpc.client.DaemonCallError` with the daemon's code, or
+:class:`~tether.daemon.rpc.client.DaemonUnavailable` when no daemon of that host is in the
+cluster). :class:`RemoteClient` wraps it in the sync client's shape for the CLI.
+:func:`cluster_agents` reads every host's rows from the registry bucket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+import msgspec
+
+from tether import jsondepth
+from tether.daemon.hosts.link import PENDING_METHOD, REGISTRY_BUCKET, rpc_subject
+from tether.daemon.rpc.client import DaemonCallError, DaemonUnavailable, result_of
+from tether.daemon.rpc.protocol import ErrorCode, ProtocolError, Request, decode_response
+from tether.wire.limits import MAX_LINE_BYTES
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+
+    from tether.transports.jetstream import JetStreamChannel
+
+__all__ = ["RemoteClient", "call_host", "cluster_agents", "connect"]
+
+DEFAULT_TIMEOUT_S = 60.0
+# A call in flight is probed (call_host) from PROBE_AFTER_S on, every PROBE_EVERY_S, each
+# probe answered within PROBE_TIMEOUT_S or counted silent; the host is lost when no
+# daemon answers its probes for GONE_AFTER_S (asked again every GONE_RECHECK_S: a host
+# whose NATS node died has none while it reconnects to another, and its reply still
+# comes), or none of its answers came for SILENT_S.
+PROBE_AFTER_S = 0.5
+PROBE_EVERY_S = 1.0
+PROBE_TIMEOUT_S = 2.0
+GONE_AFTER_S = 1.0
+GONE_RECHECK_S = 0.25
+SILENT_S = 6.0
+REPLY_GRACE_S = 0.5  # a reply that came before "not pending" is handed on within this
+PENDING, NOT_PENDING, GONE, SILENT = "pending", "not pending", "gone", "silent"
+
+
+async def connect(url: str, connect_options: dict[str, Any] | None = None) -> Client:
+    import nats
+
+    from tether.transports.jetstream import (
+        CONNECT_TIMEOUT_S,
+        on_nats_error,
+        redacted,
+        server_list,
+    )
+
+    options: dict[str, Any] = {
+        "connect_timeout": 5,
+        "max_reconnect_attempts": 3,
+        "error_cb": on_nats_error,
+    }
+    options.update(connect_options or {})
+    try:
+        return await asyncio.wait_for(nats.connect(server_list(url), **options), CONNECT_TIMEOUT_S)
+    except TimeoutError:
+        raise DaemonUnavailable(f"cannot reach NATS at {redacted(url)}: timed out") from None
+    except Exception as error:  # nats raises many unrelated types here
+        raise DaemonUnavailable(f"cannot reach NATS at {redacted(url)}: {error}") from error
+
+
+async def call_host(
+    client: Client,
+    host: str,
+    method: str,
+    params: Any = None,
+    *,
+    wait_s: float | None = DEFAULT_TIMEOUT_S,
+    prefix: str = "tether",
+) -> Any:
+    """``method`` on ``host``'s daemon: its result, or the error the socket client raises.
+
+    ``wait_s`` bounds the whole call (None: as long as the host says it is working on
+    it). A call not answered within ``PROBE_AFTER_S`` is probed every ``PROBE_EVERY_S``
+    (``host.pending``, see :mod:`tether.daemon.hosts.link`, by a :class:`_Watch`), so a host
+    whose daemon died fails it within seconds, ``shutting_down`` as a daemon that stops
+    answers the calls it cuts, while a verb that takes long (a steer waiting for its ack
+    on a busy host, an ask) waits on: its host answers the probes.
+    """
+    from nats.errors import NoRespondersError
+    from nats.errors import TimeoutError as NatsTimeout
+
+    call_id = _call_id()
+    subject = rpc_subject(host, prefix)
+    body = msgspec.json.encode(Request(call_id, method, params))
+    # nats-py hands the timeout to asyncio.wait_for, where None waits for ever
+    timeout = cast(float, wait_s)
+    watch = _Watch(client, subject, call_id)
+    try:
+        reply = await client.request(subject, body, timeout=timeout)
+    except asyncio.CancelledError:
+        lost = watch.taken_back(host)
+        if lost is not None:
+            raise lost from None
+        raise
+    except NoRespondersError:
+        raise DaemonUnavailable(f"no daemon of host {host!r} is in the cluster") from None
+    except NatsTimeout:
+        raise DaemonCallError(ErrorCode.BUSY, f"host {host!r} did not answer in time") from None
+    finally:
+        watch.stop()
+    response = decode_response(reply.data)
+    if isinstance(response, ProtocolError):
+        raise DaemonCallError(
+            ErrorCode.INTERNAL, f"unreadable answer from {host}: {response.message}"
+        )
+    return result_of(response)
+
+
+def _call_id() -> int:
+    """A request id no other caller's call in flight on that host has (48 random bits;
+    not a secret, only unlikely to collide): the key its probes ask about."""
+    return random.getrandbits(48) or 1
+
+
+class _Watch:
+    """Probes a call that waits (from ``PROBE_AFTER_S`` on) and cancels the calling task
+    once it is sure the answer will never come, with ``lost`` saying why: the host's
+    daemon is gone (no responders for ``GONE_AFTER_S``: a daemon moving to another NATS
+    node has a moment with none), no longer has the call (it restarted),
+    or answered no probe for ``SILENT_S`` (a host cut off; or this client's own
+    connection). The cancel is the one ``asyncio.timeout`` makes: a call answered at
+    once pays for one timer, not for a task and a wait."""
+
+    def __init__(self, client: Client, subject: str, call_id: int | None) -> None:
+        # call_id None: no call to ask about, only whether the host is there (a follow)
+        self.client = client
+        self.subject = subject
+        self.call_id = call_id
+        self.lost: str | None = None
+        self._caller = asyncio.current_task()
+        self._probing: asyncio.Task[None] | None = None
+        self._cancelled = False
+        loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = loop.call_later(PROBE_AFTER_S, self._start)
+
+    def _start(self) -> None:
+        self._timer = None
+        self._probing = asyncio.ensure_future(self._probe_until_lost())
+
+    def stop(self) -> None:
+        """The call ended (answered, failed or cancelled): no more probes. A cancel that
+        came too late to interrupt the call is taken back."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._probing is not None:
+            self._probing.cancel()
+        if self._cancelled and self.lost is not None and self._caller is not None:
+            self._cancelled = False
+            self._caller.uncancel()
+
+    def taken_back(self, host: str) -> DaemonCallError | None:
+        """On the caller's CancelledError: the error to raise instead when the cancel was
+        ours (the host lost) and nobody else's is pending; None to let it propagate."""
+        if self.lost is None or self._caller is None:
+            return None
+        self._cancelled = False
+        if self._caller.uncancel():
+            return None
+        # "retry" said before: a steer or an ask resent after it had landed runs twice
+        # (bench/chaos_hosts.py saw asks and steers that failed so and had landed)
+        return DaemonCallError(
+            ErrorCode.SHUTTING_DOWN,
+            f"host {host!r}: {self.lost}; it may have been carried out: "
+            "read the run's events before sending it again",
+        )
+
+    async def _probe_until_lost(self) -> None:
+        loop = asyncio.get_running_loop()
+        heard = loop.time()  # when the host last said it has the call
+        gone_since: float | None = None
+        while self.lost is None:
+            state = await _probe(self.client, self.subject, self.call_id or 0)
+            if self.call_id is None and state is NOT_PENDING:
+                state = PENDING  # it answered: it is there
+            now = loop.time()
+            wait = PROBE_EVERY_S
+            if state is GONE:
+                gone_since = now if gone_since is None else gone_since
+                if now - gone_since >= GONE_AFTER_S:
+                    self.lost = "its daemon went away with the call in flight (no responders)"
+                wait = min(GONE_RECHECK_S, PROBE_EVERY_S)
+            else:
+                gone_since = None
+            if state is PENDING:
+                heard = now
+            elif state is NOT_PENDING:  # its reply, if sent, came before this answer
+                await asyncio.sleep(REPLY_GRACE_S)
+                self.lost = "its daemon no longer has the call (it restarted, or never got it)"
+            elif state is SILENT and now - heard >= SILENT_S:
+                self.lost = f"no answer to the call nor to a probe for {now - heard:.0f} s"
+            if self.lost is None:
+                await asyncio.sleep(wait)
+        if self._caller is not None:
+            self._cancelled = True
+            self._caller.cancel()
+
+
+async def _probe(client: Client, subject: str, call_id: int) -> str:
+    """``host.pending`` for ``call_id``: PENDING, NOT_PENDING, GONE or SILENT."""
+    from nats.errors import Error as NatsError
+    from nats.errors import NoRespondersError
+
+    body = msgspec.json.encode(Request(call_id, PENDING_METHOD, {"id": call_id}))
+    try:
+        answer = await client.request(subject, body, timeout=PROBE_TIMEOUT_S)
+    except NoRespondersError:
+        return GONE
+    except (NatsError, TimeoutError):
+        return SILENT
+    response = decode_response(answer.data)
+    if isinstance(response, ProtocolError) or not isinstance(response.result, dict):
+        return PENDING  # alive, but cannot tell (an older host): its answer may yet come
+    return PENDING if response.result.get("pending") else NOT_PENDING
+
+
+async def cluster_agents(client: Client) -> list[dict[str, Any]]:
+    """Every host's agents (each row has a ``host`` field), sorted by host and name."""
+    from nats.js.errors import BucketNotFoundError, NoKeysError
+
+    try:
+        kv = await client.jetstream().key_value(REGISTRY_BUCKET)
+        keys = await kv.keys()
+    except (BucketNotFoundError, NoKeysError):
+        return []
+    rows: list[dict[str, Any]] = []
+    for key in keys:
+        if key.startswith("hosts."):
+            continue
+        with contextlib.suppress(Exception):
+            entry = await kv.get(key)
+            if entry.value:
+                row = jsondepth.decode_any(entry.value)
+                if isinstance(row, dict):
+                    rows.append(row)
+    return sorted(rows, key=lambda row: (str(row.get("host")), str(row.get("name"))))
+
+
+class RemoteClient:
+    """The CLI's sync client shape (``call``, ``settimeout``, a context manager) over NATS."""
+
+    def __init__(self, url: str, host: str, connect_options: dict[str, Any] | None = None) -> None:
+        self.host = host
+        self._timeout: float | None = DEFAULT_TIMEOUT_S
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._client = self._loop.run_until_complete(connect(url, connect_options))
+        except BaseException:
+            self._loop.close()
+            raise
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._timeout = timeout
+
+    def call(self, method: str, params: Any = None) -> Any:
+        if method == "agent.list":
+            return {"agents": self._loop.run_until_complete(cluster_agents(self._client))}
+        call = call_host(self._client, self.host, method, params, wait_s=self._timeout)
+        return self._loop.run_until_complete(call)
+
+    def follow_events(
+        self, name: str, after_seq: int, on_event: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
+        """Hand each event of ``name`` after ``after_seq`` to ``on_event``, from the run's
+        event channel in JetStream (what is recorded, then live), until its ``exit``.
+        Returns ``{"state", "last_seq"}`` as the socket's ``agent.events --follow`` does."""
+        return self._loop.run_until_complete(self._follow(name, after_seq, on_event))
+
+    async def _follow(
+        self, name: str, after_seq: int, on_event: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
+        from tether.transports.jetstream import JetStreamChannel
+
+        status = await call_host(self._client, self.host, "agent.status", {"name": name})
+        channel = JetStreamChannel(self._client, prefix="tether", max_line_bytes=MAX_LINE_BYTES)
+        # ends as a socket follow ends when its daemon dies (new events would not come)
+        watch = _Watch(self._client, rpc_subject(self.host), None)
+        try:
+            return await self._read(channel, str(status["run_id"]), after_seq, on_event, status)
+        except asyncio.CancelledError:
+            lost = watch.taken_back(self.host)
+            if lost is not None:
+                raise lost from None
+            raise
+        finally:
+            watch.stop()
+
+    async def _read(
+        self,
+        channel: JetStreamChannel,
+        run_id: str,
+        after_seq: int,
+        on_event: Callable[[dict[str, Any]], None],
+        status: dict[str, Any],
+    ) -> dict[str, Any]:
+        from tether.daemon.hosts.link import events_channel
+        from tether.transports.channel import Entry
+
+        last = after_seq
+        async for item in channel.tail(events_channel(self.host, run_id)):
+            if not isinstance(item, Entry):
+                continue
+            try:
+                event = jsondepth.decode_any(item.data)
+            except ValueError:
+                continue
+            seq = event.get("seq") if isinstance(event, dict) else None
+            if not isinstance(seq, int) or seq <= last:
+                continue
+            last = seq
+            on_event(event)
+            if event.get("type") == "exit":
+                return {"state": event.get("status"), "last_seq": last}
+        return {"state": status.get("state"), "last_seq": last}
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._loop.run_until_complete(self._client.close())
+        self._loop.close()
+
+    def __enter__(self) -> RemoteClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,248 @@
+"""The blocking face of the parent: ``tether.run(task) -> RunResult`` and a context-manager handle.
+
+:func:`run` is ``asyncio.run`` around :func:`~tether.runtime.parent.spawn.spawn` and
+``wait``. :func:`open_run` gives a :class:`SyncRunHandle` whose methods block: it runs
+one private event loop in a daemon thread for the handle's life and forwards each call
+to it, so the asyncio parent does all the work (the same code, the same guarantees).
+Leaving the ``with`` block cancels a run that is still going and waits for its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from tether.runtime.parent.hub import WatchHub
+from tether.runtime.parent.outcome import Timeouts
+from tether.runtime.parent.spawn import LocalRunHandle, RunResult, Update, spawn
+from tether.wire import ControlAck
+from tether.wire.session import State
+
+T = TypeVar("T")
+
+
+def run(
+    task: str,
+    *,
+    agent: str | None = None,
+    agent_args: Sequence[str] = (),
+    provider: str | None = None,
+    model: str | None = None,
+    argv: Sequence[str] | None = None,
+    child_args: Sequence[str] = (),
+    cwd: str | os.PathLike[str] | None = None,
+    deadline_s: float | None = None,
+    finalize_after_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+    close_when_idle: bool = True,
+    parent_run: str | None = None,
+    timeouts: Timeouts | None = None,
+    runs_root: Path | None = None,
+    db: Path | None = None,
+    record: bool = True,
+    inbox: bool = True,
+    follow_nested: bool = False,
+    hub: WatchHub | None = None,
+) -> RunResult:
+    """Start a child on ``task``, wait for it, return its :class:`RunResult` (blocking).
+
+    Takes the keyword options of :func:`tether.runtime.parent.spawn.spawn`, spelled out so a
+    type checker sees them (a test keeps the three signatures equal). Must not be called
+    from a running event loop (``await spawn(...)`` there instead).
+    """
+
+    async def go() -> RunResult:
+        handle = await spawn(
+            task,
+            agent=agent,
+            agent_args=agent_args,
+            provider=provider,
+            model=model,
+            argv=argv,
+            child_args=child_args,
+            cwd=cwd,
+            deadline_s=deadline_s,
+            finalize_after_s=finalize_after_s,
+            env=env,
+            close_when_idle=close_when_idle,
+            parent_run=parent_run,
+            timeouts=timeouts,
+            runs_root=runs_root,
+            db=db,
+            record=record,
+            inbox=inbox,
+            follow_nested=follow_nested,
+            hub=hub,
+        )
+        try:
+            return await handle.wait()
+        finally:
+            if not handle.done:
+                await handle.aclose()
+
+    return asyncio.run(go())
+
+
+class _LoopThread:
+    """An event loop running in a daemon thread; ``call`` runs a coroutine there and blocks."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name="tether-run", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5.0)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class SyncRunHandle:
+    """A live run with blocking methods; see :class:`~tether.runtime.parent.handle.RunHandle`."""
+
+    def __init__(self, loop: _LoopThread, handle: LocalRunHandle) -> None:
+        self._loop = loop
+        self._handle = handle
+        self._final: RunResult | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self._handle.run_id
+
+    @property
+    def state(self) -> State:
+        return self._handle.state
+
+    @property
+    def handle(self) -> LocalRunHandle:
+        """The asyncio handle (use it only on the handle's own loop)."""
+        return self._handle
+
+    def steer(self, text: str) -> ControlAck:
+        return self._loop.call(self._handle.steer(text))
+
+    def follow_up(self, text: str) -> ControlAck:
+        return self._loop.call(self._handle.follow_up(text))
+
+    def finalize(self, note: str | None = None) -> ControlAck:
+        return self._loop.call(self._handle.finalize(note))
+
+    def answer(
+        self, message: str | Mapping[str, Any], text: str = "", *, decision: str | None = None
+    ) -> ControlAck:
+        """See :meth:`LocalRunHandle.answer`."""
+        return self._loop.call(self._handle.answer(message, text, decision=decision))
+
+    def close(self) -> ControlAck:
+        return self._loop.call(self._handle.close())
+
+    def cancel(self) -> ControlAck | None:
+        return self._loop.call(self._handle.cancel())
+
+    def wait(self, timeout: float | None = None) -> RunResult:
+        """The result; raises ``TimeoutError`` if ``timeout`` passes first (the run goes on)."""
+        if self._final is None:
+            self._final = self._loop.call(self._handle.wait(), timeout)
+        return self._final
+
+    def updates(self) -> Iterator[Update]:
+        """Every update of the run in order, blocking between them (see ``RunHandle``)."""
+        iterator = self._handle.updates()
+
+        async def next_item() -> Update | None:
+            try:
+                return await anext(iterator)
+            except StopAsyncIteration:
+                return None
+
+        while (item := self._loop.call(next_item())) is not None:
+            yield item
+
+    def __enter__(self) -> SyncRunHandle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self._final is None:
+                self._final = self._loop.call(self._handle.aclose())
+        finally:
+            self._loop.close()
+
+
+def open_run(
+    task: str,
+    *,
+    agent: str | None = None,
+    agent_args: Sequence[str] = (),
+    provider: str | None = None,
+    model: str | None = None,
+    argv: Sequence[str] | None = None,
+    child_args: Sequence[str] = (),
+    cwd: str | os.PathLike[str] | None = None,
+    deadline_s: float | None = None,
+    finalize_after_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+    close_when_idle: bool = True,
+    parent_run: str | None = None,
+    timeouts: Timeouts | None = None,
+    runs_root: Path | None = None,
+    db: Path | None = None,
+    record: bool = True,
+    inbox: bool = True,
+    follow_nested: bool = False,
+    hub: WatchHub | None = None,
+) -> SyncRunHandle:
+    """Start a child and return a blocking handle; use it as a context manager.
+
+    Takes the keyword options of :func:`tether.runtime.parent.spawn.spawn` (see :func:`run`).
+    """
+    loop = _LoopThread()
+    try:
+        handle = loop.call(
+            spawn(
+                task,
+                agent=agent,
+                agent_args=agent_args,
+                provider=provider,
+                model=model,
+                argv=argv,
+                child_args=child_args,
+                cwd=cwd,
+                deadline_s=deadline_s,
+                finalize_after_s=finalize_after_s,
+                env=env,
+                close_when_idle=close_when_idle,
+                parent_run=parent_run,
+                timeouts=timeouts,
+                runs_root=runs_root,
+                db=db,
+                record=record,
+                inbox=inbox,
+                follow_nested=follow_nested,
+                hub=hub,
+            )
+        )
+    except BaseException:
+        loop.close()
+        raise
+    return SyncRunHandle(loop, handle)

@@ -1,0 +1,327 @@
+"""``agent.*`` against a real daemon process with real ``tether child`` agents (scripted)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.agentd import AgentDaemon, agentd, alive
+
+from tether.daemon.channels.hub import ENVELOPE_METHOD, META_KEY, envelope_problem
+from tether.daemon.rpc.aclient import AsyncDaemonClient
+from tether.daemon.rpc.client import DaemonClient
+from tether.daemon.rpc.protocol import ErrorCode, Request
+from tether.inbox import append_inbox
+
+__all__ = ["agentd"]
+
+E = ErrorCode
+
+
+def test_spawn_ask_status_list_stop_rm(agentd: AgentDaemon) -> None:
+    replies = [{"text": "one", "usage": {"input": 3, "output": 1}}, {"text": "two"}]
+    spawned = agentd.spawn("a1", replies, task="first", wait=True)
+    assert spawned["answer"]["text"] == "one"
+    assert spawned["answer"]["turn"] == 1
+    assert spawned["answer"]["usage"] == {"input": 3, "output": 1}
+    assert (spawned["state"], spawned["turn"]) == ("ready", 1)
+    pid = spawned["pid"]
+    assert alive(pid)
+    assert os.getsid(pid) == pid  # its own session: not in the daemon's group
+    assert "agent_exists" in str(agentd.error("agent.spawn", {"name": "a1"}))
+
+    status = agentd.status("a1")
+    assert status["state"] == "ready"
+    assert status["last_seq"] > 5
+    assert status["usage"]["input"] >= 3
+    assert status["started_at"] >= status["created_at"] > 0
+    assert [a["name"] for a in agentd.call("agent.list")["agents"]] == ["a1"]
+
+    answer = agentd.call("agent.ask", {"name": "a1", "text": "second"})
+    assert (answer["text"], answer["turn"], answer["timed_out"]) == ("two", 2, False)
+    assert answer["usage"]["output"] > 0
+    assert agentd.status("a1")["turn"] == 2
+
+    agentd.expect(E.INVALID_STATUS, "agent.rm", {"name": "a1"})
+    stopped = agentd.call("agent.stop", {"name": "a1"})
+    assert (stopped["ack"], stopped["state"], stopped["ended"]) == ("accepted", "done", True)
+    agentd.expect(E.INVALID_STATUS, "agent.ask", {"name": "a1", "text": "x"})
+    agentd.expect(E.INVALID_STATUS, "agent.steer", {"name": "a1", "text": "x"})
+    # stopping what already ended answers as fno-agents' daemon does
+    assert agentd.call("agent.stop", {"name": "a1"})["already_exited"] is True
+    assert not alive(pid)
+    ended = agentd.status("a1")
+    assert (ended["state"], ended["exit_code"]) == ("done", 0)
+    removed = agentd.call("agent.rm", {"name": "a1"})
+    assert removed["removed"] is True
+    assert Path(removed["run_dir"], "events.jsonl").exists()  # history stays
+    agentd.expect(E.AGENT_NOT_FOUND, "agent.status", {"name": "a1"})
+    assert agentd.call("agent.list")["agents"] == []
+
+
+def test_status_answers_follow_every_change(agentd: AgentDaemon) -> None:
+    """``agent.status`` is answered from its cached encoding while nothing it shows has
+    changed: every answer equals the agent's freshly built ``agent.list`` row (plus
+    ``final_text`` once ended), before and after a turn and after the end."""
+
+    def settled() -> dict[str, Any]:
+        for _ in range(100):  # until no event lands between the two status calls
+            before = agentd.status("s1")
+            (row,) = agentd.call("agent.list")["agents"]
+            after = agentd.status("s1")
+            if before == after:
+                assert {k: v for k, v in after.items() if k != "final_text"} == row
+                return after
+        raise AssertionError("the agent never settled")
+
+    agentd.spawn("s1", [{"text": "one"}, {"text": "two"}], task="first", wait=True)
+    first = settled()
+    assert (first["state"], first["turn"]) == ("ready", 1)
+    agentd.call("agent.ask", {"name": "s1", "text": "second"})
+    second = settled()
+    assert second["turn"] == 2
+    assert second["last_seq"] > first["last_seq"]
+    agentd.call("agent.stop", {"name": "s1"})
+    ended = settled()
+    assert (ended["state"], ended["status"], ended["final_text"]) == ("done", "exited", "two")
+    agentd.call("agent.rm", {"name": "s1"})
+
+
+def test_names_and_params_are_checked(agentd: AgentDaemon) -> None:
+    for bad in ("", "a b", "x" * 65, "é", "a/b"):
+        agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": bad})
+        agentd.expect(E.INVALID_PARAMS, "agent.status", {"name": bad})
+    agentd.expect(E.AGENT_NOT_FOUND, "agent.status", {"name": "x" * 64})
+    agentd.expect(E.AGENT_NOT_FOUND, "agent.ask", {"name": "nobody", "text": "hi"})
+    agentd.expect(E.INVALID_PARAMS, "agent.status", {"name": 3})
+    agentd.expect(E.INVALID_PARAMS, "agent.ask", {"name": "a"})
+    agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": "a", "cwd": "relative"})
+    agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": "a", "deadline_s": -1})
+    agentd.expect(E.INVALID_PARAMS, "agent.stop", {"name": "a", "mode": "explode"})
+    agentd.expect(E.INVALID_PARAMS, "agent.events", {"name": "a", "after_seq": -1})
+    agentd.expect(E.CHANNEL_UNKNOWN, "agent.spawn", {"name": "a", "channel_id": "ch_nope"})
+
+
+def test_spawn_failures_free_the_name(agentd: AgentDaemon) -> None:
+    root = str(agentd.root)
+    message = agentd.expect(E.SPAWN_FAILED, "agent.spawn", {"name": "a", "provider": "nope"})
+    assert "unknown provider" in message
+    message = agentd.expect(
+        E.SPAWN_FAILED, "agent.spawn", {"name": "a", "argv": ["/nonexistent/prog"], "cwd": root}
+    )
+    assert "No such file" in message
+    crash = [sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]
+    message = agentd.expect(E.SPAWN_FAILED, "agent.spawn", {"name": "a", "argv": crash})
+    assert "boom" in message  # the tail of its stderr
+    (agentd.root / "bad.json").write_text('{"not": "a list"}')
+    bad = {"name": "a", "script": str(agentd.root / "bad.json")}
+    assert "list" in agentd.expect(E.SPAWN_FAILED, "agent.spawn", bad)
+    assert agentd.call("agent.list")["agents"] == []
+    assert agentd.spawn("a", [{"text": "fine"}])["state"] == "ready"
+
+
+@pytest.mark.parametrize(
+    ("params", "where"),
+    [
+        ({"env": {"K": "a\x00b"}}, "env['K']"),
+        ({"env": {"K\x00": "v"}}, "env has a key"),
+        ({"argv": [sys.executable, "-c\x00", "pass"]}, "argv[1]"),
+        ({"model": "m\x00"}, "model"),
+        ({"cwd": "/tmp\x00"}, "cwd"),
+    ],
+    ids=["env-value", "env-key", "argv", "model", "cwd"],
+)
+def test_a_nul_byte_bound_for_exec_is_invalid_params_and_leaves_no_row(
+    agentd: AgentDaemon, params: dict[str, object], where: str
+) -> None:
+    message = agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": "nul", **params})
+    assert where in message
+    assert "NUL byte" in message
+    assert agentd.call("agent.list")["agents"] == []
+    assert agentd.spawn("nul", [{"text": "fine"}])["state"] == "ready"  # the name is free
+
+
+def test_ask_on_a_running_agent_is_a_follow_up(agentd: AgentDaemon) -> None:
+    replies = [{"text": "slow", "delay_ms": 800}, {"text": "follow answer"}, {"text": "three"}]
+    agentd.spawn("f", replies, task="go")
+    agentd.wait_for("f", lambda s: s["state"] == "running")
+    answer = agentd.call("agent.ask", {"name": "f", "text": "and also"})
+    assert (answer["text"], answer["turn"]) == ("follow answer", 1)
+    kinds = {(e["type"], e.get("ref")) for e in agentd.events("f")}
+    assert ("follow-up-injected", answer["seq"]) in kinds
+    assert agentd.call("agent.ask", {"name": "f", "text": "ready again"})["text"] == "three"
+
+
+def test_ask_timeout_is_a_result_and_the_turn_goes_on(agentd: AgentDaemon) -> None:
+    agentd.spawn("t", [{"text": "late", "delay_ms": 600}])
+    result = agentd.call("agent.ask", {"name": "t", "text": "hurry", "timeout_s": 0.05})
+    assert result["timed_out"] is True
+    assert result["state"] in ("ready", "running")  # the child may not have read it yet
+    agentd.wait_for("t", lambda s: s["state"] == "ready" and s["turn"] == 1)
+    texts = [e.get("text") for e in agentd.events("t") if e["type"] == "assistant-text"]
+    assert texts == ["late"]
+
+
+def test_controls_and_their_acks(agentd: AgentDaemon) -> None:
+    agentd.spawn("c", [{"text": "a", "delay_ms": 400}, {"text": "b"}, {"text": "final"}])
+    agentd.expect(E.INVALID_PARAMS, "agent.finalize", {"name": "c", "note": 5})
+    steer = agentd.call("agent.steer", {"name": "c", "text": "start"})
+    assert (steer["ack"], steer["seq"]) == ("accepted", 1)
+    follow = agentd.call("agent.follow_up", {"name": "c", "text": "then"})
+    assert follow["ack"] == "accepted"
+    final = agentd.call("agent.finalize", {"name": "c", "note": "wrap up"})
+    assert final["ack"] == "accepted"
+    agentd.wait_for("c", lambda s: s["state"] == "done")
+    agentd.expect(E.INVALID_STATUS, "agent.cancel", {"name": "c"})
+
+
+def test_cancel_and_rm_force(agentd: AgentDaemon) -> None:
+    agentd.spawn("k", [{"text": "never", "delay_ms": 60_000}], task="wait")
+    agentd.wait_for("k", lambda s: s["state"] == "running")
+    stopped = agentd.call("agent.stop", {"name": "k", "mode": "cancel"})
+    assert (stopped["state"], stopped["ended"]) == ("cancelled", True)
+    pid = agentd.spawn("r", [{"text": "never", "delay_ms": 60_000}], task="wait")["pid"]
+    removed = agentd.call("agent.rm", {"name": "r", "force": True})
+    assert removed["removed"] is True
+    assert not alive(pid)
+    assert [a["name"] for a in agentd.call("agent.list")["agents"]] == ["k"]
+
+
+def test_events_replay_then_follow_until_the_end(agentd: AgentDaemon) -> None:
+    agentd.spawn("e", [{"text": "x" * 300, "chunk_ms": 5}, {"text": "y", "delay_ms": 300}])
+    agentd.call("agent.ask", {"name": "e", "text": "go"})
+    recorded = agentd.events("e")
+    middle = recorded[len(recorded) // 2]["seq"]
+    streamed: list[dict[str, Any]] = []
+    batches: list[int] = []
+
+    def on_request(request: Request) -> Any:
+        assert request.method == "agent.event"
+        assert request.params["name"] == "e"
+        batches.append(len(request.params["events"]))
+        streamed.extend(request.params["events"])
+        return {}
+
+    outcome: dict[str, Any] = {}
+
+    def follow() -> None:
+        with DaemonClient.connect(agentd.process.socket, timeout=None) as client:
+            client.on_request = on_request
+            params = {"name": "e", "after_seq": middle, "follow": True}
+            outcome.update(client.call("agent.events", params))
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    agentd.call("agent.ask", {"name": "e", "text": "more"})
+    agentd.call("agent.stop", {"name": "e"})
+    thread.join(20)
+    assert not thread.is_alive()
+    seqs = [e["seq"] for e in streamed]
+    assert seqs == list(range(middle + 1, seqs[-1] + 1))  # every event once, in order
+    assert streamed[-1]["type"] == "exit"
+    assert outcome == {
+        "name": "e",
+        "last_seq": seqs[-1],
+        "count": len(seqs),
+        "state": "done",
+        "ended": True,
+    }
+    assert [e["seq"] for e in agentd.events("e", middle)] == seqs
+    page = agentd.call("agent.events", {"name": "e", "limit": 3})
+    assert [e["seq"] for e in page["events"]] == [1, 2, 3]
+    assert (page["last_seq"], page["more"]) == (3, True)
+
+
+def test_inbox_messages_are_pushed_to_the_agents_channel(agentd: AgentDaemon) -> None:
+    received: list[dict[str, Any]] = []
+    got_two = threading.Event()
+    channel = DaemonClient.connect(agentd.process.socket, timeout=None)
+
+    def on_request(request: Request) -> Any:
+        assert request.method == "channel.deliver"
+        received.append(request.params["envelope"])
+        if len(received) == 2:
+            got_two.set()
+        return {}
+
+    channel.on_request = on_request
+    channel_id = channel.call("channel.register_channel", {"session_id": "s1"})["channel_id"]
+    serving = threading.Thread(target=_serve_quietly, args=(channel,), daemon=True)
+    serving.start()
+    try:
+        spawned = agentd.spawn("ch", [{"text": "ok"}], channel_id=channel_id)
+        inbox = Path(spawned["run_dir"], "inbox.jsonl")
+        append_inbox(inbox, {"type": "progress", "text": "step 1"})
+        append_inbox(inbox, {"type": "custom", "payload": [1, 2]})
+        assert got_two.wait(15), received
+        # the count moves once the daemon has read the answer to the second delivery
+        agentd.wait_for("ch", lambda status: status["channel"]["pushed"] == 2)
+    finally:
+        channel.close()
+    first, second = received
+    for envelope in received:
+        assert envelope_problem(envelope) is None
+        assert envelope["method"] == ENVELOPE_METHOD
+        meta = envelope["params"]["meta"]
+        assert all(META_KEY.fullmatch(k) and isinstance(v, str) for k, v in meta.items())
+        assert (meta["agent"], meta["run_id"]) == ("ch", spawned["run_id"])
+    assert first["params"]["content"] == "step 1"
+    assert first["params"]["meta"]["type"] == "progress"
+    assert second["params"]["meta"]["type"] == "custom"
+    assert '"payload": [1, 2]' in second["params"]["content"]
+
+
+def _serve_quietly(client: DaemonClient) -> None:
+    try:
+        client.serve_forever()
+    except Exception:  # the test closes it at the end
+        return
+
+
+def test_200_concurrent_clients_read_status(agentd: AgentDaemon) -> None:
+    agentd.spawn("busy", [{"text": "ok"}])
+
+    async def one(index: int) -> list[str]:
+        client = await AsyncDaemonClient.open(agentd.process.socket)
+        try:
+            answers = await asyncio.gather(
+                *(client.call("agent.status", {"name": "busy"}) for _ in range(5))
+            )
+            return [answer["state"] for answer in answers]
+        finally:
+            await client.close()
+
+    async def main() -> list[list[str]]:
+        return await asyncio.gather(*(one(i) for i in range(200)))
+
+    results = asyncio.run(main())
+    assert results == [["ready"] * 5] * 200
+
+
+def test_a_recovered_agent_takes_pushes_to_its_own_channel_as_steers(
+    agentd: AgentDaemon,
+) -> None:
+    # an agent's own channel (session tether-agent-NAME, as channel: true reserves it) sends
+    # its pushes to the agent as steers, and still does after a daemon restart
+    own = {"cc_session_id": "tether-agent-own", "name": "own"}
+    channel_id = agentd.call("channel.register_channel", own)["channel_id"]
+    replies = [{"text": "ok"}, {"text": "steered"}]
+    agentd.spawn("own", replies, task="start", channel_id=channel_id, wait=True)
+    assert agentd.process.stop() == 0
+    agentd.restart()
+    params = {"content": "ping", "meta": {"agent": "ci"}}
+    envelope = {"jsonrpc": "2.0", "method": ENVELOPE_METHOD, "params": params}
+    route = {"mcp_channel_id": channel_id, "envelope": envelope}
+    assert agentd.call("channel.push_to_channel", route) == {"routed": True, "delivered": True}
+    agentd.wait_for("own", lambda status: status["turn"] == 2 and status["state"] == "ready")
+    texts = [event.get("text") for event in agentd.events("own")]
+    assert '<channel source="tether" agent="ci">\nping\n</channel>' in texts
+    agentd.call("agent.stop", {"name": "own", "mode": "close"})
+    ended = agentd.call("channel.push_to_channel", route)
+    assert ended["delivered"] is False
+    assert "own" in ended["reason"]

@@ -1,0 +1,138 @@
+"""Attacks on ``tether dashboard``'s HTTP server by a client without the token (another local
+user, a page in the user's browser): slowloris and slot exhaustion.
+
+The trickle test runs :func:`tether.web.http.serve_connection` in this process with a short
+request deadline; the slot test runs a real ``tether dashboard`` beside a real daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from test_dashboard_api import request, token
+from tests.support.agentd import AgentDaemon, agentd
+from tests.support.dashboard import start_dashboard
+
+from tether.web import http
+
+__all__ = ["agentd"]
+
+TRICKLE_GAP_S = 0.02  # the attacker's pace: far below the deadline, so only a total bound ends it
+
+
+def test_attack_a_trickling_request_is_closed_at_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One byte at a time, each well inside the old per-read wait, never finishing the head:
+    the connection is closed once the whole request is overdue, and others are served
+    meanwhile (before: every byte restarted the wait, so it was held for ever)."""
+    monkeypatch.setattr(http, "IDLE_S", 0.5)
+
+    async def handle(_request: http.Request) -> http.Response:
+        return http.Response.json({"ok": True})
+
+    async def no_socket(_request: http.Request, _socket: http.ServerSocket) -> None:
+        raise AssertionError("no WebSocket here")
+
+    async def main() -> int:
+        server = await asyncio.start_server(
+            lambda r, w: http.serve_connection(
+                r, w, gate=lambda _r: None, handle=handle, websocket=no_socket
+            ),
+            "127.0.0.1",
+            0,
+        )
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            sent = 0
+            closed = asyncio.ensure_future(reader.read())
+            # bounded by the test's own patience (20 s = 1,000 bytes), not by a clock check
+            while not closed.done() and sent < 1000:
+                writer.write(b"a")
+                sent += 1
+                await asyncio.wait({closed}, timeout=TRICKLE_GAP_S)
+                if sent == 5:  # a normal client is served while the trickle goes on
+                    other_reader, other_writer = await asyncio.open_connection("127.0.0.1", port)
+                    other_writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    assert (await other_reader.read()).startswith(b"HTTP/1.1 200")
+                    other_writer.close()
+            assert closed.done(), f"still open after {sent} trickled bytes"
+            assert closed.result() == b""  # closed without an answer
+            writer.close()
+            return sent
+
+    sent = asyncio.run(main())
+    assert sent < 1000
+
+
+def test_attack_slow_clients_cannot_lock_the_page_out(agentd: AgentDaemon) -> None:
+    """Every slot held by a client that sent half a request head and no token: the page
+    is still served (the longest-waiting one is closed to admit it); before, 503."""
+    with start_dashboard(agentd, "--max-connections", "3") as dash:
+        held = [socket.create_connection(("127.0.0.1", dash.port), timeout=30) for _ in range(3)]
+        try:
+            for sock in held:
+                sock.sendall(b"GET /api/agents HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a")
+            status, _, body = request(dash, "GET", "/api/agents", headers=token(dash))
+            assert status == 200, body
+            assert closed_unanswered(held[0])  # the oldest, to admit it
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def closed_unanswered(sock: socket.socket) -> bool:
+    """The server closed ``sock`` without a byte of answer (a reset: it had unread bytes)."""
+    try:
+        return sock.recv(65536) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_attack_open_keeps_the_token_off_every_command_line(
+    agentd: AgentDaemon, tmp_path: Path
+) -> None:
+    """``--open`` with ``$BROWSER`` a program that records its argv: the token is not in it
+    (every local user can read ``/proc/PID/cmdline``); the browser gets a private file
+    that redirects to the URL (before: the URL with its token was the argument)."""
+    record = tmp_path / "argv.json"
+    browser = tmp_path / "browser"
+    browser.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"open({str(record)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+    )
+    browser.chmod(0o700)
+    agentd.env["BROWSER"] = str(browser)
+    try:
+        with start_dashboard(agentd, "--open") as dash:
+            argv = wait_for_json(record)
+            assert all(dash.token not in arg for arg in argv), argv
+            [uri] = argv
+            page = Path(urlsplit(uri).path)
+            assert dash.token in page.read_text()
+            assert stat.S_IMODE(page.stat().st_mode) == 0o600
+            assert stat.S_IMODE(page.parent.stat().st_mode) == 0o700
+        assert not page.exists()  # removed when the dashboard stopped
+    finally:
+        del agentd.env["BROWSER"]
+
+
+def wait_for_json(path: Path) -> Any:
+    """The JSON the browser double wrote (it writes once, then exits)."""
+    for _ in range(2000):  # bounded: at most 20 s of 10 ms waits for the file to appear
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            return json.loads(path.read_text())
+        time.sleep(0.01)
+    raise AssertionError(f"the browser double never ran ({path} missing)")

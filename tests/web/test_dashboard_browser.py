@@ -1,0 +1,110 @@
+"""The dashboard in a real browser: Debian's headless Chromium driven by Playwright.
+
+Agents appear and change state, a steer is acked, a question is answered and the agent
+uses the answer, keys typed into a PTY agent's terminal echo back; a screenshot of three
+live agents is saved (``$TETHER_ARTIFACTS/dashboard.png``, else in the test's tmp dir). Needs
+``/usr/bin/chromium`` (installed by ``.ci/setup``): missing, the test fails under CI and
+is skipped elsewhere. Playwright never downloads a browser here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_pty_agents import BASH, spawn_pty
+from tests.support.agentd import AgentDaemon, agentd
+from tests.support.dashboard import DashboardProcess, artifact_dir, dashboard
+
+__all__ = ["agentd", "dashboard"]
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WAIT_MS = 30_000
+
+
+@pytest.fixture
+def browser_page() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is missing: .ci/setup installs it (apt-get install chromium)")
+        pytest.skip("needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="tether-chromium-")
+    try:
+        with sync_playwright() as driver:
+            context = driver.chromium.launch_persistent_context(
+                profile,  # a fresh --user-data-dir
+                executable_path=str(CHROMIUM),
+                args=FLAGS,
+                viewport={"width": 1400, "height": 1000},
+            )
+            try:
+                page = context.pages[0] if context.pages else context.new_page()
+                page.set_default_timeout(WAIT_MS)
+                yield page
+            finally:
+                context.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_the_fleet_in_a_browser(
+    agentd: AgentDaemon, dashboard: DashboardProcess, browser_page: Any, tmp_path: Path
+) -> None:
+    page = browser_page
+    page.goto(dashboard.url)
+    page.wait_for_selector("#daemon:has-text('0 agents')")
+
+    # agents appear, and change state while the page watches
+    ask = {"name": "ask", "arguments": {"question": "Which colour?", "timeout_s": 120}}
+    agentd.spawn("planner", [{"tool_calls": [ask]}, {"text": "Painting it blue."}], task="paint")
+    slow = {"text": "Working on it.", "delay_ms": 1500}
+    agentd.spawn("worker", [slow, {"text": "Steered."}, {"text": "More."}], task="work")
+    spawn_pty(agentd, "shell", BASH)
+    page.wait_for_selector("tr[data-name='worker'] td.state:has-text('running')")
+    page.wait_for_selector("tr[data-name='worker'] td.state:has-text('ready')")
+    page.wait_for_selector("tr[data-name='shell'] td.kind:has-text('pty')")
+
+    # a steer, and its ack
+    page.click("tr[data-name='worker']")
+    page.wait_for_selector("#events:has-text('Working on it.')")
+    page.fill("#steer-text", "and also the docs")
+    page.click("#steer")
+    page.wait_for_selector("#ack:has-text('steer accepted')")
+    page.wait_for_selector("#events:has-text('and also the docs')")
+
+    # a question, answered; the agent goes on with the answer
+    page.wait_for_selector("tr[data-name='planner'] td.questions .badge:has-text('1')")
+    page.click("tr[data-name='planner']")
+    page.wait_for_selector(".question:has-text('Which colour?')")
+    page.fill(".question input.answer-text", "blue")
+    page.click(".question button.answer")
+    page.wait_for_selector("#ack:has-text('answered as steer accepted')")
+    page.wait_for_selector("#events:has-text('answer: blue')")
+    page.wait_for_selector("#events:has-text('Painting it blue.')")
+    page.wait_for_selector("#inbox li.answered:has-text('blue')")
+
+    # a terminal: keys typed in the page reach bash, and its echo comes back
+    page.click("tr[data-name='shell']")
+    page.wait_for_selector("#terminal .xterm-screen")
+    page.click("#terminal")
+    page.keyboard.type("echo typed-$((6*7))\n")
+    page.wait_for_selector("#terminal .xterm-rows:has-text('typed-42')")
+    page.wait_for_selector("tr[data-name='planner'] td.state:has-text('ready')")
+    page.screenshot(path=str(artifact_dir(tmp_path) / "dashboard.png"))
