@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tether.daemon",),
     ("tether.runtime",),
     ("tether.agent",),
-    ("tether.inbox", "tether.store"),
+    ("tether.inbox", "tether.store", "tether.workspace"),
     ("tether.display",),
     ("tether.transports",),
     ("tether.wire", "tether.framing"),

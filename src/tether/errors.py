@@ -36,6 +36,17 @@ derives from a built-in (``ValueError``, ``KeyError``, ``OSError``) that is said
     │   ├── FrameTooLarge             daemon.protocol (ValueError): a body over 16 MiB
     │   ├── AgentExists               daemon.registry: the name is taken
     │   └── AgentNotFound             daemon.registry (KeyError): no such agent
+    ├── WorkspaceError                (here) an agent's git worktree: made, reviewed, merged
+    │   ├── GitFailed                 workspace.errors: git itself failed where it should not
+    │   └── WorkspaceRefused          workspace.errors (ValueError): nothing was done (exit 2)
+    │       ├── NotARepository        the directory is in no git repository
+    │       ├── BranchExists          the new worktree's branch is taken
+    │       ├── BaseNotFound          the base names no commit
+    │       ├── WorktreeTaken         another agent holds the worktree
+    │       ├── UnmergedWork          removing the worktree would lose work
+    │       ├── MergeConflict         the merge conflicts (the files named)
+    │       ├── DirtyTarget           the base's checkout has changes in files it touches
+    │       └── NoBaseBranch          the base is no branch to merge into
     ├── TransportError                transports.channel: a channel refused or failed
     │   └── PartialAppend             transports.channel: append_many stored a prefix only
     ├── TooDeep                       jsondepth (msgspec.DecodeError): JSON nested too deep;
@@ -65,6 +76,7 @@ __all__ = [
     "RunEnded",
     "SpawnError",
     "TetherError",
+    "WorkspaceError",
 ]
 
 
@@ -94,3 +106,7 @@ class AgentError(TetherError):
 
 class DaemonError(TetherError):
     """A problem running, reaching or serving the daemon."""
+
+
+class WorkspaceError(TetherError):
+    """A problem with an agent's git worktree: creating, reviewing, merging or removing it."""

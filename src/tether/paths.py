@@ -53,6 +53,16 @@ def runs_dir(env: dict[str, str] | None = None) -> Path:
     return state_dir(env) / "runs"
 
 
+def worktrees_dir(env: dict[str, str] | None = None) -> Path:
+    """Where the agents' git worktrees live (see :mod:`tether.workspace`)."""
+    return state_dir(env) / "worktrees"
+
+
+def homes_dir(env: dict[str, str] | None = None) -> Path:
+    """Where the agents' private homes live (their CLIs' configuration and sessions)."""
+    return state_dir(env) / "homes"
+
+
 def runtime_dir(env: dict[str, str] | None = None) -> Path:
     """The directory that holds the daemon socket and its lock file."""
     env = dict(os.environ) if env is None else env

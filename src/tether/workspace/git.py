@@ -1,0 +1,102 @@
+"""Running the git CLI: one call, its output as text, its failures as tether's errors.
+
+Every worktree, diff and merge is git's own (``git worktree``, ``git diff``, ``git
+merge-tree``, ``git merge --ff-only``): this module only runs it. The environment is
+this process's without the variables that would point git at another repository or
+index (``GIT_DIR``, ``GIT_INDEX_FILE``, ... : a hook or a test may set them), with no
+prompt for credentials and no pager. :func:`scratch_index` gives a throw-away index
+(a copy of a worktree's own) for the commands that must see untracked files without
+touching the worktree's index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Final, NamedTuple
+
+from tether.workspace.errors import GitFailed
+
+__all__ = ["GitFailed", "Output", "git", "git_env", "names", "scratch_index"]
+
+# Variables that point git somewhere else than the directory it is run in.
+_REPO_ENV: Final = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_PREFIX",
+)
+_ERROR_LIMIT: Final = 600  # characters of git's stderr kept in an error
+
+
+class Output(NamedTuple):
+    code: int
+    out: str
+    err: str
+
+
+def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment git runs with (see the module docstring)."""
+    env = {k: v for k, v in os.environ.items() if k not in _REPO_ENV}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", LC_ALL="C", GIT_OPTIONAL_LOCKS="0")
+    return {**env, **(extra or {})}
+
+
+def git(
+    cwd: str | os.PathLike[str],
+    *args: str,
+    ok: Sequence[int] = (0,),
+    env: Mapping[str, str] | None = None,
+) -> Output:
+    """``git -C cwd ARGS...``; :class:`GitFailed` when its exit status is not in ``ok``."""
+    argv = ["git", "-C", os.fspath(cwd), *args]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, env=git_env(env), stdin=subprocess.DEVNULL, check=False
+        )
+    except OSError as exc:
+        raise GitFailed(f"cannot run git ({exc}); is git installed?") from exc
+    out = Output(done.returncode, _text(done.stdout), _text(done.stderr))
+    if out.code not in ok:
+        raise GitFailed(f"git {' '.join(args[:3])} failed ({out.code}): {failure(out)}")
+    return out
+
+
+def failure(out: Output) -> str:
+    """What git said about a failure, on one line."""
+    text = " ".join((out.err or out.out).split())
+    return text[:_ERROR_LIMIT] or "no message"
+
+
+def names(raw: str) -> list[str]:
+    """The entries of a ``-z`` listing (NUL-separated)."""
+    return [name for name in raw.split("\0") if name]
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
+@contextlib.contextmanager
+def scratch_index(worktree: str | os.PathLike[str]) -> Iterator[dict[str, str]]:
+    """A private copy of ``worktree``'s index as ``GIT_INDEX_FILE`` (an environment to
+    pass to :func:`git`), removed afterwards: ``git add -A`` there stages everything,
+    untracked files included, and the worktree's own index never changes."""
+    index = Path(
+        git(worktree, "rev-parse", "--path-format=absolute", "--git-path", "index").out.strip()
+    )
+    with tempfile.TemporaryDirectory(prefix="tether-index-") as folder:
+        copy = Path(folder, "index")
+        with contextlib.suppress(FileNotFoundError):  # a worktree with nothing staged yet
+            shutil.copyfile(index, copy)
+        yield {"GIT_INDEX_FILE": str(copy)}

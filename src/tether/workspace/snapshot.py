@@ -1,0 +1,116 @@
+"""An agent's work as one commit: what is committed on its branch plus what is not.
+
+:func:`snapshot` builds that commit from git objects only (a scratch index, ``git
+write-tree``, ``git commit-tree`` with the agent as its author): the worktree, its
+index and its branch are untouched, so a merge that is then refused has changed
+nothing. :func:`record` puts the snapshot on the agent's branch (``git update-ref``
+from the old head, then ``git reset`` so the index matches: the files already are the
+commit's). :func:`merge_tree` merges two commits with ``git merge-tree --write-tree``,
+which also touches no worktree.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+from tether.workspace.errors import WorkspaceRefused
+from tether.workspace.git import git, names, scratch_index
+from tether.workspace.record import Worktree
+
+__all__ = [
+    "Author",
+    "Merge",
+    "Snapshot",
+    "author_of",
+    "identity_env",
+    "merge_tree",
+    "record",
+    "rev",
+    "snapshot",
+]
+
+AGENT_EMAIL: Final = "tether-agent@localhost"
+FALLBACK_NAME: Final = "tether"  # the user when git knows none (a fresh machine, a container)
+
+
+class Author(NamedTuple):
+    name: str
+    email: str
+
+
+class Snapshot(NamedTuple):
+    head: str  # the branch's commit
+    commit: str  # head plus the uncommitted work (head itself when there is none)
+
+    @property
+    def uncommitted(self) -> bool:
+        return self.commit != self.head
+
+
+class Merge(NamedTuple):
+    tree: str  # the merged tree (with conflict markers when there are conflicts)
+    conflicts: tuple[str, ...]  # the conflicted files
+
+
+def author_of(worktree: Worktree) -> Author:
+    """The author of an agent's commits: its owner (or branch name), as a tether agent."""
+    return Author(f"{worktree.owner or worktree.name} (tether agent)", AGENT_EMAIL)
+
+
+def rev(cwd: str, what: str) -> str:
+    """The object ``what`` names (``git rev-parse --verify``); "" when it names none."""
+    return git(cwd, "rev-parse", "--verify", "--quiet", what, ok=(0, 1, 128)).out.strip()
+
+
+def identity_env(cwd: str, author: Author | None = None) -> dict[str, str]:
+    """The environment a commit is made with: ``author`` as its author (else the user);
+    the user is who git knows, else :data:`FALLBACK_NAME` at :data:`AGENT_EMAIL`."""
+    env: dict[str, str] = {}
+    if author is not None:
+        env.update(GIT_AUTHOR_NAME=author.name, GIT_AUTHOR_EMAIL=author.email)
+    if git(cwd, "var", "GIT_COMMITTER_IDENT", ok=(0, 128)).code != 0:
+        env.update(GIT_COMMITTER_NAME=FALLBACK_NAME, GIT_COMMITTER_EMAIL=AGENT_EMAIL)
+        env.setdefault("GIT_AUTHOR_NAME", FALLBACK_NAME)
+        env.setdefault("GIT_AUTHOR_EMAIL", AGENT_EMAIL)
+    return env
+
+
+def snapshot(worktree: Worktree, author: Author | None = None) -> Snapshot:
+    """The worktree's work as a commit (see the module docstring); refused when the
+    worktree is no longer on its branch (the agent switched branches)."""
+    path = worktree.path
+    on = git(path, "symbolic-ref", "-q", "HEAD", ok=(0, 1)).out.strip()
+    if on != f"refs/heads/{worktree.branch}":
+        where = on.removeprefix("refs/heads/") or "a detached HEAD"
+        raise WorkspaceRefused(
+            f"the worktree {path} is on {where}, not on its branch {worktree.branch}: "
+            f"run `git -C {path} switch {worktree.branch}` first"
+        )
+    head = rev(path, "HEAD")
+    with scratch_index(path) as index:
+        git(path, "add", "--all", env=index)
+        tree = git(path, "write-tree", env=index).out.strip()
+    if tree == rev(path, "HEAD^{tree}"):
+        return Snapshot(head, head)
+    message = f"tether: the uncommitted work of agent {worktree.owner or worktree.name}"
+    env = identity_env(path, author or author_of(worktree))
+    commit = git(path, "commit-tree", tree, "-p", head, "-m", message, env=env).out.strip()
+    return Snapshot(head, commit)
+
+
+def record(worktree: Worktree, snap: Snapshot) -> None:
+    """Put ``snap`` on the agent's branch (nothing to do when it has no uncommitted work)."""
+    if not snap.uncommitted:
+        return
+    path = worktree.path
+    ref = f"refs/heads/{worktree.branch}"
+    git(path, "update-ref", "-m", "tether: the agent's work committed", ref, snap.commit, snap.head)
+    git(path, "reset", "--quiet")
+
+
+def merge_tree(cwd: str, ours: str, theirs: str) -> Merge:
+    """``git merge-tree --write-tree`` of two commits: the tree and the conflicted files."""
+    args = ("merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", ours, theirs)
+    out = git(cwd, *args, ok=(0, 1))
+    tree, *conflicts = names(out.out)
+    return Merge(tree, tuple(conflicts) if out.code == 1 else ())
