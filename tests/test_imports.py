@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "tether.exits",
         "tether.fsafe",
         "tether.jsondepth",
+        "tether.numbers",
         "tether.paths",
         "tether.peercred",
         "tether.procs",

@@ -8,6 +8,7 @@ still being written) must not kill it with the default action (-15, a shell's 14
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -112,6 +113,43 @@ FAILURES: list[tuple[list[str], int]] = [
 @pytest.mark.parametrize(("argv", "code"), FAILURES, ids=[" ".join(a) for a, _ in FAILURES])
 def test_failure_paths(env: dict[str, str], argv: list[str], code: int) -> None:
     assert_contract(tether(env, *argv), code)
+
+
+NONSENSE = {"nan", "1e308", "inf", "0", "-1", "1e400", "99999", "-inf", "1e3"}
+BAD_NUMBERS: list[list[str]] = [
+    ["run", "--deadline", "nan", "task"],
+    ["run", "--deadline", "1e308", "task"],
+    ["run", "--deadline", "inf", "task"],
+    ["run", "--deadline", "0", "task"],
+    ["run", "--finalize-before", "-1", "task"],
+    ["agent", "spawn", "a", "--deadline", "nan"],
+    ["agent", "spawn", "a", "--timeout", "1e400"],
+    ["agent", "spawn", "a", "--pty", "--cols", "99999", "--", "sh"],
+    ["agent", "ask", "a", "hi", "--timeout", "nan"],
+    ["agent", "stop", "a", "--timeout", "-inf"],
+    ["agent", "events", "a", "--after-seq", "-1"],
+    ["agent", "events", "a", "--limit", "1e3"],
+    ["model-server", "--script", "/no/such/script.json", "--port", "99999"],
+    ["dashboard", "--port", "-1"],
+    ["daemon", "--frame-timeout", "nan", "status"],
+    ["daemon", "--max-connections", "0", "status"],
+    ["daemon", "stop", "--timeout", "1e308"],
+    ["runs", "--limit", "0"],
+    ["child", "--max-tokens", "nan"],
+]
+
+
+@pytest.mark.parametrize("argv", BAD_NUMBERS, ids=[" ".join(a) for a in BAD_NUMBERS])
+def test_a_bad_number_is_a_usage_error_in_one_line(env: dict[str, str], argv: list[str]) -> None:
+    """NaN, infinities, 1e308, a port over 65535, a negative count: exit 2 with one line
+    naming the option (argparse's usage before it), and nothing started or recorded."""
+    done = tether(env, *argv)
+    assert_contract(done, 2)
+    option = next(a for a, value in itertools.pairwise(argv) if value in NONSENSE)
+    (error,) = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert f"argument {option}: " in error, done.stderr
+    assert "internal error" not in done.stderr
+    assert not (Path(env["TETHER_HOME"]) / "runs").exists()
 
 
 def test_rejected_input_lines_are_bad_input(env: dict[str, str]) -> None:

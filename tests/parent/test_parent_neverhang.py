@@ -100,6 +100,15 @@ def test_deadline_the_child_honours() -> None:
     assert result.error == "run deadline exceeded"
 
 
+@pytest.mark.parametrize("deadline", [float("nan"), float("inf"), 1e308, 0.0, -1.0])
+def test_a_deadline_that_is_not_a_duration_is_refused_before_the_run(
+    deadline: float, tether_home: Path
+) -> None:
+    with pytest.raises(ValueError, match=r"deadline_s: .* is not a number of seconds"):
+        _run("normal", deadline_s=deadline)
+    assert not (tether_home / "runs").exists() or not any((tether_home / "runs").iterdir())
+
+
 def test_deadline_the_child_ignores_is_enforced_by_the_parent() -> None:
     result = _run("silent", deadline_s=1, timeouts=replace(FAST, ack_s=60))
     assert result.status == "timed-out"

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from tether import exits
+from tether.numbers import SECONDS, SECONDS_OR_ZERO, count
 
 if TYPE_CHECKING:
     from tether.daemon.hosts.remote import RemoteClient
@@ -57,6 +58,8 @@ run ends; reconnecting with the last seq printed loses nothing and repeats nothi
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
+    from tether.daemon.pty.frames import MAX_SIZE, MIN_SIZE
+
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Agents supervised by the tether daemon.",
@@ -87,32 +90,42 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     spawn.add_argument("--model", help="model name")
     spawn.add_argument("--script", help="replies for the scripted provider (a JSON list)")
     spawn.add_argument("--cwd", help="working directory (default: this one)")
-    spawn.add_argument("--deadline", type=float, metavar="S", help="the run times out after S s")
+    spawn.add_argument("--deadline", type=SECONDS, metavar="S", help="the run times out after S s")
     spawn.add_argument("--channel-id", help="push the agent's inbox messages to this channel")
     spawn.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     spawn.add_argument("--wait", action="store_true", help="wait for the task's answer")
-    spawn.add_argument("--timeout", type=float, metavar="S", help="with --wait: wait at most S s")
+    spawn.add_argument(
+        "--timeout", type=SECONDS_OR_ZERO, metavar="S", help="with --wait: wait at most S s"
+    )
     spawn.add_argument(
         "--pty", action="store_true", help="run -- COMMAND on a pseudo-terminal (any program)"
     )
-    spawn.add_argument("--cols", type=int, help="with --pty: terminal columns (default 80)")
-    spawn.add_argument("--rows", type=int, help="with --pty: terminal rows (default 24)")
+    spawn.add_argument(
+        "--cols", type=count(MIN_SIZE, MAX_SIZE), help="with --pty: terminal columns (default 80)"
+    )
+    spawn.add_argument(
+        "--rows", type=count(MIN_SIZE, MAX_SIZE), help="with --pty: terminal rows (default 24)"
+    )
     ask = action("ask", "send a message and print the answer of the turn that reads it")
     ask.add_argument("text")
-    ask.add_argument("--timeout", type=float, metavar="S", help="wait at most S seconds")
+    ask.add_argument("--timeout", type=SECONDS_OR_ZERO, metavar="S", help="wait at most S seconds")
     action("list", "list the agents", agent=False)
     action("status", "show one agent")
     stop = action("stop", "end an agent's run (close, finalize or cancel)")
     stop.add_argument("--mode", choices=("close", "finalize", "cancel"), default="close")
     stop.add_argument("--note", help="with --mode finalize: the note for the last turn")
-    stop.add_argument("--timeout", type=float, default=10.0, metavar="S", help="wait for the end")
+    stop.add_argument(
+        "--timeout", type=SECONDS_OR_ZERO, default=10.0, metavar="S", help="wait for the end"
+    )
     rm = action("rm", "forget an ended agent (its run directory stays)")
     rm.add_argument("--force", action="store_true", help="kill a live agent first")
     action("reconcile", "re-adopt agents left by a previous daemon", agent=False)
     events = action("events", "print an agent's events")
-    events.add_argument("--after-seq", type=int, default=0, metavar="N")
+    events.add_argument("--after-seq", type=count(0), default=0, metavar="N")
     events.add_argument("--follow", "-f", action="store_true", help="then live until it ends")
-    events.add_argument("--limit", type=int, default=1000, help="without --follow (max 10000)")
+    events.add_argument(
+        "--limit", type=count(1, 10_000), default=1000, help="without --follow (max 10000)"
+    )
     for name, text in (
         ("steer", "inject TEXT at the next turn boundary"),
         ("follow-up", "queue TEXT for after the current turn"),

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether import exits
+from tether.numbers import count
 
 if TYPE_CHECKING:
     import asyncio
@@ -61,7 +62,7 @@ def _build_parser(prog: str) -> argparse.ArgumentParser:
     tools.add_argument("--tools", help="comma-separated allow-list, e.g. bash,read")
     tools.add_argument("--no-tools", action="store_true", help="offer no tools")
     parser.add_argument("--system", help="system prompt ({cwd} is replaced)")
-    parser.add_argument("--max-tokens", type=int, default=8192, help="per model call")
+    parser.add_argument("--max-tokens", type=count(), default=8192, help="per model call")
     add_agent_flags(parser)
     # The program may also follow the flags without `--` (what `tether run --child-arg`
     # can pass); everything from its first word on belongs to it.

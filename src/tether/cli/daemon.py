@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether import exits
+from tether.numbers import SECONDS, SECONDS_OR_ZERO, count
 
 if TYPE_CHECKING:
     from tether.daemon.hosts.link import ClusterOptions
@@ -40,24 +41,26 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     cluster.add_argument("--nats", metavar="URL", help="join the cluster ($TETHER_NATS_URL)")
     cluster.add_argument("--host", help="this host's name in it ($TETHER_HOST; default: hostname)")
     cluster.add_argument(
-        "--replicas", type=int, help="replicas of the streams and buckets ($TETHER_NATS_REPLICAS)"
+        "--replicas",
+        type=count(1, 5),
+        help="replicas of the streams and buckets ($TETHER_NATS_REPLICAS)",
     )
     cluster.add_argument("--nats-creds", metavar="FILE", help="this host's NATS credentials")
     cluster.add_argument("--nats-ca", metavar="FILE", help="CA of the servers' TLS certificates")
     tuning = parser.add_argument_group("foreground tuning")
-    tuning.add_argument("--max-connections", type=int, default=512)
-    tuning.add_argument("--max-in-flight", type=int, default=4096)
-    tuning.add_argument("--max-in-flight-per-connection", type=int, default=256)
+    tuning.add_argument("--max-connections", type=count(), default=512)
+    tuning.add_argument("--max-in-flight", type=count(), default=4096)
+    tuning.add_argument("--max-in-flight-per-connection", type=count(), default=256)
     tuning.add_argument(
         "--frame-timeout",
-        type=float,
+        type=SECONDS,
         default=30.0,
         metavar="SECONDS",
         help="close a connection whose frame is not complete in time",
     )
     tuning.add_argument(
         "--deliver-timeout",
-        type=float,
+        type=SECONDS,
         default=10.0,
         metavar="SECONDS",
         help="how long a channel may take to answer a delivery",
@@ -73,7 +76,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     ):
         action = sub.add_parser(name, help=text, description=text)
         action.add_argument("--json", action="store_true", help="print JSON for scripts")
-        action.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
+        action.add_argument("--timeout", type=SECONDS_OR_ZERO, default=10.0, metavar="SECONDS")
         if name == "stop":
             action.add_argument("--force", action="store_true", help="SIGKILL after the timeout")
     return parser

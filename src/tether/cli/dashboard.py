@@ -11,10 +11,12 @@ import asyncio
 import sys
 from pathlib import Path
 
+from tether.numbers import PORT
+
 
 def main(argv: list[str], prog: str) -> int:
     parser = argparse.ArgumentParser(prog=prog, description="Serve the fleet dashboard.")
-    parser.add_argument("--port", type=int, default=0, help="TCP port (default: any free one)")
+    parser.add_argument("--port", type=PORT, default=0, help="TCP port (default: any free one)")
     parser.add_argument("--open", action="store_true", help="open the URL in a browser")
     parser.add_argument(
         "--listen",

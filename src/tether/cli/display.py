@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO, Final
 
 from tether import exits
+from tether.numbers import count
 
 if TYPE_CHECKING:
     from tether.display import Display
@@ -52,7 +53,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         choices=("human", "stream-json"),
         help="how to draw it (default: human)",
     )
-    parser.add_argument("--width", type=int, default=None, help="columns (default: terminal)")
+    parser.add_argument(
+        "--width", type=count(20, 10_000), default=None, help="columns (default: terminal)"
+    )
     parser.add_argument(
         "--color",
         choices=("auto", "always", "never"),
@@ -157,9 +160,6 @@ def main(argv: list[str], prog: str) -> int:
     args = _parser(prog).parse_args(argv)
     from tether.display import open_display
 
-    if args.width is not None and args.width < 20:
-        print(f"{prog}: --width must be at least 20", file=sys.stderr)
-        return 2
     color = {"auto": None, "always": True, "never": False}[args.color]
     try:
         stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115

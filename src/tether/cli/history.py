@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether import exits
+from tether.numbers import count
 
 if TYPE_CHECKING:
     from tether.store.index import RunRecord
@@ -54,7 +55,7 @@ def _parser(command: str, prog: str) -> argparse.ArgumentParser:
         parser.add_argument("--output", choices=("human", "stream-json", "wire"), default="human")
     else:
         parser = argparse.ArgumentParser(prog=prog, description="List recorded runs, newest first.")
-        parser.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+        parser.add_argument("--limit", type=count(), default=20, help="how many (default 20)")
         parser.add_argument("--status", help="only runs with this status")
         parser.add_argument("--json", action="store_true", help="one JSON object per line")
     return parser

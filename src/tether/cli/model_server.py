@@ -15,13 +15,15 @@ import signal
 import sys
 from types import FrameType
 
+from tether.numbers import PORT
+
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--script", required=True, help="the replies (a JSON list)")
-    parser.add_argument("--port", type=int, default=0, help="the port (default: any free one)")
+    parser.add_argument("--port", type=PORT, default=0, help="the port (default: any free one)")
     parser.add_argument("--host", default="127.0.0.1", help="the address (default 127.0.0.1)")
     parser.add_argument("--log", help="append each request as one JSON line to this file")
     return parser

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from tether import exits
+from tether.numbers import SECONDS, SECONDS_OR_ZERO
 
 STDIN_LINE_BYTES: Final = 1024 * 1024
 """A steering line typed or piped on stdin is cut off (skipped) at this size."""
@@ -59,11 +60,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--model", default=os.environ.get("TETHER_MODEL"), help="model name")
     parser.add_argument("--script", help="replies for the scripted provider (a JSON list)")
     parser.add_argument(
-        "--deadline", type=float, metavar="S", help="the run times out after S seconds"
+        "--deadline", type=SECONDS, metavar="S", help="the run times out after S seconds"
     )
     parser.add_argument(
         "--finalize-before",
-        type=float,
+        type=SECONDS_OR_ZERO,
         metavar="S",
         help="send finalize S seconds before the deadline "
         "(default: a fifth of it, at most 10 s; 0: never)",
@@ -101,8 +102,6 @@ def main(argv: list[str], prog: str = "tether run") -> int:
         task = " ".join(args.task).strip()
         if not task:
             parser.error("the task is empty")
-        if args.deadline is not None and args.deadline <= 0:
-            parser.error("--deadline must be positive")
     except SystemExit as exc:
         return exits.OK if exc.code in (0, None) else exits.USAGE
     try:

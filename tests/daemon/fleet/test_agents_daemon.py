@@ -102,6 +102,12 @@ def test_names_and_params_are_checked(agentd: AgentDaemon) -> None:
     agentd.expect(E.INVALID_PARAMS, "agent.ask", {"name": "a"})
     agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": "a", "cwd": "relative"})
     agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": "a", "deadline_s": -1})
+    # numbers out of any sane range are refused here, not a spawn that fails later
+    for huge in (1e308, 0, 10**30):
+        agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": "a", "deadline_s": huge})
+    agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": "a", "timeout_s": 1e308})
+    agentd.expect(E.INVALID_PARAMS, "agent.ask", {"name": "a", "text": "x", "timeout": 1e300})
+    agentd.expect(E.INVALID_PARAMS, "agent.stop", {"name": "a", "timeout_s": 1e300})
     agentd.expect(E.INVALID_PARAMS, "agent.stop", {"name": "a", "mode": "explode"})
     agentd.expect(E.INVALID_PARAMS, "agent.events", {"name": "a", "after_seq": -1})
     agentd.expect(E.CHANNEL_UNKNOWN, "agent.spawn", {"name": "a", "channel_id": "ch_nope"})

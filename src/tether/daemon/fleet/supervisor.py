@@ -50,6 +50,7 @@ from tether.daemon.rpc.lifecycle import descriptors_free
 from tether.daemon.rpc.methods import RpcFailure
 from tether.daemon.rpc.protocol import ErrorCode
 from tether.errors import ControlRefused
+from tether.numbers import PositiveSeconds
 from tether.procs import Gate, find_program, nul_problem, proc_start_time, process_matches
 from tether.runtime.parent import forkserver
 from tether.runtime.parent.forkserver import ForkedChild
@@ -84,7 +85,7 @@ class SpawnParams(msgspec.Struct, frozen=True):
     model: str | None = None
     cwd: str | None = None
     argv: list[str] | None = None
-    deadline_s: float | None = None
+    deadline_s: PositiveSeconds | None = None
     channel_id: str | None = None
     script: str | None = None
     env: dict[str, str] | None = None

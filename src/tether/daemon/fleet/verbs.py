@@ -92,6 +92,7 @@ from tether.daemon.pty.drive import drive_handler
 from tether.daemon.pty.frames import MAX_SIZE, MIN_SIZE
 from tether.daemon.rpc.methods import RpcFailure, decode_params
 from tether.daemon.rpc.protocol import ErrorCode
+from tether.numbers import Seconds
 from tether.transports.tail import FileTail
 from tether.wire import Rejection, TooLarge, decode
 from tether.wire.session import AckStatus, ControlKind, State, decide
@@ -107,7 +108,6 @@ EVENTS_BYTES: Final = 8 * 1024 * 1024  # per response or streamed batch
 STREAM_BATCH: Final = 512
 EVENT_METHOD: Final = "agent.event"
 
-Seconds = Annotated[float, msgspec.Meta(ge=0)]
 Reply = dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]
 
 
@@ -298,8 +298,6 @@ class AgentVerbs:
     async def spawn(self, context: CallContext, params: Any) -> dict[str, Any]:
         args = decode_params(params, SpawnRequest).spawn_params()
         check_name(args.name)
-        if args.deadline_s is not None and not args.deadline_s > 0:
-            raise RpcFailure(ErrorCode.INVALID_PARAMS, "deadline_s must be positive")
         if args.cwd is not None and not Path(args.cwd).is_absolute():
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "cwd must be an absolute path")
         if args.pty:

@@ -48,6 +48,8 @@ from tether.daemon.pty.frames import (
     CHUNK_BYTES,
     EXIT_NAME,
     MAX_HOLDER_FRAME,
+    MAX_SIZE,
+    MIN_SIZE,
     SOCKET_NAME,
     ExitInfo,
     Hello,
@@ -62,6 +64,7 @@ from tether.daemon.pty.frames import (
     encode,
 )
 from tether.daemon.rpc.protocol import FrameDecoder
+from tether.numbers import count
 from tether.wire.needdata import NEED_DATA
 
 SEND_TIMEOUT_S: Final = 10.0
@@ -301,8 +304,8 @@ def read_exit_file(path: Path) -> ExitInfo | None:
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tether.daemon.pty.holder")
     parser.add_argument("--dir", required=True, help="the agent's run directory (0700)")
-    parser.add_argument("--cols", type=int, default=80)
-    parser.add_argument("--rows", type=int, default=24)
+    parser.add_argument("--cols", type=count(MIN_SIZE, MAX_SIZE), default=80)
+    parser.add_argument("--rows", type=count(MIN_SIZE, MAX_SIZE), default=24)
     parser.add_argument("--cwd", default=None)
     parser.add_argument("program", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)

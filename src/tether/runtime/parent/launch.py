@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tether import fsafe, procs
 from tether.errors import ControlRefused, SpawnError
+from tether.numbers import seconds_problem
 from tether.runtime.child.adapters.prestart import CliRequest
 from tether.runtime.parent import forkserver
 from tether.runtime.parent.forkserver import ForkedChild
@@ -66,8 +67,13 @@ def prepare_run(
     then ``TETHER_PROVIDER``/``TETHER_MODEL``, ``env``, the wire variables and
     ``fixed_env``. The deadline is ``ceil(now + deadline_s)``: a whole second on the wire
     that never comes before the time asked for. Raises :class:`ControlRefused` when the
-    task cannot be sent as a prompt. Blocking (files): call it from a thread.
+    task cannot be sent as a prompt, ``ValueError`` when ``deadline_s`` is not a positive
+    number of seconds (:func:`tether.numbers.seconds_problem`). Blocking (files): call it
+    from a thread.
     """
+    problem = None if deadline_s is None else seconds_problem(deadline_s)
+    if problem is not None:
+        raise ValueError(f"deadline_s: {problem}")
     run = create_run_dir(runs_root)
     mirror = RunMirror(run.run_id)
     first_seq = None
