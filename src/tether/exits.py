@@ -42,6 +42,14 @@ def for_status(status: str) -> int:
     return BY_STATUS.get(status, FAILED)
 
 
+def recorded_status(status: str, stop_reason: str | None) -> str:
+    """The status a run is reported with (its exit status, its row in ``tether runs``):
+    a ``done`` run whose last turn ended in an error has no answer, so it is ``failed``.
+    (The protocol calls it done: the child answered every control; the parent API's
+    result keeps that, with ``stop_reason`` "error".)"""
+    return "failed" if status == "done" and stop_reason == "error" else status
+
+
 def for_exception(exc: BaseException) -> int:
     """The exit status for an error that reached the top of a command."""
     if isinstance(exc, BaseExceptionGroup):

@@ -181,6 +181,23 @@ def read_all(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def read_given(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The whole of a file the user named (a script, a config: links are followed, any
+    owner), read without ever blocking: a FIFO or a device is refused (``O_NONBLOCK``,
+    then ``fstat`` must show a regular file), and a file over ``limit`` bytes is refused
+    before it is read (both :class:`UnsafeFileError`)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFileError(path, "not a regular file")
+        if st.st_size > limit:
+            raise UnsafeFileError(path, f"{st.st_size} bytes, over the limit of {limit}")
+        return read_all(fd, limit)
+    finally:
+        os.close(fd)
+
+
 def write_all(fd: int, data: bytes) -> None:
     """Write all of ``data`` (a short write, e.g. on a nearly full disk, is continued)."""
     view = memoryview(data)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import tether
+from tether.display.boundary import tool_output
 from tether.modelserver import open_model_server
 from tether.runtime.child.adapters.registry import AGENTS, ack_notes
 
@@ -95,7 +96,7 @@ def test_run_two_tool_calls_that_really_run_and_a_long_answer(make_world: Worlds
     progress = '{"type":"progress","text":"from the tool"}'
     report = f"echo '{progress}' >> \"$TETHER_INBOX_PATH\""
     client = make_world.setup.client
-    commands = [f"echo made > marker.txt; {report}", "printf 'ß→✓' > two.txt"]
+    commands = [f"echo made > marker.txt; echo shown-output; {report}", "printf 'ß→✓' > two.txt"]
     calls = [{"name": client.shell_tool, "arguments": client.tool_args(c)} for c in commands]
     tools = {"thinking": "Two at once…", "text": "Running both.", "tool_calls": calls}
     answer = {"text": LONG_ANSWER, "usage": {"input": 30, "output": 7}}
@@ -116,6 +117,12 @@ def test_run_two_tool_calls_that_really_run_and_a_long_answer(make_world: Worlds
     assert len(ids) == 2
     assert sorted(e["tool-call-id"] for e in of(events, "tool-result")) == sorted(ids)
     assert not [e for e in of(events, "tool-result") if e["is-error?"]]
+    # what a display shows: each command in its call, the output as text (not raw JSON)
+    shown = [json.dumps(e.get("arguments"), ensure_ascii=False) for e in of(events, "tool-call")]
+    for command in commands:
+        assert any(command.split(";")[0] in arguments for arguments in shown), shown
+    outputs = [tool_output(e["result"]) for e in of(events, "tool-result")]
+    assert any(isinstance(o, str) and "shown-output" in o for o in outputs), outputs
     assert [e["stop-reason"] for e in of(events, "llm-end")][-1] == "stop"
     assert events[-2]["truncated?"] is True
     assert events[-2]["final-text-path"]

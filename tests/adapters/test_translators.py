@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from tether.agent.provider import Usage
 from tether.agent.runner import Injection
+from tether.display.boundary import tool_output
 from tether.runtime.child.adapters.acp import AcpTranslator, split_mode_arg
 from tether.runtime.child.adapters.codex import CodexTranslator, approval_args
 from tether.runtime.child.adapters.commands import HANDSHAKES
@@ -196,6 +197,8 @@ def test_codex_recorded_tool_turn() -> None:
     assert events[6]["name"] == "exec_command"
     assert "echo hello-from-codex" in events[6]["arguments"]["command"]
     assert events[7]["result"]["content"].strip() == "hello-from-codex"
+    assert events[7]["result"]["details"] == {"exitCode": 0}  # the display shows content
+    assert tool_output(events[7]["result"]).strip() == "hello-from-codex"
     assert events[7]["is-error?"] is False
     assert events[-1]["usage"] == {"input": 10, "output": 5}
     assert [a for a in out if isinstance(a, Ended)] == [Ended("stop", Usage(20, 10), None)]
@@ -315,6 +318,7 @@ def test_acp_recorded_claude_code_acp_tool_turn() -> None:
     events = shown(out)
     assert events[5]["arguments"] == {"command": "echo hello-from-acp", "description": "say hello"}
     assert "hello-from-acp" in events[6]["result"]["content"]
+    assert tool_output(events[6]["result"]) == "hello-from-acp"  # not raw JSON
     assert out[-1] == Ended("stop", Usage(), None)
     assert acp.final_text == "The tool said hello."
 
@@ -400,7 +404,9 @@ def test_acp_recorded_gemini_tool_turn() -> None:
     assert kinds[:2] == ["llm-start", "assistant-text-delta"]
     assert "tool-call" in kinds
     assert kinds.index("tool-result") == kinds.index("tool-call") + 1
-    call = shown(out)[kinds.index("tool-call")]
-    assert call["name"] == "echo hello-from-gemini"
+    call, result = shown(out)[kinds.index("tool-call") :][:2]
+    # Gemini CLI names the command only in the title: shown as a shell command
+    assert (call["name"], call["arguments"]) == ("shell", {"command": "echo hello-from-gemini"})
+    assert result["name"] == "shell"
     assert out[-1] == Ended("stop", Usage(4, 10), None)
     assert acp.final_text == "The tool said hello."

@@ -105,7 +105,7 @@ def test_stdin_lines_steer_and_follow_up(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("replies", "args", "code"),
     [
-        (None, [], 4),
+        ([{"error": "the model is down"}], [], 4),
         (
             [
                 {
@@ -124,6 +124,47 @@ def test_exit_codes(
     script = _script(tmp_path, replies)
     out = tether(tmp_path, "run", "--provider", "scripted", "--script", script, *args, "task")
     assert out.returncode == code, out.stderr
+    # `tether runs` says what the exit code says: a run whose answer is an error failed
+    assert _latest(tmp_path)["status"] == {4: "failed", 5: "timed-out"}[code]
+
+
+def test_a_run_with_no_api_key_is_recorded_failed(tmp_path: Path) -> None:
+    env = {k: v for k, v in _env(tmp_path).items() if not k.startswith("ANTHROPIC_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "tether", "run", "--no-stdin", "--provider", "anthropic", "hi"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert out.returncode == 4, out.stderr
+    assert "ANTHROPIC_API_KEY" in out.stderr
+    record = _latest(tmp_path)
+    assert (record["status"], record["stop_reason"]) == ("failed", "error")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--provider", "nope"], "unknown provider 'nope'"),
+        (["--provider", "scripted", "--script", "/nonexistent"], "No such file"),
+        (["--provider", "scripted", "--script", "fifo"], "not a regular file"),
+        (["--provider", "scripted", "--script", "null.json"], "a JSON list"),
+        (["--cwd", "/nonexistent"], "not a directory"),
+    ],
+    ids=["provider", "missing-script", "fifo-script", "bad-script", "cwd"],
+)
+def test_bad_input_is_usage_and_records_nothing(tmp_path: Path, args: list[str], says: str) -> None:
+    """Validated before the run is prepared: exit 2 with one line, no run directory, no
+    row (a FIFO as the script never blocks)."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "null.json").write_text("null")
+    out = tether(tmp_path, "run", "--no-stdin", *args, "task")
+    assert out.returncode == 2, out.stderr
+    assert says in out.stderr.splitlines()[-1]
+    assert not (tmp_path / "home" / "runs").exists()
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:

@@ -73,6 +73,15 @@ def test_an_unknown_flag_is_a_usage_error(env: dict[str, str], name: str) -> Non
     assert_contract(tether(env, name, "--no-such-flag"), 2)
 
 
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_help_is_plain_text(env: dict[str, str], name: str) -> None:
+    """``--help`` shows no reST markup (the module docstrings' ``double backticks``)."""
+    done = tether(env, name, "--help")
+    assert_contract(done, 0)
+    for markup in ("``", ":func:", ":class:", ":mod:", ":data:", ":meth:"):
+        assert markup not in done.stdout, done.stdout
+
+
 def test_the_top_level(env: dict[str, str]) -> None:
     assert_contract(tether(env), 2)
     assert_contract(tether(env, "no-such-command"), 2)
@@ -84,7 +93,7 @@ FAILURES: list[tuple[list[str], int]] = [
     (["run"], 2),
     (["run", "--deadline", "-1", "task"], 2),
     (["run", "--agent", "resp", "task"], 2),
-    (["run", "--no-stdin", "--provider", "no-such-provider", "task"], 4),
+    (["run", "--no-stdin", "--provider", "no-such-provider", "task"], 2),
     (["child"], 2),  # no FEN_WIRE_* environment
     (["runs", "--limit", "x"], 2),
     (["show", "no-such-run"], 2),

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from tether import jsondepth
+from tether import fsafe, jsondepth
 from tether.agent.provider import (
     BlockEnd,
     Finished,
@@ -143,11 +143,8 @@ def load_script(source: str | os.PathLike[str] | list[Any]) -> list[Reply]:
 
 
 def _read_json(path: Path) -> object:
-    try:
-        size = path.stat().st_size
-        if size > MAX_SCRIPT_BYTES:
-            raise ScriptError(f"script {path} is {size} bytes (limit {MAX_SCRIPT_BYTES})")
-        return jsondepth.loads(path.read_bytes())
+    try:  # a FIFO never blocks: the child would wait for it for ever
+        return jsondepth.loads(fsafe.read_given(path, MAX_SCRIPT_BYTES))
     except OSError as exc:
         raise ScriptError(f"cannot read script {path}: {exc.strerror or exc}") from None
     except ValueError as exc:

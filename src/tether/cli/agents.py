@@ -1,6 +1,4 @@
-"""``tether agents``: the agents tether can run, whether each is installed, its version,
-and what each control does with it (``--markdown``: the table of ``docs/agents.md``).
-"""
+"""``tether agents``: the agents tether can run (:data:`DESCRIPTION`)."""
 
 from __future__ import annotations
 
@@ -18,9 +16,13 @@ from tether.runtime.child.adapters.registry import (
     version_of,
 )
 
+DESCRIPTION = """\
+The agents tether can run, whether each is installed, its version, and what each control
+does with it (--markdown: the table of docs/agents.md)."""
+
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="one JSON object per agent")
     out.add_argument(

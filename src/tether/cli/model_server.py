@@ -1,12 +1,4 @@
-"""``tether model-server --script FILE [--port N] [--log FILE]``: scripted replies over HTTP.
-
-Serves the scripted provider's replies (a JSON list; see ``tether.agent.scripted``) as
-Anthropic Messages, Gemini ``streamGenerateContent`` and the other APIs in
-``tether.modelserver.apis``, one reply per model call, on 127.0.0.1. The first line on
-stdout is ``listening on http://127.0.0.1:PORT``; each request is logged as one JSON line
-to ``--log``. Point a CLI at it, e.g. ``ANTHROPIC_BASE_URL=http://127.0.0.1:PORT
-ANTHROPIC_API_KEY=x claude -p ...``. Runs until SIGTERM or Ctrl-C.
-"""
+"""``tether model-server``: scripted replies over HTTP (:data:`DESCRIPTION`)."""
 
 from __future__ import annotations
 
@@ -17,10 +9,21 @@ from types import FrameType
 
 from tether.numbers import PORT
 
+DESCRIPTION = """\
+Serve scripted replies over HTTP: the scripted provider's replies (a JSON list of
+replies, as for `tether run --provider scripted --script FILE`) as Anthropic Messages,
+Gemini streamGenerateContent, OpenAI chat completions and responses, one reply per model
+call, on 127.0.0.1. The first line on stdout is `listening on http://127.0.0.1:PORT`;
+each request is logged as one JSON line to --log. Point a CLI at it, e.g.
+
+  ANTHROPIC_BASE_URL=http://127.0.0.1:PORT ANTHROPIC_API_KEY=x claude -p ...
+
+Runs until SIGTERM or Ctrl-C."""
+
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=prog, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--script", required=True, help="the replies (a JSON list)")
     parser.add_argument("--port", type=PORT, default=0, help="the port (default: any free one)")

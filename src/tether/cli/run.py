@@ -102,6 +102,9 @@ def main(argv: list[str], prog: str = "tether run") -> int:
         task = " ".join(args.task).strip()
         if not task:
             parser.error("the task is empty")
+        problem = _input_problem(args)
+        if problem is not None:
+            parser.error(problem)
     except SystemExit as exc:
         return exits.OK if exc.code in (0, None) else exits.USAGE
     try:
@@ -119,6 +122,31 @@ def _agent_name(args: argparse.Namespace) -> str | None:
     if name in ("acp", "resp") and not args.command:
         raise ValueError(f"--agent {name} needs the agent's command after --")
     return name
+
+
+def _input_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the input before anything is prepared or recorded: a working
+    directory that is none, and for the built-in child an unknown provider or a script
+    that cannot be read (missing, a FIFO, not a JSON list of replies)."""
+    if args.cwd is not None and not os.path.isdir(args.cwd):
+        return f"--cwd {args.cwd}: not a directory"
+    if args.agent not in (None, "builtin") or args.command:
+        return None
+    from tether.agent.registry import ProviderSetupError, check_provider
+
+    try:
+        if args.provider:
+            check_provider(args.provider)
+    except ProviderSetupError as exc:
+        return f"--provider: {exc}"
+    if args.script is not None:
+        from tether.agent.scripted import ScriptError, load_script
+
+        try:
+            load_script(args.script)
+        except ScriptError as exc:
+            return f"--script: {exc}"
+    return None
 
 
 def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -224,14 +252,10 @@ def _os_error(exc: OSError) -> str:
 
 
 def exit_code(status: str, stop_reason: str | None) -> int:
-    """The documented exit status; a run whose last turn ended in an error has failed.
-
-    (The protocol calls such a run `done`: the child answered every control. But the
-    answer is missing, so a script must not mistake it for success.)
-    """
-    if status == "done" and stop_reason == "error":
-        return exits.FAILED
-    return exits.for_status(status)
+    """The documented exit status; a run whose last turn ended in an error has failed
+    (:func:`tether.exits.recorded_status`: the answer is missing, so a script must not
+    mistake it for success)."""
+    return exits.for_status(exits.recorded_status(status, stop_reason))
 
 
 class DisplayFeed:

@@ -181,7 +181,8 @@ async def serve_connection(
             conn.start_next_cycle()
     except (h11.RemoteProtocolError, _TooLarge) as exc:
         with contextlib.suppress(h11.LocalProtocolError, ConnectionError):
-            status = exc.status if isinstance(exc, _TooLarge) else 400
+            # h11's hint: 431 for a head over its buffer bound, else 400
+            status = exc.status if isinstance(exc, _TooLarge) else exc.error_status_hint
             writer.write(_encode(conn, Response.error(status, str(exc))))
     except (ConnectionError, TimeoutError):
         pass

@@ -80,6 +80,9 @@ def test_agent_cli_round_trip_and_exit_codes(cli_env: dict[str, str], short_tmp:
         stderr=subprocess.PIPE,
         text=True,
     )
+    busy = tether(cli_env, "rm", "cli1")
+    assert busy.returncode == 2
+    assert "tether agent rm --force cli1" in busy.stderr  # the flag as the CLI spells it
     stopped = tether(cli_env, "stop", "cli1", "--json")
     assert stopped.returncode == 0, stopped.stderr
     assert json.loads(stopped.stdout)["ended"] is True

@@ -453,7 +453,8 @@ class Supervisor:
             if not force:
                 raise RpcFailure(
                     ErrorCode.INVALID_STATUS,
-                    f"agent {name!r} is {agent.state}; stop it first or pass force",
+                    f"agent {name!r} is {agent.state}; stop it first, or remove it anyway "
+                    f"with `tether agent rm --force {name}` (force: true)",
                 )
             await agent.kill("removed (rm --force)")
         self._forget_row(name)  # first: a row that cannot go (a full disk) keeps the agent

@@ -492,7 +492,8 @@ class PtyFleet:
             if not force:
                 raise RpcFailure(
                     ErrorCode.INVALID_STATUS,
-                    f"agent {name!r} is {agent.state}; stop it first or pass force",
+                    f"agent {name!r} is {agent.state}; stop it first, or remove it anyway "
+                    f"with `tether agent rm --force {name}` (force: true)",
                 )
             await agent.stop()
         self.agents.pop(name, None)

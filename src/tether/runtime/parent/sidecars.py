@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tether import jsondepth
+from tether import exits, jsondepth
 from tether.store.index import RunIndex, RunRecord
 from tether.wire.session import State
 
@@ -40,7 +40,7 @@ class Recorder:
         return await self._call(
             self._index.update,
             self._run_id,
-            status=result.status,
+            status=exits.recorded_status(result.status, result.stop_reason),
             ended_at=self._created_at + result.elapsed_s,
             usage=result.usage,
             stop_reason=result.stop_reason,

@@ -321,16 +321,18 @@ class AcpTranslator:
         out: list[Action] = []
         if not tool.shown and (raw or status not in ("", "pending")):
             tool.shown = True
-            event: dict[str, Any] = {"type": "tool-call", "name": tool.name, "id": ident}
-            if raw is not None:
-                event["arguments"] = raw
+            event = _call_event(tool.name, ident, raw, update)
+            tool.name = event["name"]  # its result goes by the same name
             out.append(Show(event))
         if status not in _DONE:
             return out
         del self._tools[ident]
         result: dict[str, Any] = {"content": _tool_text(update.get("content"))}
         if "rawOutput" in update:
-            result["raw-output"] = update["rawOutput"]
+            raw_output = update["rawOutput"]
+            if not result["content"] and isinstance(raw_output, str):
+                result["content"] = raw_output
+            result["details"] = {"raw-output": raw_output}
         done = {
             "type": "tool-result",
             "name": tool.name,
@@ -340,6 +342,26 @@ class AcpTranslator:
             "result": result,
         }
         return [*out, Show(done)]
+
+
+def _call_event(name: str, ident: str, raw: object, update: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``tool-call`` event. An agent that sends no input (Gemini CLI names its
+    command only in the title) gets it from the title: ``{"command": title}`` for an
+    ``execute`` tool, named by its kind, else ``{"title": title}``."""
+    event: dict[str, Any] = {"type": "tool-call", "name": name, "id": ident}
+    if raw:
+        event["arguments"] = raw
+        return event
+    title = text_of(update.get("title"))
+    kind = text_of(update.get("kind"))
+    if title and kind == "execute":
+        event["name"] = "shell"
+        event["arguments"] = {"command": title}
+    elif title:
+        event["arguments"] = {"title": title} if title != name else {}
+    elif raw is not None:
+        event["arguments"] = raw
+    return event
 
 
 def _tool_text(content: object) -> str:

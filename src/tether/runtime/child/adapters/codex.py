@@ -382,10 +382,12 @@ def _tool_result(item: Mapping[str, Any]) -> dict[str, Any]:
     exit_code = item.get("exitCode")
     failed = status in ("failed", "declined") or (isinstance(exit_code, int) and exit_code != 0)
     output = item.get("aggregatedOutput")
+    # the output as content (what a display shows), the rest as details
     result: dict[str, Any] = {"content": output if isinstance(output, str) else ""}
-    for key in ("exitCode", "result", "error", "contentItems"):
-        if item.get(key) is not None:
-            result[key] = item[key]
+    keys = ("exitCode", "result", "error", "contentItems")
+    details = {key: item[key] for key in keys if item.get(key) is not None}
+    if details:
+        result["details"] = details
     event: dict[str, Any] = {
         "type": "tool-result",
         "name": _tool_name(item),

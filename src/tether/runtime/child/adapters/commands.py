@@ -37,6 +37,7 @@ from tether.runtime.child.adapters.jsonrpc import Outbox
 __all__ = [
     "CLAUDE_ARGS",
     "CODEX_CLIENT",
+    "GEMINI_ENV",
     "HANDSHAKES",
     "LAUNCHES",
     "MODE_ARG",
@@ -65,6 +66,9 @@ QUIET_ENV: Final = {
     "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
 }
+# Gemini CLI's shell tool without a pseudo-terminal: with one, its tool result is terminal
+# cells, which its ACP server does not send, so a run showed every command with no output.
+GEMINI_ENV: Final = {"GEMINI_PTY_INFO": "child_process"}
 MODE_ARG: Final = "--session-mode="
 _OWN_PROMPT_FLAGS: Final = ("--permission-prompt-tool", "--dangerously-skip-permissions")
 
@@ -141,7 +145,8 @@ def _pi(argv: list[str], args: Sequence[str], env: dict[str, str], model: str | 
 def _gemini(
     argv: list[str], args: Sequence[str], env: dict[str, str], model: str | None
 ) -> CliLaunch:
-    return CliLaunch([*argv, *args, *_model_flag(args, model, ("--model", "-m"))], env)
+    flag = _model_flag(args, model, ("--model", "-m"))
+    return CliLaunch([*argv, *args, *flag], {**GEMINI_ENV, **env})
 
 
 def _acp(argv: list[str], args: Sequence[str], env: dict[str, str], model: str | None) -> CliLaunch:
