@@ -16,7 +16,9 @@ from tether import exits
 
 def library_path() -> Path:
     """Absolute path of ``tether.sh``, shipped inside the ``tether.framing`` package."""
-    return Path(__file__).resolve().parent.parent / "framing" / "tether.sh"
+    from tether.framing import SHELL_LIBRARY
+
+    return SHELL_LIBRARY
 
 
 def main(argv: list[str], prog: str) -> int:

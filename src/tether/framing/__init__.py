@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tether.framing.resp import (
     Frame,
     FrameCode,
@@ -22,6 +24,7 @@ from tether.framing.resp import (
 from tether.framing.resp_hiredis import HiredisReader, hiredis_available, open_reader
 
 __all__ = [
+    "SHELL_LIBRARY",
     "Frame",
     "FrameCode",
     "FrameReader",
@@ -34,3 +37,6 @@ __all__ = [
     "hiredis_available",
     "open_reader",
 ]
+
+SHELL_LIBRARY: Path = Path(__file__).resolve().parent / "tether.sh"
+"""The bash helper library (``tether shell-lib`` prints it; the RESP runner passes it on)."""

@@ -23,7 +23,7 @@ import pytest
 from tests.event_files import Event, read_events, wait_for_event
 from tether import procs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 AGENT = ROOT / "examples" / "bash-agent" / "agent.sh"
 LIB = ROOT / "src" / "tether" / "framing" / "tether.sh"
 WAIT_S = 20.0

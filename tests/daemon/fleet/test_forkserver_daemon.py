@@ -19,7 +19,7 @@ from tether.runtime.parent import forkserver
 
 __all__ = ["agentd"]
 
-REPORT = Path(__file__).parents[1] / "parent" / "doubles" / "report_child.py"
+REPORT = Path(__file__).parents[2] / "parent" / "doubles" / "report_child.py"
 PER_RUN = re.compile(
     r"^(FEN_WIRE_|TETHER_WIRE_|TETHER_RUN_DIR$|TETHER_INBOX_PATH$|RUNEX_INBOX|TETHER_AGENT_NAME$)"
 )

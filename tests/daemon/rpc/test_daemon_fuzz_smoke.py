@@ -6,7 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-HARNESS = Path(__file__).resolve().parents[2] / "fuzz" / "fuzz_daemon_frames.py"
+HARNESS = Path(__file__).resolve().parents[3] / "fuzz" / "fuzz_daemon_frames.py"
 
 
 def test_fuzz_harness_runs() -> None:

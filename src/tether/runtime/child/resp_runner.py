@@ -75,7 +75,6 @@ import os
 import shlex
 from collections import deque
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from tether.agent.runner import (
@@ -85,6 +84,7 @@ from tether.agent.runner import (
     TurnOutcome,
     TurnRequest,
 )
+from tether.framing import SHELL_LIBRARY
 from tether.framing.messages import (
     UNKNOWN_TYPE,
     AgentResult,
@@ -146,7 +146,7 @@ class RespRunner:
         self.emit = emit
         self.cwd = os.fspath(cwd) if cwd is not None else os.getcwd()
         self.env = dict(os.environ if env is None else env)
-        self.env.setdefault("TETHER_SHELL_LIB", str(_shell_lib()))
+        self.env.setdefault("TETHER_SHELL_LIB", str(SHELL_LIBRARY))
         self._cli = CliProcess(
             self.argv, cwd=self.cwd, env=self.env, on_data=self._on_data, on_eof=self._on_eof
         )
@@ -395,8 +395,3 @@ def _wire_stop_reason(reason: str) -> str:
     from tether.agent.loop import wire_stop_reason
 
     return wire_stop_reason(reason)
-
-
-def _shell_lib() -> Path:
-    """``tether.sh``, next to :mod:`tether.framing`."""
-    return Path(__file__).resolve().parent.parent / "framing" / "tether.sh"
