@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tether.inbox", "tether.store", "tether.workspace"),
     ("tether.display",),
     ("tether.transports",),
-    ("tether.wire", "tether.framing"),
+    ("tether.wire", "tether.framing", "tether.policy"),
     # the base: small helpers every layer may use
     (
         "tether.errors",
