@@ -7,14 +7,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether.wire.session import (
+    ACTIVE,
     ADVANCES,
+    CHECKED,
     DECISIONS,
+    EXTENSIONS,
     TERMINAL,
+    V1_CONTROLS,
     AckStatus,
     ControlKind,
     Effect,
     Internal,
     State,
+    acks_of,
     advance,
     decide,
     decide_for_run,
@@ -79,7 +84,12 @@ def test_every_pair_is_answered_consistently(state: State, control: ControlKind)
     decision = decide(state, control)
     if decision.ack is not AckStatus.ACCEPTED:
         assert decision.next_state is state
-        assert decision.effect is Effect.NONE
+        assert decision.effect is Effect.NONE or decision.effect in CHECKED
+    if decision.effect in CHECKED:
+        assert control in EXTENSIONS
+        assert acks_of(decision) == {AckStatus.APPLIED, AckStatus.REJECTED}
+    else:
+        assert acks_of(decision) == {decision.ack}
     if decision.ack is AckStatus.REJECTED:
         assert decision.reason
     if is_terminal(state):
@@ -106,3 +116,27 @@ def test_docs_table_is_generated_from_the_data() -> None:
     assert DOCS.read_text(encoding="utf-8") == render_markdown(), (
         "docs/state-table.md is stale: run `tether wire table > docs/state-table.md`"
     )
+
+
+def test_v1_and_its_extensions_are_every_control() -> None:
+    assert set(V1_CONTROLS) | set(EXTENSIONS) == set(ControlKind)
+    assert not set(V1_CONTROLS) & set(EXTENSIONS)
+
+
+def test_extensions_never_move_the_run_and_are_checked_where_something_can_wait() -> None:
+    for state in State:
+        for control in EXTENSIONS:
+            decision = decide(state, control)
+            assert decision.next_state is state
+            if state in TERMINAL:
+                assert decision.reason == f"run is {state}"
+            elif state is State.STARTING:
+                assert decision.reason == "child is not ready"
+            else:
+                assert state in ACTIVE
+                assert decision.ack is AckStatus.APPLIED
+                expected = {
+                    ControlKind.ANSWER: Effect.RESOLVE_ANSWER,
+                    ControlKind.UNQUEUE: Effect.WITHDRAW_QUEUED,
+                }
+                assert decision.effect is expected[control]

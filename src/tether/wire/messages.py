@@ -1,4 +1,5 @@
-"""The v1 wire messages: 22 child events and 6 parent controls, as msgspec Structs.
+"""The v1 wire messages: 22 child events and 6 parent controls (plus tether's two
+extensions, ``answer`` and ``unqueue``), as msgspec Structs.
 
 Every message is an envelope ``{v, seq, type, run}`` plus its payload. Keys on the wire
 are kebab-case, some end in ``?`` (``final?``, ``is-error?``); optional fields default to
@@ -169,8 +170,24 @@ class Error(DisplayEvent, tag="error", frozen=True, kw_only=True):
     source: str | UnsetType = UNSET
 
 
+class Dropped(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A queued steer or follow-up that was never injected: its control's seq, its kind,
+    its text (cut to :data:`DROPPED_TEXT_CHARS`; the whole text is the control's)."""
+
+    ref: PositiveInt
+    kind: str
+    text: str
+    truncated: bool | UnsetType = field(default=UNSET, name="truncated?")
+
+
+DROPPED_TEXT_CHARS: Final = 2000
+
+
 class Info(DisplayEvent, tag="info", frozen=True, kw_only=True):
     refs: list[PositiveInt] | UnsetType = UNSET
+    # tether: what a finalize or the run's end dropped from the queues (the child's own
+    # info line, never an agent's: normalize() keeps no `dropped` from an agent)
+    dropped: list[Dropped] | UnsetType = UNSET
 
 
 # --- lifecycle events (emitted by the presenter itself, never forwarded) ---------------
@@ -249,6 +266,30 @@ class Close(Control, tag="close", frozen=True, kw_only=True):
     pass
 
 
+Decision: TypeAlias = Literal["approve", "deny"]
+Scope: TypeAlias = Literal["once", "always"]
+KEY_CHARS: Final = 200  # an inbox key is "<run>:<offset>"
+
+
+class Answer(Control, tag="answer", frozen=True, kw_only=True):
+    """Extension of v1: the answer to the approval or question ``key`` that waits in the
+    child (``applied``), never injected into the conversation; ``rejected`` when no such
+    key waits. ``decision`` answers an approval (``scope`` ``always``: the same for this
+    kind of call for the rest of the run), ``text`` a question (or says why)."""
+
+    key: Annotated[str, Meta(min_length=1, max_length=KEY_CHARS)]
+    decision: Decision | UnsetType = UNSET
+    text: str | UnsetType = UNSET
+    scope: Scope | UnsetType = UNSET
+
+
+class Unqueue(Control, tag="unqueue", frozen=True, kw_only=True):
+    """Extension of v1: withdraw the queued steer or follow-up whose seq is ``ref``
+    before it is injected (``applied``); ``rejected`` once it was injected or dropped."""
+
+    ref: PositiveInt
+
+
 AnyEvent: TypeAlias = (
     ToolCall
     | ToolResult
@@ -273,7 +314,7 @@ AnyEvent: TypeAlias = (
     | Result
     | Exit
 )
-AnyControl: TypeAlias = Prompt | Steer | FollowUp | Finalize | Cancel | Close
+AnyControl: TypeAlias = Prompt | Steer | FollowUp | Finalize | Cancel | Close | Answer | Unqueue
 AnyMessage: TypeAlias = AnyEvent | AnyControl
 
 DISPLAY_EVENTS: tuple[type[DisplayEvent], ...] = (
@@ -303,7 +344,16 @@ LIFECYCLE_EVENTS: tuple[type[Event], ...] = (
     Exit,
 )
 EVENTS: tuple[type[Event], ...] = DISPLAY_EVENTS + LIFECYCLE_EVENTS
-CONTROLS: tuple[type[Control], ...] = (Prompt, Steer, FollowUp, Finalize, Cancel, Close)
+CONTROLS: tuple[type[Control], ...] = (
+    Prompt,
+    Steer,
+    FollowUp,
+    Finalize,
+    Cancel,
+    Close,
+    Answer,
+    Unqueue,
+)
 
 
 def tag_of(cls: type[Message]) -> str:

@@ -7,6 +7,14 @@ presenter drives both; a parent mirrors them from the events alone, so the two c
 never drift. Every cell is written out, rejections and impossible events included, so
 a test can check that the keys are the whole product. Effects are values the runtime
 interprets, never callables.
+
+Two controls extend v1 (:data:`EXTENSIONS`): ``answer`` resolves an approval or a
+question that waits in the child, ``unqueue`` withdraws a queued steer or follow-up.
+Neither moves the run. Their effects are *checked* (:data:`CHECKED`): the table's ack
+is ``applied`` when the runtime finds what the control names, and ``rejected`` with the
+runtime's reason when it does not (no such key waits; the steer was already injected).
+A child that does not know them (Fen's) rejects them as an unknown type, which a parent
+tells apart from the runtime's reasons by the ack's reason.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ class ControlKind(enum.StrEnum):
     FINALIZE = "finalize"
     CLOSE = "close"
     CANCEL = "cancel"
+    ANSWER = "answer"  # extension: resolve a waiting approval or question
+    UNQUEUE = "unqueue"  # extension: withdraw a queued steer or follow-up
 
 
 class Internal(enum.StrEnum):
@@ -69,6 +79,8 @@ class Effect(enum.StrEnum):
     ABORT = "abort"  # stop the turn or tool now, then exit with the state
     FINISH = "finish"  # emit `result`, then `exit done`
     EXIT = "exit"  # exit with the (terminal) state as status
+    RESOLVE_ANSWER = "resolve-answer"  # hand the answer to what waits for its key
+    WITHDRAW_QUEUED = "withdraw-queued"  # take the named steer or follow-up off its queue
     IMPOSSIBLE = "impossible"  # the event cannot happen in this state
 
 
@@ -77,6 +89,19 @@ TERMINAL: Final = frozenset({State.DONE, State.CANCELLED, State.FAILED, State.TI
 # index spell them (a test keeps it equal to TERMINAL).
 RunStatus: TypeAlias = Literal["done", "cancelled", "failed", "timed-out"]
 ACTIVE: Final = (State.STARTING, State.READY, State.RUNNING, State.CLOSING, State.FINALIZING)
+# The controls wire v1 defines, and the two tether adds (see the module docstring).
+V1_CONTROLS: Final = (
+    ControlKind.PROMPT,
+    ControlKind.STEER,
+    ControlKind.FOLLOW_UP,
+    ControlKind.FINALIZE,
+    ControlKind.CLOSE,
+    ControlKind.CANCEL,
+)
+EXTENSIONS: Final = (ControlKind.ANSWER, ControlKind.UNQUEUE)
+# Effects whose ack the runtime settles before writing it: `applied` when it finds what
+# the control names, else `rejected` with its reason (never a move of the run).
+CHECKED: Final = frozenset({Effect.RESOLVE_ANSWER, Effect.WITHDRAW_QUEUED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +134,10 @@ def _reject(state: State, reason: str) -> Decision:
     return Decision(AckStatus.REJECTED, state, Effect.NONE, reason)
 
 
+def _checked(state: State, effect: Effect) -> Decision:
+    return Decision(AckStatus.APPLIED, state, effect)
+
+
 def _decisions() -> dict[tuple[State, ControlKind], Decision]:
     s, c = State, ControlKind
     cancel = _accept(Effect.ABORT, s.CANCELLED)
@@ -139,6 +168,9 @@ def _decisions() -> dict[tuple[State, ControlKind], Decision]:
     table[s.CLOSING, c.CLOSE] = _apply(s.CLOSING)
     table[s.FINALIZING, c.FINALIZE] = _apply(s.FINALIZING)
     table[s.FINALIZING, c.CLOSE] = _apply(s.FINALIZING)
+    for state in (s.READY, s.RUNNING, s.CLOSING, s.FINALIZING):
+        table[state, c.ANSWER] = _checked(state, Effect.RESOLVE_ANSWER)
+        table[state, c.UNQUEUE] = _checked(state, Effect.WITHDRAW_QUEUED)
     for state in TERMINAL:
         for control in c:
             table[state, control] = _reject(state, f"run is {state}")
@@ -186,6 +218,14 @@ def decide(state: State | str, control: ControlKind | str) -> Decision:
     except ValueError:
         return _reject(_safe_state(state), f"no transition for {control} in state {state}")
     return DECISIONS[key]
+
+
+def acks_of(decision: Decision) -> frozenset[AckStatus]:
+    """The acks a child may give for ``decision``: its own, and ``rejected`` too when
+    its effect is checked (:data:`CHECKED`)."""
+    if decision.effect in CHECKED:
+        return frozenset({decision.ack, AckStatus.REJECTED})
+    return frozenset({decision.ack})
 
 
 def decide_for_run(state: State | str, control: ControlKind | str, run: str, own: str) -> Decision:

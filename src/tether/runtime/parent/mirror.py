@@ -7,7 +7,8 @@ the same table to the same stream, in the same order, is always in the child's s
 
 - ``ready`` is ``advance(starting, started)``;
 - a ``control-ack`` names the seq of a control this mirror stamped; when the child
-  accepted or applied it, ``decide(state, kind)`` gives the state after;
+  accepted or applied it, ``decide(state, kind)`` gives the state after (an ``answer``
+  or ``unqueue`` the child could not match is rejected: the table allows both acks);
 - ``turn-complete`` is ``advance(state, turn-done)``, or ``final-turn-done`` when the
   tool-free finalize turn was the one running (the same
   :class:`~tether.wire.session.RunSession` the child keeps knows it from the effects);
@@ -47,6 +48,7 @@ from tether.wire.session import (
     Internal,
     RunSession,
     State,
+    acks_of,
     decide,
     is_terminal,
 )
@@ -239,7 +241,7 @@ class RunMirror:
         if pending is None:
             return f"control-ack for seq {ack.ref}, which is not awaiting an ack"
         decision = decide(self.state, pending.kind)
-        if decision.ack.value != ack.status:
+        if ack.status not in acks_of(decision):
             return (
                 f"child {ack.status} {pending.kind} (seq {ack.ref}) in state {self.state}; "
                 f"the table says {decision.ack}"
