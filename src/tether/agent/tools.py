@@ -24,11 +24,14 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from tether import reaper
 from tether.agent.provider import ToolSpec
 from tether.procs import NEW_GROUP, kill_group, terminate_group
+
+if TYPE_CHECKING:
+    from tether.agent.desk import Desk
 
 __all__ = [
     "OUTPUT_CAP_BYTES",
@@ -57,6 +60,9 @@ class ToolContext:
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     kill_grace_s: float = KILL_GRACE_S
     output_cap: int = OUTPUT_CAP_BYTES
+    # the run's approval desk: rules (and, with `approval="ask"`, a person) decide each
+    # call before it runs; the `ask` tool's questions wait there too
+    desk: Desk | None = None
 
     def resolve(self, path: str) -> Path:
         """``path`` relative to the working directory (absolute paths stay as they are)."""
@@ -107,13 +113,18 @@ class ToolRegistry:
     async def call(
         self, name: str, arguments: Mapping[str, Any], context: ToolContext
     ) -> ToolOutput:
-        """Run tool ``name``; an unknown tool or a tool that raises is an error result."""
+        """Run tool ``name``; an unknown tool or a tool that raises is an error result, and
+        so is a call the run's approval desk denies (it is not run; the result says why)."""
         tool = self._tools.get(name)
         if tool is None:
             available = ", ".join(self._tools) or "none"
             return f"unknown tool {name!r} (available: {available})", True
         if not isinstance(arguments, Mapping):
             return f"{name}: arguments must be a JSON object", True
+        if context.desk is not None:
+            verdict = await context.desk.builtin(name, arguments, str(context.cwd))
+            if verdict is not None and not verdict.approved:
+                return f"{name} was not run: {verdict.note()}", True
         try:
             return await tool.run(arguments, context)
         except asyncio.CancelledError:

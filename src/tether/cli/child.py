@@ -30,9 +30,12 @@ if TYPE_CHECKING:
     import asyncio
     from pathlib import Path
 
+    from tether.agent.desk import Desk
     from tether.agent.provider import Provider
     from tether.agent.runner import EmitFn, TurnControl, TurnOutcome, TurnRequest, TurnRunner
+    from tether.policy.config import DeskConfig
     from tether.runtime.child.adapters.early import Early
+    from tether.runtime.child.files import EventLog
     from tether.runtime.parent.spawn import RunHandle
 
 MISSING_ENV = "FEN_WIRE_CONTROL_PATH and FEN_WIRE_EVENT_PATH are required"
@@ -64,6 +67,7 @@ def _build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--system", help="system prompt ({cwd} is replaced)")
     parser.add_argument("--max-tokens", type=count(), default=8192, help="per model call")
     add_agent_flags(parser)
+    add_approval_flags(parser)
     # The program may also follow the flags without `--` (what `tether run --child-arg`
     # can pass); everything from its first word on belongs to it.
     parser.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -93,6 +97,76 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
         help="an extra argument for the agent's CLI (repeatable; it may start with -)",
     )
     parser.add_argument("--adapter", choices=("resp",), help="the same as --agent resp")
+
+
+def add_approval_flags(parser: argparse.ArgumentParser) -> None:
+    """How the run's approvals are decided (see :mod:`tether.agent.desk`)."""
+    parser.add_argument(
+        "--approval",
+        choices=("ask", "auto"),
+        help="ask: the built-in agent's bash, write and edit ask first (default auto: they "
+        "run; an external agent asks as its own settings say)",
+    )
+    parser.add_argument(
+        "--approve",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="approve calls like "
+        "RULE without asking: KIND[:GLOB], e.g. shell:git status*, edit:src/**, read "
+        "(repeatable)",
+    )
+    parser.add_argument(
+        "--deny",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="deny calls like RULE without asking (repeatable; deny wins over approve)",
+    )
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="a TOML policy file: approve = [RULE, ...], deny = [RULE, ...]",
+    )
+    parser.add_argument(
+        "--approval-timeout",
+        type=float,
+        metavar="S",
+        help="decide a request nobody answered in S seconds by --approval-default",
+    )
+    parser.add_argument(
+        "--approval-default",
+        choices=("approve", "deny"),
+        help="the decision --approval-timeout takes (both or neither)",
+    )
+    parser.add_argument("--no-one-to-ask", metavar="WHY", help=argparse.SUPPRESS)
+
+
+def approval_config(args: argparse.Namespace) -> DeskConfig | str:
+    """The run's approval settings from the parsed flags, or what is wrong with them."""
+    from tether.policy.config import DeskConfig, desk_config
+
+    given = (args.approval, args.policy, args.approval_timeout, args.approval_default)
+    if not (args.approve or args.deny or args.no_one_to_ask) and given == (None,) * 4:
+        return DeskConfig()
+
+    policy_text = None
+    if args.policy is not None:
+        try:
+            with open(args.policy, encoding="utf-8") as file:
+                policy_text = file.read(1024 * 1024 + 1)
+        except (OSError, UnicodeDecodeError) as exc:
+            return f"cannot read the policy file {args.policy}: {exc}"
+    return desk_config(
+        approval=args.approval,
+        approve=args.approve,
+        deny=args.deny,
+        policy_text=policy_text,
+        policy_name=args.policy or "policy file",
+        timeout_s=args.approval_timeout,
+        default=args.approval_default,
+        nobody=args.no_one_to_ask,
+    )
 
 
 def join_agent_args(argv: list[str]) -> list[str]:
@@ -326,6 +400,9 @@ def _main(
     options = _options(args.provider_option)
     if isinstance(options, str):
         return _fail_early(events, run, options)
+    approvals = approval_config(args)
+    if isinstance(approvals, str):
+        return _fail_early(events, run, approvals)
     try:
         agent = agent_name(args)
     except ValueError as exc:
@@ -360,6 +437,8 @@ def _main(
     from tether.transports.wake import inherited_wake_fd
     from tether.transports.watch import polling_forced
 
+    desk = _open_desk(approvals, env, log)
+
     async def factory(emit: EmitFn) -> TurnRunner:
         if agent not in (None, "builtin"):
             from tether.runtime.child.adapters import open_runner
@@ -379,11 +458,12 @@ def _main(
                     early=handed,
                     start_s=start_s,
                     started_at=started,
+                    desk=desk,
                 )
             except BaseException:
                 stop_early(handed)
                 raise
-        return _LazyAgent(args, emit, cwd=cwd, env=env, options=options)
+        return _LazyAgent(args, emit, cwd=cwd, env=env, options=options, desk=desk)
 
     child = ChildOptions(
         control_path=Path(control),
@@ -397,8 +477,17 @@ def _main(
         lifeline_fd=lifeline,
         wake_fd=inherited_wake_fd(wake),
         ack_notes=_ack_notes(agent),
+        desk=desk,
     )
     return run_child(child, log)
+
+
+def _open_desk(config: DeskConfig, env: dict[str, str], log: EventLog) -> Desk:
+    """The run's approval desk: its requests go to the run's inbox, its notes to events."""
+    from tether.agent.desk import Desk
+    from tether.inbox.writer import inbox_path_from_env
+
+    return Desk(config, inbox=inbox_path_from_env(env), emit=log.emit_display)
 
 
 class _LazyAgent:
@@ -420,11 +509,13 @@ class _LazyAgent:
         cwd: Path,
         env: dict[str, str],
         options: dict[str, str],
+        desk: Desk | None = None,
     ) -> None:
         from tether.agent.registry import check_provider
 
         check_provider(args.provider)
         self._build = (args, emit, cwd, env, options)
+        self._desk = desk
         self._provider: Provider | None = None
         self._agent: TurnRunner | None = None
         self._task: asyncio.Task[None] | None = None
@@ -463,7 +554,9 @@ class _LazyAgent:
         if self._agent is None:
             assert self._provider is not None
             args, emit, cwd, env, _options = self._build
-            self._agent = _build_agent(args, emit, self._provider, cwd=cwd, env=env)
+            self._agent = _build_agent(
+                args, emit, self._provider, cwd=cwd, env=env, desk=self._desk
+            )
         return await self._agent.run_turn(request, control)
 
     def final_text(self) -> str:
@@ -518,6 +611,7 @@ def _build_agent(
     *,
     cwd: Path,
     env: dict[str, str],
+    desk: Desk | None = None,
 ) -> TurnRunner:
     """The built-in agent around ``provider`` (:func:`_build_provider` checked the rest)."""
     from tether.agent.loop import Agent
@@ -528,7 +622,7 @@ def _build_agent(
         provider,
         emit=emit,
         tools=select_tools(_allowed_tools(args), spawn=_spawn_subrun),
-        context=ToolContext(cwd=cwd, env=env),
+        context=ToolContext(cwd=cwd, env=env, desk=desk),
         model=args.model,
         system=args.system,
         max_tokens=args.max_tokens,

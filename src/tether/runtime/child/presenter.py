@@ -9,7 +9,9 @@ reacts to three things, all on one asyncio loop (so no two reactions interleave)
   Each line gets exactly one ``control-ack``, written before anything the control causes: decode
   (rejections are acked with ``rejection_ack``; a version mismatch is fatal and gets no
   ack), ``decide_for_run``, ack, then the effect (start a turn, queue, interrupt,
-  abort, finish);
+  abort, finish). The extensions' checked effects settle their ack first: ``answer``
+  is applied when the run's approval desk (:mod:`tether.agent.desk`) has its key
+  waiting, ``unqueue`` when its steer or follow-up is still queued;
 - the end of a turn (``turn-complete``, then ``advance``: back to ready, the finalize
   turn, or the finish);
 - the deadline timer, a signal, or a fatal error (``advance`` to timed-out / failed).
@@ -17,8 +19,9 @@ reacts to three things, all on one asyncio loop (so no two reactions interleave)
 Leaving is one path (:meth:`Presenter._exit`): stop reading, cancel a running turn
 (which ends tool process groups at once) and let it unwind briefly, ack any control
 lines already in the file (they are rejected: the run is terminal), report queued
-controls that were never injected in one ``info``, then ``result`` (only for done) and
-``exit``. ``result`` is therefore always immediately before ``exit done``.
+controls that were never injected (their refs and texts) in one ``info``, then
+``result`` (only for done) and ``exit``. ``result`` is therefore always immediately
+before ``exit done``.
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ import os
 import signal
 import sys
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from tether import exits
 from tether.agent.runner import (
@@ -55,8 +58,10 @@ from tether.runtime.child.files import (
 )
 from tether.transports.wake import ControlWaiter
 from tether.wire import (
+    Answer,
     AnyControl,
     ControlAck,
+    Dropped,
     Exit,
     Finalize,
     Info,
@@ -64,12 +69,14 @@ from tether.wire import (
     Result,
     TurnComplete,
     TurnStarted,
+    Unqueue,
     rejection_ack,
     tag_of,
 )
 from tether.wire.limits import POLL_BUSY_S, POLL_IDLE_S
-from tether.wire.messages import DEFAULT_FINALIZE_NOTE
+from tether.wire.messages import DEFAULT_FINALIZE_NOTE, DROPPED_TEXT_CHARS
 from tether.wire.session import (
+    CHECKED,
     AckStatus,
     Effect,
     Internal,
@@ -79,6 +86,9 @@ from tether.wire.session import (
     is_terminal,
 )
 from tether.wire.usage import add_usage, clean_usage
+
+if TYPE_CHECKING:
+    from tether.agent.desk import Desk
 
 __all__ = ["ChildOptions", "Presenter", "run_child"]
 
@@ -93,6 +103,8 @@ PARTIAL_STOPS: Final = frozenset({"aborted", "error"})
 # (the parent gone) changes nothing, the turn runs out and the run ends done.
 _ENDS_WITHOUT_CONTROLS: Final = frozenset({State.CLOSING, State.FINALIZING})
 
+# How many queued controls' fates (injected, withdrawn, dropped) an unqueue can name.
+FATES_KEPT: Final = 4096
 _yield_cpu: Final = getattr(os, "sched_yield", lambda: None)
 _INJECTION_KINDS: Final[dict[str, InjectionKind]] = {
     "prompt": "user",
@@ -115,6 +127,8 @@ class ChildOptions(NamedTuple):
     # control kind -> what the agent really does with it, said in its accepted acks
     # (an external agent's capability that is not native; see `tether agents`)
     ack_notes: Mapping[str, str] | None = None
+    # where the run's approvals and questions wait (answer controls resolve them)
+    desk: Desk | None = None
 
 
 class _TurnControl:
@@ -157,6 +171,7 @@ class Presenter:
         self.control: _TurnControl | None = None
         self.steering: deque[Injection] = deque()
         self.follow_ups: deque[Injection] = deque()
+        self._fates: OrderedDict[int, str] = OrderedDict()  # ref -> what became of it
         self.finalize_note = DEFAULT_FINALIZE_NOTE
         self.usage: dict[str, int] = {}
         self._prepare: asyncio.Task[None] | None = None
@@ -361,7 +376,10 @@ class Presenter:
         kind = tag_of(type(message))
         decision = decide_for_run(self.state, kind, message.run, self.log.run)
         ack: dict[str, Any] = {"status": decision.ack.value, "ref": message.seq}
-        if decision.reason:
+        refused = self._checked(decision.effect, message)
+        if refused is not None:
+            ack = {"status": AckStatus.REJECTED.value, "ref": message.seq, "reason": refused}
+        elif decision.reason:
             ack["reason"] = decision.reason
         elif decision.ack is AckStatus.ACCEPTED and self.options.ack_notes:
             note = self.options.ack_notes.get(kind)
@@ -371,10 +389,50 @@ class Presenter:
         self.session.decided(decision)
         if decision.ack is AckStatus.ACCEPTED:
             self._apply(decision.effect, message)
+        elif refused is None and decision.effect in CHECKED:
+            self._apply_checked(decision.effect, message)
+
+    def _checked(self, effect: Effect, message: AnyControl) -> str | None:
+        """Why a checked effect cannot be applied (None: it can, or it is not checked)."""
+        if effect is Effect.RESOLVE_ANSWER and isinstance(message, Answer):
+            desk = self.options.desk
+            if desk is None:
+                return "this child has no approvals or questions to answer"
+            return desk.check(message.key, _set(message.decision), _set(message.text))
+        if effect is Effect.WITHDRAW_QUEUED and isinstance(message, Unqueue):
+            if any(item.ref == message.ref for item in (*self.steering, *self.follow_ups)):
+                return None
+            fate = self._fates.get(message.ref)
+            if fate is not None:
+                return f"control {message.ref} was {fate}"
+            return f"no queued steer or follow-up with seq {message.ref}"
+        return None
+
+    def _apply_checked(self, effect: Effect, message: AnyControl) -> None:
+        if isinstance(message, Answer) and self.options.desk is not None:
+            desk = self.options.desk
+            desk.resolve(
+                message.key, _set(message.decision), _set(message.text), _set(message.scope)
+            )
+        elif isinstance(message, Unqueue):
+            for queue in (self.steering, self.follow_ups):
+                for item in list(queue):
+                    if item.ref == message.ref:
+                        queue.remove(item)
+                        self._fate(message.ref, "withdrawn")
+
+    def _fate(self, ref: int | None, fate: str) -> None:
+        if ref is None:
+            return
+        self._fates[ref] = fate
+        while len(self._fates) > FATES_KEPT:
+            self._fates.popitem(last=False)
 
     def _apply(self, effect: Effect, message: AnyControl) -> None:
         text = getattr(message, "text", "")
         kind = tag_of(type(message))
+        if text and self.options.desk is not None:
+            self.options.desk.resolve_text(text)  # an answer from a parent without `answer`
         if effect is Effect.START_TURN:
             self._start_turn(TurnRequest(Injection(text, _INJECTION_KINDS[kind], message.seq)))
         elif effect is Effect.QUEUE_STEERING:
@@ -396,19 +454,31 @@ class Presenter:
         """Hand the queued items to the running turn (they count as injected from now on)."""
         items = list(queue)
         queue.clear()
+        for item in items:
+            self._fate(item.ref, "already handed to the agent")
         return items
 
     def _drop_queued(self) -> None:
-        """Drop queued steers and follow-ups, reported in one ``info`` listing their seqs."""
+        """Drop queued steers and follow-ups, reported in one ``info`` listing their seqs
+        and texts (each cut to ``DROPPED_TEXT_CHARS``; the whole text is its control's)."""
         dropped = sorted((*self.steering, *self.follow_ups), key=lambda i: i.ref or 0)
         self.steering.clear()
         self.follow_ups.clear()
-        refs = [i.ref for i in dropped if i.ref is not None]
-        if not refs:
+        items = [i for i in dropped if i.ref is not None]
+        if not items:
             return
-        names = ", ".join(f"{i.kind} {i.ref}" for i in dropped)
-        summary = f"dropped {len(refs)} queued control(s) never injected: {names}"
-        self.log.emit(Info, timestamp=utc_now(), summary=summary[:160], refs=refs)
+        names = ", ".join(f"{i.kind} {i.ref}" for i in items)
+        summary = f"dropped {len(items)} queued control(s) never injected: {names}"
+        texts = [_dropped(i) for i in items]
+        for item in items:
+            self._fate(item.ref, "dropped")
+        self.log.emit(
+            Info,
+            timestamp=utc_now(),
+            summary=summary[:160],
+            refs=[i.ref for i in items],
+            dropped=texts,
+        )
 
     # -- turns ------------------------------------------------------------------------
 
@@ -579,6 +649,22 @@ class Presenter:
     def _emit_display(self, raw: Mapping[str, Any]) -> None:
         meta = {"run-id": self.log.run} if raw.get("type") == "agent-started" else None
         self.log.emit_display(raw, meta)
+
+
+def _set(value: Any) -> Any:
+    """A msgspec field's value, None when it is unset."""
+    import msgspec
+
+    return None if value is msgspec.UNSET else value
+
+
+def _dropped(item: Injection) -> Dropped:
+    assert item.ref is not None
+    kind = "steer" if item.kind == "steering" else item.kind
+    text = item.text
+    if len(text) <= DROPPED_TEXT_CHARS:
+        return Dropped(ref=item.ref, kind=kind, text=text)
+    return Dropped(ref=item.ref, kind=kind, text=text[:DROPPED_TEXT_CHARS], truncated=True)
 
 
 def run_child(options: ChildOptions, log: EventLog | None = None) -> int:

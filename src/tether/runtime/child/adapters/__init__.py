@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pathlib's import is ~8 ms, before the CLI starts (early.py)
     import subprocess
     from pathlib import Path
 
+    from tether.agent.desk import Desk
     from tether.agent.runner import EmitFn, TurnRunner
     from tether.runtime.child.adapters.early import Early
 
@@ -52,6 +53,7 @@ class AdapterOptions(NamedTuple):
     sent: Sequence[dict[str, Any]] = ()  # what early.py wrote to its stdin already
     start_s: float | None = None  # the run's start timeout: the hand-shake's bound
     started_at: float | None = None  # time.monotonic() when the child started
+    desk: Desk | None = None  # where the CLI's approval requests are decided
 
 
 class _AdapterClass(Protocol):
@@ -71,6 +73,7 @@ def open_runner(
     early: Early | None = None,
     start_s: float | None = None,
     started_at: float | None = None,
+    desk: Desk | None = None,
 ) -> TurnRunner:
     """The turn runner for ``agent``; raises ``RunnerSetupError`` when it cannot be built.
 
@@ -118,5 +121,6 @@ def open_runner(
         sent=() if early is None else early.sent,
         start_s=start_s,
         started_at=started_at,
+        desk=desk,
     )
     return cls.for_agent(options, emit)
