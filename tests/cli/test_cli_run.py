@@ -302,3 +302,25 @@ def test_demo(tmp_path: Path) -> None:
         for line in tether(tmp_path, "runs", "--json").stdout.splitlines()
     ]
     assert sorted(statuses) == ["cancelled", "done", "done"]
+
+
+def test_inbox_lines_longer_than_a_drain_slice_do_not_wedge_the_run(tmp_path: Path) -> None:
+    """A tool appends a 1.1 MB and a 2 MiB inbox line (over the parent's 1 MiB drain
+    slice, under the 16 MiB line limit) and a small one: the run ends (it used to spin at
+    100% CPU for ever, deaf to SIGTERM), and every line is stored in order."""
+    write = (
+        "import json, os\n"
+        "with open(os.environ['TETHER_INBOX_PATH'], 'a') as inbox:\n"
+        "    for n in (1_100_000, 2 << 20):\n"
+        "        inbox.write(json.dumps({'type': 'progress', 'text': 'x' * n}) + '\\n')\n"
+        "    inbox.write(json.dumps({'type': 'progress', 'text': 'after'}) + '\\n')\n"
+    )
+    (tmp_path / "write.py").write_text(write)
+    tool = {"name": "bash", "arguments": {"command": f"{sys.executable} write.py"}}
+    script = _script(tmp_path, [{"text": "Writing.", "tool_calls": [tool]}, {"text": "Done."}])
+    out = tether(tmp_path, "run", "--no-stdin", "--provider", "scripted", "--script", script, "t")
+    assert (out.returncode, out.stdout) == (0, "Done.\n"), out.stderr
+    run_id = str(_latest(tmp_path)["id"])
+    listed = tether(tmp_path, "inbox", run_id, "--json", "--no-drain")
+    texts = [json.loads(line)["body"]["text"] for line in listed.stdout.splitlines()]
+    assert [len(t) for t in texts] == [1_100_000, 2 << 20, len("after")]

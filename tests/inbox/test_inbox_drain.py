@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import tempfile
 import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tether.inbox.drain import drain_file
+from tether.inbox.drain import Unfinished, drain_file
 from tether.inbox.messages import MAX_MESSAGE_BYTES, Clarification, InboxRejection, Progress
 from tether.inbox.store import ROWS_PER_INSERT, InboxStore
 from tether.inbox.writer import append_inbox, create_inbox
@@ -307,3 +310,98 @@ def test_append_inbox_offsets_are_the_msg_keys(store: InboxStore, inbox: Path) -
     assert [m.offset for m in result.messages] == offsets
     assert [m.msg_key for m in result.messages] == [f"r:{o}" for o in offsets]
     assert result.messages[-1].message() == Clarification(q="why?")
+
+
+def _drain_in_slices(store: InboxStore, inbox: Path, max_bytes: int, **kw: int) -> list[int]:
+    """drain_file one slice a call, as a live parent does, until nothing more is waiting;
+    the stored offset after each call (each call must move it, or end the backlog)."""
+    offsets: list[int] = []
+    for _ in range(inbox.stat().st_size + 2):  # a guard: a call that makes no progress
+        result = drain_file(store, inbox, "r", max_bytes=max_bytes, **kw)
+        offsets.append(result.offset)
+        if not result.more:
+            return offsets
+        assert len(offsets) < 2 or offsets[-1] > offsets[-2], offsets
+    raise AssertionError(f"the drain never ended: offsets {offsets[-5:]}")
+
+
+def test_a_line_longer_than_the_slice_is_stored_and_the_drain_goes_on(
+    store: InboxStore, inbox: Path
+) -> None:
+    """A 1.1 MB, a 2 MiB and a 17 MiB line under a 1 MiB slice (the live parent's): the
+    first two are stored, the third is rejected and skipped, the lines after them too,
+    and every call moves the offset (a slice with no newline in it once restarted from
+    the same offset for ever: tether run spun at 100% CPU and never exited)."""
+    prefix, suffix = b'{"type":"progress","text":"', b'"}'
+
+    def line(size: int, fill: bytes) -> bytes:
+        return prefix + fill * (size - len(prefix) - len(suffix)) + suffix
+
+    lines = [line(1_100_000, b"a"), line(2 << 20, b"b"), line(17 << 20, b"c"), LINES[1]]
+    write(inbox, b"\n".join(lines) + b"\n")
+    offsets = _drain_in_slices(store, inbox, 1 << 20)
+    assert offsets[-1] == inbox.stat().st_size
+    stored = store.messages("r")
+    assert [m.type for m in stored] == ["progress", "progress", None, "clarification"]
+    assert [len(m.body or "") for m in stored[:2]] == [1_100_000, 2 << 20]
+    assert (stored[2].rejected_reason or "").startswith("too_long: ")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 300), min_size=1, max_size=12),
+    chunk=st.integers(1, 64),
+    budget=st.integers(1, 64),
+    cut=st.integers(0, 300),
+)
+def test_every_slice_makes_progress_and_nothing_is_lost(
+    sizes: list[int], chunk: int, budget: int, cut: int
+) -> None:
+    """Lines of any length (longer than the chunk and the slice included), a file that
+    may end inside a line: each call moves the offset or ends the backlog, every whole
+    line is stored once, in order, and a partial last line waits for its newline."""
+    data = b"".join(b'{"type":"progress","text":"' + b"x" * n + b'"}\n' for n in sizes)
+    data = data[: len(data) - cut] if cut < len(data) else data
+    with tempfile.TemporaryDirectory() as folder:
+        inbox = Path(folder) / "inbox.jsonl"
+        create_inbox(inbox)
+        write(inbox, data)
+        with InboxStore(Path(folder) / "t.db") as store:
+            _drain_in_slices(store, inbox, budget, chunk_bytes=chunk)
+            whole = data[: data.rfind(b"\n") + 1]
+            starts = [0, *(i + 1 for i, byte in enumerate(whole) if byte == ord("\n"))][:-1]
+            got = store.messages("r")
+            assert [m.offset for m in got] == starts
+            assert [m.body for m in got] == [
+                whole[s : whole.index(b"\n", s)].decode() for s in starts
+            ]
+            assert store.offset_state("r").offset == len(whole)  # type: ignore[union-attr]
+
+
+def test_an_unfinished_line_is_not_read_again_until_its_newline(
+    store: InboxStore, inbox: Path
+) -> None:
+    """A live tail's Unfinished: a line written a piece at a time is read once whole,
+    not again on every wake-up (that cost the square of its length)."""
+    unfinished = Unfinished()
+    head = b'{"type":"progress","text":"' + b"a" * (3 << 20)
+    write(inbox, LINES[0] + b"\n" + head)
+    first = drain_file(store, inbox, "r", max_bytes=1 << 20, unfinished=unfinished)
+    assert (first.new, first.more) == (1, True)  # the slice is used up and it moved on
+    rest = drain_file(store, inbox, "r", max_bytes=1 << 20, unfinished=unfinished)
+    assert (rest.new, rest.more) == (0, False)  # read on to the end: the line is unfinished
+    assert first.bytes_read + rest.bytes_read - len(LINES[0]) - 1 >= len(head)
+    for _ in range(5):
+        write(inbox, b"a" * 1000)
+        again = drain_file(store, inbox, "r", max_bytes=1 << 20, unfinished=unfinished)
+        assert (again.new, again.bytes_read, again.more) == (0, 0, False)
+    write(inbox, b'"}\n' + LINES[1] + b"\n")
+    last = drain_file(store, inbox, "r", max_bytes=1 << 20, unfinished=unfinished, collect=True)
+    assert [m.type for m in last.messages] == ["progress", "clarification"]
+    assert len(last.messages[0].body or "") == len(head) + 5000 + 2
+    assert last.offset == inbox.stat().st_size
+    # once past the limit the line must be read (and skipped) even while unfinished
+    write(inbox, b"b" * (MAX_MESSAGE_BYTES + 1))
+    over = drain_file(store, inbox, "r", max_bytes=1 << 20, unfinished=unfinished)
+    assert over.rejected == 1
+    assert store.offset_state("r").skipping  # type: ignore[union-attr]

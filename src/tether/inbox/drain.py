@@ -15,6 +15,12 @@ exist (the offsets forgotten, or a second drainer racing) skips JSON work.
 If the stored offset moved under us (another drainer), the chunk is rolled
 back and reading restarts from the stored offset.
 
+Every call makes progress: a budget (``max_bytes``) stops a call only once the stored
+offset has moved, so a line longer than the budget is read on to its newline (at most
+the line limit; past it, it is skipped). A live tail that passes an :class:`Unfinished`
+is spared reading an unfinished last line again on every wake-up: the next call only
+looks for a newline in the bytes appended since, and reads the line once it is whole.
+
 A file smaller than its offset (truncated) or with another inode/device
 (replaced) is recorded once in ``inbox_incidents``, its status turns sticky,
 and it is never re-imported from 0.
@@ -45,6 +51,7 @@ from tether.wire.lines import LineSplitter, PairItem, TooLarge
 __all__ = [
     "CHUNK_BYTES",
     "DrainResult",
+    "Unfinished",
     "build_rows",
     "drain_file",
     "drain_into",
@@ -84,6 +91,16 @@ class DrainResult:
         if self.status != STATUS_OK:
             line += f"; {self.status}: {self.incident or 'not re-imported'}"
         return line
+
+
+@dataclass
+class Unfinished:
+    """A live tail's memory of its inbox's unfinished last line: from ``offset`` (the
+    stored offset then) up to ``scanned`` the file has no newline. Kept between calls by
+    the caller; two integers, never the bytes."""
+
+    offset: int = -1
+    scanned: int = 0
 
 
 def build_rows(
@@ -271,6 +288,7 @@ def drain_file(
     collect: bool = False,
     chunk_bytes: int = CHUNK_BYTES,
     max_bytes: int | None = None,
+    unfinished: Unfinished | None = None,
 ) -> DrainResult:
     """Store every new complete line of ``path`` for ``run_id``; return what happened.
 
@@ -280,10 +298,18 @@ def drain_file(
     FIFO or other unsafe file in its place is refused with ``OSError`` at once (never
     followed, never blocked on; see :mod:`tether.fsafe`). Database and read errors
     (``sqlite3.Error``, ``OSError``) propagate; what was committed before them stays
-    committed.
+    committed. ``unfinished`` (a live tail's, kept between its calls) spares reading an
+    unfinished last line again before its newline has come.
     """
     result = DrainResult(run_id=run_id, path=os.fspath(path))
-    drain_into(result, store, collect=collect, chunk_bytes=chunk_bytes, max_bytes=max_bytes)
+    drain_into(
+        result,
+        store,
+        collect=collect,
+        chunk_bytes=chunk_bytes,
+        max_bytes=max_bytes,
+        unfinished=unfinished,
+    )
     return result
 
 
@@ -294,6 +320,7 @@ def drain_into(
     collect: bool = False,
     chunk_bytes: int = CHUNK_BYTES,
     max_bytes: int | None = None,
+    unfinished: Unfinished | None = None,
 ) -> None:
     """:func:`drain_file` filling ``result`` as it goes (kept even if this raises)."""
     try:
@@ -310,18 +337,53 @@ def drain_into(
             return
         if state is None:
             job.record_file(collect)
+        if unfinished is not None and _still_unfinished(job, unfinished, chunk_bytes):
+            return
         _run(job, chunk_bytes, max_bytes, collect)
+        if unfinished is not None:
+            _remember(job, unfinished)
     finally:
         os.close(fd)
 
 
+def _still_unfinished(job: _FileDrain, unfinished: Unfinished, chunk_bytes: int) -> bool:
+    """True when the last line known unfinished at the stored offset still has no
+    newline and is not yet over the limit: only the bytes appended since are looked at
+    (and let go), so a line written a byte at a time costs its length, not its square."""
+    start, end = job.committed, job.st.st_size
+    if unfinished.offset != start or job.splitter.skipping or end - start > MAX_MESSAGE_BYTES:
+        return False
+    position = max(unfinished.scanned, start)
+    while position < end:
+        data = os.pread(job.fd, min(chunk_bytes, end - position), position)
+        if not data or b"\n" in data:
+            return False
+        position += len(data)
+    unfinished.scanned = end
+    return True
+
+
+def _remember(job: _FileDrain, unfinished: Unfinished) -> None:
+    """After a call that read to the end of the file: where its unfinished line starts."""
+    held = job.splitter.held and not job.result.more
+    unfinished.offset = job.committed if held else -1
+    unfinished.scanned = job.splitter.fed if held else 0
+
+
 def _run(job: _FileDrain, chunk_bytes: int, max_bytes: int | None, collect: bool) -> None:
+    """Read on in chunks until the end of the file, or until ``max_bytes`` are read *and*
+    the stored offset has moved: a call always makes progress. A line longer than the
+    budget is read on to its newline (at most the line limit; past it the splitter skips
+    it, and the offset moves past what it skipped), so the next call never starts again
+    from the same offset to stop at the same place (a 1.1 MB line under a 1 MiB slice
+    did that for ever). Memory stays bounded by the line limit plus a chunk."""
     budget = max_bytes
+    started = job.committed
     while True:
-        if budget is not None and budget <= 0:
+        if budget is not None and budget <= 0 and job.committed != started:
             job.result.more = True
             return
-        size = chunk_bytes if budget is None else min(chunk_bytes, budget)
+        size = chunk_bytes if budget is None or budget <= 0 else min(chunk_bytes, budget)
         before = job.result.bytes_read
         try:
             if not job.step(size, collect):

@@ -21,10 +21,10 @@ import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tether.inbox.drain import CHUNK_BYTES, STATUS_OK, DrainResult, drain_into
+from tether.inbox.drain import CHUNK_BYTES, STATUS_OK, DrainResult, Unfinished, drain_into
 from tether.inbox.store import InboxStore, StoredMessage, open_store
 from tether.transports.watch import FileWatcher
 
@@ -55,6 +55,7 @@ class _Tailed:
     path: Path
     offset: int = 0
     status: str = STATUS_OK
+    unfinished: Unfinished = field(default_factory=Unfinished)
 
 
 class InboxDrain:
@@ -258,7 +259,13 @@ class InboxDrain:
                     continue
                 result = DrainResult(run_id=run_id, path=os.fspath(path))
                 try:
-                    drain_into(result, store, collect=collect, max_bytes=self._max_bytes)
+                    drain_into(
+                        result,
+                        store,
+                        collect=collect,
+                        max_bytes=self._max_bytes,
+                        unfinished=tailed.unfinished,
+                    )
                 except (sqlite3.Error, OSError) as exc:  # retried; what was stored is kept
                     result.error = f"{type(exc).__name__}: {exc}"
             results.append(result)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ from tether.daemon.rpc.aclient import AsyncDaemonClient
 from tether.daemon.rpc.client import DaemonClient
 from tether.daemon.rpc.protocol import ErrorCode, Request
 from tether.inbox import append_inbox
+from tether.inbox.store import InboxStore
+from tether.paths import db_path
 
 __all__ = ["agentd"]
 
@@ -280,6 +284,45 @@ def test_inbox_messages_are_pushed_to_the_agents_channel(agentd: AgentDaemon) ->
     assert first["params"]["meta"]["type"] == "progress"
     assert second["params"]["meta"]["type"] == "custom"
     assert '"payload": [1, 2]' in second["params"]["content"]
+
+
+def test_inbox_lines_longer_than_a_slice_are_drained_and_the_daemon_goes_idle(
+    agentd: AgentDaemon,
+) -> None:
+    """An agent's inbox gets a 1.1 MB and a 2 MiB line (over the 1 MiB drain slice) and a
+    small one: the daemon stores all three (it once read the first slice again for ever,
+    at 98% CPU, and never reached the third), then reads nothing more of the inbox while
+    it keeps answering (its own read accounting, /proc/PID/io, says so)."""
+    spawned = agentd.spawn("long", [{"text": "ok"}])
+    inbox = Path(spawned["run_dir"], "inbox.jsonl")
+    for size in (1_100_000, 2 << 20):
+        append_inbox(inbox, {"type": "progress", "text": "x" * size})
+    append_inbox(inbox, {"type": "progress", "text": "after"})
+    with InboxStore(db_path(agentd.env)) as store:
+        for _ in range(3000):  # a hang guard, not a verdict: until the third line is in
+            texts = [
+                json.loads(m.body or "{}").get("text", "")
+                for m in store.messages(spawned["run_id"])
+            ]
+            if texts[-1:] == ["after"]:
+                break
+            time.sleep(0.02)
+        assert [len(t) for t in texts] == [1_100_000, 2 << 20, 5]
+    pid = agentd.process.proc.pid  # type: ignore[union-attr]
+    agentd.status("long")  # the loop has turned since: any drain pass it owed is done
+    before = _bytes_read(pid)
+    for _ in range(20):
+        assert agentd.status("long")["state"] == "ready"
+    assert _bytes_read(pid) - before < 256 * 1024  # no 1 MiB slice read again
+
+
+def _bytes_read(pid: int) -> int:
+    """The bytes process ``pid`` has read (files, pipes and sockets), by the kernel's count."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key == "rchar":
+            return int(value)
+    raise AssertionError(f"/proc/{pid}/io has no rchar")
 
 
 def _serve_quietly(client: DaemonClient) -> None:

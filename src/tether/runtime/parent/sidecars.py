@@ -110,6 +110,7 @@ class InboxTail:
         self.more = False
         self._shared: _SharedStore | None = None
         self._broken = False
+        self._unfinished: Any = None  # the inbox's drain.Unfinished, made at the first drain
 
     async def drain(self) -> list[tuple[dict[str, Any], int]]:
         """The next slice's messages, each with its size in bytes (``[]`` once broken)."""
@@ -122,10 +123,11 @@ class InboxTail:
             return []
 
     def _drain_sync(self, collect: bool) -> list[tuple[dict[str, Any], int]]:
-        from tether.inbox import drain_file
+        from tether.inbox.drain import Unfinished, drain_file
 
         if self._shared is None:
             self._shared = _SharedStore.acquire(self.db)
+            self._unfinished = Unfinished()
         with self._shared.lock:
             result = drain_file(
                 self._shared.store,
@@ -133,6 +135,7 @@ class InboxTail:
                 self.run_id,
                 collect=collect,
                 max_bytes=INBOX_SLICE_BYTES,
+                unfinished=self._unfinished,
             )
         self.more = result.more
         return [_inbox_dict(m) for m in result.messages]
