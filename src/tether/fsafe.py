@@ -98,6 +98,18 @@ def opened_dir(path: str | os.PathLike[str], *, uid: int | None = None) -> Itera
         os.close(fd)
 
 
+@contextmanager
+def opened_subdir(dir_fd: int, name: str, *, uid: int | None = None) -> Iterator[int]:
+    """A descriptor of directory ``name`` inside ``dir_fd``, opened relative to it by one
+    plain name (not a symlink, owned by ``uid``), as a context manager."""
+    fd = os.open(plain_name(name), _DIR_FLAGS, dir_fd=dir_fd)
+    try:
+        _owned(fd, name, stat.S_ISDIR, "a directory", uid)
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def check_regular(
     fd: int, name: str | os.PathLike[str], *, uid: int | None = None
 ) -> os.stat_result:

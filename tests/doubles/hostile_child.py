@@ -177,6 +177,58 @@ def _final_dotdot(child: Hostile) -> None:
     child.result_naming(f"{child.run_dir}/{up}")
 
 
+# -- final-text-path in the child's TMPDIR (the run's tmp/) ------------------------------
+
+FULL_TEXT = "the whole answer, " * 8000  # longer than one wire line
+
+
+@mode("final-path-mkstemp", FINISH, "as the wire spec's child: the whole text in a mkstemp file")
+def _final_mkstemp(child: Hostile) -> None:
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="answer-")  # in $TMPDIR, 0600
+    with os.fdopen(fd, "w") as out:
+        out.write(FULL_TEXT)
+    child.result_naming(path)
+
+
+def _in_tmp(name: str) -> Path:
+    return Path(os.environ["TMPDIR"]) / name
+
+
+@mode("final-path-tmp-symlink", FINISH, "final-text-path names a symlink in TMPDIR to --arg")
+def _final_tmp_symlink(child: Hostile) -> None:
+    os.symlink(child.arg, _in_tmp("evil"))
+    child.result_naming(_in_tmp("evil"))
+
+
+@mode("final-path-tmp-hardlink", FINISH, "final-text-path names a hard link in TMPDIR to --arg")
+def _final_tmp_hardlink(child: Hostile) -> None:
+    os.link(child.arg, _in_tmp("evil"))
+    child.result_naming(_in_tmp("evil"))
+
+
+@mode("final-path-tmp-fifo", FINISH, "final-text-path names a FIFO in TMPDIR")
+def _final_tmp_fifo(child: Hostile) -> None:
+    os.mkfifo(_in_tmp("fifo"), 0o600)
+    child.result_naming(_in_tmp("fifo"))
+
+
+@mode("final-path-tmp-nested", FINISH, "final-text-path names a file in a folder of TMPDIR")
+def _final_tmp_nested(child: Hostile) -> None:
+    _in_tmp("deeper").mkdir()
+    (_in_tmp("deeper") / "answer").write_text(FULL_TEXT)
+    child.result_naming(_in_tmp("deeper") / "answer")
+
+
+@mode("final-path-tmp-swapped", FINISH, "TMPDIR replaced by a symlink to --arg's folder")
+def _final_tmp_swapped(child: Hostile) -> None:
+    tmp = Path(os.environ["TMPDIR"])
+    tmp.rename(tmp.with_name("tmp.moved"))
+    os.symlink(Path(child.arg).parent, tmp)
+    child.result_naming(tmp / Path(child.arg).name)
+
+
 # -- files the parent writes or reads, replaced under it (item 3) --------------------------
 
 

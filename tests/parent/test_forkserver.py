@@ -30,7 +30,9 @@ from .helpers import FAST, Collector
 REPORT = Path(__file__).parent / "doubles" / "report_child.py"
 EXEC = {forkserver.ENV: "0"}
 # What differs between two runs whatever starts them (the run's own names and numbers).
-PER_RUN = re.compile(r"^(FEN_WIRE_|TETHER_WIRE_|TETHER_RUN_DIR$|TETHER_INBOX_PATH$|RUNEX_INBOX)")
+PER_RUN = re.compile(
+    r"^(FEN_WIRE_|TETHER_WIRE_|TETHER_RUN_DIR$|TETHER_INBOX_PATH$|RUNEX_INBOX|TMPDIR$)"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -93,6 +95,7 @@ def test_a_forked_child_is_the_process_an_exec_would_start(tmp_path: Path) -> No
             assert report["fds"][report["env"][passed]] == "pipe"
         assert report["cmdline"][1:4] == ["-m", "tether", "child"]
     assert forked["env"]["TETHER_RUN_DIR"] == run_dir
+    assert forked["env"]["TMPDIR"] == f"{run_dir}/tmp"  # the run's private temp directory
     assert forked["env"]["FEN_WIRE_RUN_ID"] == Path(run_dir).name
     assert _comparable(forked) == _comparable(execd)
 

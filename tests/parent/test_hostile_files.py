@@ -50,6 +50,11 @@ def _intact(victim: Path) -> None:
         "final-path-dotdot",
         "final-path-events",
         "final-path-fifo",
+        "final-path-tmp-symlink",
+        "final-path-tmp-hardlink",
+        "final-path-tmp-fifo",
+        "final-path-tmp-nested",
+        "final-path-tmp-swapped",
     ],
 )
 def test_final_text_path_only_reads_and_removes_the_childs_own_file(
@@ -63,6 +68,17 @@ def test_final_text_path_only_reads_and_removes_the_childs_own_file(
     assert "the full text could not be read" in (result.final_text or "")
     run_dir = Path(os.environ["TETHER_HOME"]) / "runs" / str(result.run_id)
     assert (run_dir / "events.jsonl").stat().st_size > 0  # the run's own log survives
+
+
+def test_a_final_text_file_made_with_mkstemp_is_read_whole_and_removed(victim: Path) -> None:
+    """As the wire spec's own child: ``mkstemp`` in its ``TMPDIR`` (the run's private
+    ``tmp/``, 0700); the parent reads the whole text and removes the file."""
+    result = _run("final-path-mkstemp", victim)
+    assert result.status == "done", result.error
+    assert (result.final_text, result.truncated) == ("the whole answer, " * 8000, False)
+    run_dir = Path(os.environ["TETHER_HOME"]) / "runs" / str(result.run_id)
+    assert (run_dir / "tmp").stat().st_mode & 0o777 == 0o700
+    assert list((run_dir / "tmp").iterdir()) == []
 
 
 @pytest.mark.parametrize(

@@ -451,6 +451,7 @@ def _enter(plan: _Plan) -> None:
             _wait_gate(gate)
         os.umask(request.umask)
         _set_environ(env)
+        _forget_tempdir()
         sys.argv = [_main_path(), *request.argv[3:]]
         sys.orig_argv = list(request.argv)
     except OSError as exc:
@@ -458,6 +459,14 @@ def _enter(plan: _Plan) -> None:
             os.write(2, f"tether: cannot start the forked child: {exc}\n".encode())
         os._exit(CHILD_CRASH)
     gc.enable()
+
+
+def _forget_tempdir() -> None:
+    """``tempfile`` chose its directory in the template (``TMPDIR`` then); the child's is
+    its own (a run's private ``tmp/``), so ``tempfile`` looks again at its first use."""
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        setattr(tempfile, "tempdir", None)  # noqa: B010 (a module only maybe imported)
 
 
 def _set_environ(env: dict[str, str]) -> None:

@@ -2,11 +2,15 @@
 
 A child cuts a final text too long for one line and writes it whole to a private temp file
 named by ``final-text-path``. The parent owns that file, but trusts nothing the child names:
-it reads only a ``final-text-*`` file *directly inside the run directory* (opened relative to
-the directory, see :mod:`tether.fsafe`): regular, one link, owned by this user, never through
-a symlink, never blocking on a FIFO, at most :data:`MAX_FINAL_TEXT_BYTES`; and it removes
-only that very file. When the file cannot be read, or none was named, the cut text survives
-with an explicit note saying so, and the result is marked truncated.
+it reads only a file *directly inside* one of two directories, opened relative to a
+descriptor of it (see :mod:`tether.fsafe`): a ``final-text-*`` file of the run directory
+(tether's own child), or any file of the child's private temp directory ``tmp/`` (its
+``TMPDIR``, where ``mkstemp`` puts it, as the wire spec's own child does), that directory
+opened through the run directory's descriptor, never through a symlink. The file must be
+regular, have one link, be owned by this user, and hold at most
+:data:`MAX_FINAL_TEXT_BYTES`; no symlink is followed, no FIFO blocked on; and only that very
+file is removed. When the file cannot be read, or none was named, the cut text survives with
+an explicit note saying so, and the result is marked truncated.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pathlib import Path
 from typing import Final
 
 from tether import fsafe
-from tether.runtime.parent.rundir import SPILL_PREFIX
+from tether.runtime.parent.rundir import SPILL_PREFIX, TMP_DIR
 from tether.wire import Result as ResultEvent
 
 MAX_FINAL_TEXT_BYTES: Final = 64 * 1024 * 1024
@@ -42,17 +46,29 @@ def full_text(result: ResultEvent, run_dir: Path) -> tuple[str, bool]:
 
 def take_final_file(path: str, run_dir: Path) -> str:
     """Read the child's full-text file (see the module docstring) and remove it."""
+    tmp = run_dir / TMP_DIR
+    if os.path.dirname(os.path.abspath(path)) == os.path.normpath(os.path.abspath(tmp)):
+        name = fsafe.name_inside(tmp, path)
+        with fsafe.opened_dir(run_dir) as run_fd, fsafe.opened_subdir(run_fd, TMP_DIR) as dir_fd:
+            return _take(dir_fd, name)
     name = fsafe.name_inside(run_dir, path)
     if not name.startswith(SPILL_PREFIX):
-        raise fsafe.UnsafeFileError(path, f"not a {SPILL_PREFIX}* file of the run")
+        raise fsafe.UnsafeFileError(
+            path, f"not a {SPILL_PREFIX}* file of the run nor a file of its {TMP_DIR}/"
+        )
     with fsafe.opened_dir(run_dir) as dir_fd:
-        fd = fsafe.open_in(dir_fd, name, os.O_RDONLY)
-        try:
-            st = os.fstat(fd)
-            data = fsafe.read_all(fd, MAX_FINAL_TEXT_BYTES)
-        finally:
-            os.close(fd)
-        fsafe.unlink_in(dir_fd, name, st)
+        return _take(dir_fd, name)
+
+
+def _take(dir_fd: int, name: str) -> str:
+    """The text of file ``name`` of ``dir_fd`` (a safe open), removed once read."""
+    fd = fsafe.open_in(dir_fd, name, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        data = fsafe.read_all(fd, MAX_FINAL_TEXT_BYTES)
+    finally:
+        os.close(fd)
+    fsafe.unlink_in(dir_fd, name, st)
     return data.decode("utf-8", "replace")
 
 

@@ -113,7 +113,8 @@ def default_argv(provider: str | None, model: str | None) -> list[str]:
 
 def run_env(run: RunDir, deadline: int | None) -> dict[str, str]:
     """The environment that points a child at its run: the wire variables
-    (:func:`tether.wire.env.wire_env`), its run directory and its inbox."""
+    (:func:`tether.wire.env.wire_env`), its run directory, its inbox and its private temp
+    directory (``TMPDIR``: where a final-text file made with ``mkstemp`` is read from)."""
     env = wire_env(
         control_path=str(run.control),
         event_path=str(run.events),
@@ -121,6 +122,7 @@ def run_env(run: RunDir, deadline: int | None) -> dict[str, str]:
         deadline=deadline,
     )
     env["TETHER_RUN_DIR"] = str(run.path)
+    env["TMPDIR"] = str(run.tmp)
     env["TETHER_INBOX_PATH"] = env["RUNEX_INBOX_PATH"] = str(run.inbox)
     return env
 

@@ -8,7 +8,9 @@ Every run gets a private directory ``<runs dir>/<run id>/`` (0700) holding
 - ``stderr.log``: the child's stderr and stdout (0600),
 - ``final.txt``: the run's complete final answer, once it has one (0600),
 - ``final-text-*.txt``: a child's uncut final text (``final-text-path``), until the parent
-  has read and removed it.
+  has read and removed it,
+- ``tmp/``: the child's private temp directory (0700, its ``TMPDIR``): a child that writes
+  its uncut final text with ``mkstemp``, as the wire spec's own child does, puts it here.
 
 The child may touch every one of these files: the parent and the daemon open them only
 through :mod:`tether.fsafe` (no symlink followed, no FIFO blocked on, regular files with one
@@ -36,6 +38,7 @@ INBOX_FILE: Final = "inbox.jsonl"
 STDERR_FILE: Final = "stderr.log"
 FINAL_FILE: Final = "final.txt"
 SPILL_PREFIX: Final = "final-text-"  # a child's uncut final text: final-text-XXXX.txt
+TMP_DIR: Final = "tmp"  # the child's TMPDIR
 
 _ID_ATTEMPTS: Final = 16
 
@@ -46,6 +49,7 @@ __all__ = [
     "INBOX_FILE",
     "SPILL_PREFIX",
     "STDERR_FILE",
+    "TMP_DIR",
     "RunDir",
     "append_line",
     "create_run_dir",
@@ -102,6 +106,10 @@ class RunDir:
     def final(self) -> Path:
         return self.path / FINAL_FILE
 
+    @property
+    def tmp(self) -> Path:
+        return self.path / TMP_DIR
+
 
 def run_dir_for(run_id: str, root: Path | None = None) -> RunDir:
     """The directory of an existing run (not checked)."""
@@ -109,7 +117,8 @@ def run_dir_for(run_id: str, root: Path | None = None) -> RunDir:
 
 
 def create_run_dir(root: Path | None = None, *, now: float | None = None) -> RunDir:
-    """Make a new private run directory with its control, event and stderr files."""
+    """Make a new private run directory with its control, event and stderr files and
+    the child's temp directory."""
     base = ensure_private_dir(runs_dir() if root is None else root)
     for _ in range(_ID_ATTEMPTS):
         run_id = new_run_id(now)
@@ -122,6 +131,8 @@ def create_run_dir(root: Path | None = None, *, now: float | None = None) -> Run
         run = RunDir(run_id, path)
         for name in (run.control, run.events, run.stderr):
             create_private_file(name, exclusive=True)
+        run.tmp.mkdir(mode=0o700)
+        run.tmp.chmod(0o700)
         return run
     raise FileExistsError(f"could not make a unique run directory under {base}")
 
