@@ -328,3 +328,59 @@ def test_the_child_loop_checks_signal_numbers_as_asyncio_does() -> None:
     finally:
         ours.close()
         theirs.close()
+
+
+def test_a_script_that_is_a_fifo_fails_the_run_at_once(make_child: MakeChild) -> None:
+    """Nobody writes the FIFO: the child once waited in open() for ever (on its event
+    loop, when forked: deaf to its lifeline and to SIGTERM); now it is refused."""
+    child = make_child(args=["--provider", "scripted"])
+    fifo = child.root / "replies.fifo"
+    os.mkfifo(fifo)
+    child.args += ["--script", str(fifo)]
+    child.start()
+    child.send("prompt", text="hi")
+    exit_event = child.wait_for(lambda e: e["type"] == "exit")
+    assert exit_event["status"] == "failed"
+    assert "not a regular file" in exit_event["error"]
+    assert child.wait_exit() == 4
+
+
+STUCK = """
+import sys
+from tether.runtime.child.backstop import handle_stop_signals, watch_lifeline
+watch_lifeline(int(sys.argv[1]), grace_s=0.2)
+handle_stop_signals(grace_s=0.2)
+print("stuck", flush=True)
+open(sys.argv[2])  # nobody opens the FIFO's other end: blocked in the kernel for ever
+"""
+
+
+@pytest.mark.parametrize("end", ["parent-dies", "sigterm"])
+def test_a_child_stuck_in_a_blocking_call_still_ends(tmp_path: Path, end: str) -> None:
+    """The backstop: a child whose main thread is blocked in a system call (its event
+    loop cannot run) still ends once its parent is gone (the kernel signals the
+    lifeline's EOF) or once it gets SIGTERM: by the timer's SIGALRM."""
+    fifo = tmp_path / "never.fifo"
+    os.mkfifo(fifo)
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STUCK, str(read_end), str(fifo)],
+        stdout=subprocess.PIPE,
+        pass_fds=(read_end,),
+    )
+    os.close(read_end)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"stuck\n"
+        if end == "parent-dies":
+            os.close(write_end)  # as the kernel does when the parent dies
+        else:
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGALRM
+    finally:
+        if end != "parent-dies":
+            os.close(write_end)
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -346,6 +346,10 @@ def main(argv: list[str], prog: str) -> int:
     args, command = parse_flags(argv, prog)
     env = dict(os.environ)
     lifeline = _lifeline(env)
+    if lifeline is not None:  # ends this child even if its loop never runs (backstop)
+        from tether.runtime.child.backstop import watch_lifeline
+
+        watch_lifeline(lifeline)
     wake = _wake_fd(env)
     adopt = _adopt_env(env)
     start_s = _start_timeout(env) if args.agent or args.adapter else None
@@ -417,14 +421,12 @@ def _main(
 
     # `ready` goes out before asyncio, the agent and the providers are imported: the
     # parent may append controls at once; they are read as soon as the loop runs.
-    import signal
-
+    from tether.runtime.child.backstop import handle_stop_signals
     from tether.runtime.child.files import EventLog
     from tether.wire import Ready
 
     early: list[int] = []  # a signal before the loop's handlers exist still ends `failed`
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda signum, _frame: early.append(signum))
+    handle_stop_signals(early.append)  # and ends the child even if the loop never runs
 
     try:
         log = EventLog(events, run)

@@ -48,6 +48,7 @@ from tether.agent.runner import (
     TurnRequest,
     TurnRunner,
 )
+from tether.runtime.child import backstop
 from tether.runtime.child.files import (
     ControlFeed,
     ControlLine,
@@ -238,6 +239,7 @@ class Presenter:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 loop.add_signal_handler(sig, self.fail, f"terminated by {sig.name}")
+        backstop.handle_stop_signals()  # the loop's handling stays; a stuck loop ends too
 
     def _watch_lifeline(self, loop: asyncio.AbstractEventLoop) -> None:
         fd = self.options.lifeline_fd
@@ -249,6 +251,7 @@ class Presenter:
             loop.add_reader(fd, self._on_lifeline, loop, fd)
         except (OSError, ValueError):
             return  # not a usable descriptor: run without a lifeline
+        backstop.watch_lifeline(fd)  # if the loop gets stuck, the kernel still tells us
 
     def _on_lifeline(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
         try:
