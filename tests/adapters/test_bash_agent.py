@@ -261,6 +261,22 @@ def test_the_deadline_ends_it_inside_a_tool(make_world: Callable[[list[Any]], Wo
     assert events[-1]["error"] == "run deadline exceeded"
 
 
+def test_the_default_finalize_lead_leaves_bash_agent_its_stop_time(
+    make_world: Callable[[list[Any]], World],
+) -> None:
+    """``tether run --deadline`` while bash-agent is inside a tool that outlives its
+    SIGINT: the default lead was a fifth of the deadline (2.4 s of 12), shorter than the
+    adapter's own 5 s wait for bash-agent to stop, so the run timed out with no answer.
+    The lead now counts the agent's stop time (its registry entry's ``stop_s``)."""
+    world = make_world([bash("trap '' INT; sleep 60"), {"text": "Final answer."}])
+    done = world.run_cli("--deadline", "12", "work long")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "Final answer.\n"
+    run_dir = sorted((world.root / "tether-home" / "runs").iterdir())[-1]
+    events = world.checked(run_dir)
+    assert [e["stop-reason"] for e in of(events, "turn-complete")] == ["aborted", "stop"]
+
+
 def test_a_model_error_fails_the_turn(make_world: Callable[[list[Any]], World]) -> None:
     world = make_world([{"error": "overloaded"}])
     done = world.run_cli("try")

@@ -150,3 +150,25 @@ def test_a_model_given_twice_is_refused(agent: str, args: list[str]) -> None:
     with pytest.raises(ModelTwice, match="given twice"):
         cli_launch(agent, ["/x/cli"], args, {}, "a")
     assert cli_launch(agent, ["/x/cli"], args, {}, None) is not None  # one is fine
+
+
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+def test_the_default_finalize_lead_covers_each_agents_stop_time(agent: str) -> None:
+    """``tether run``'s automatic finalize comes at least the agent's own stop time (its
+    adapter's wait for it to stop, a restart) plus a last turn before the deadline."""
+    from tether.cli.run import LAST_TURN_S, finalize_after
+
+    need = AGENTS[agent].stop_s + LAST_TURN_S
+    for deadline in (3.0, 8.0, 30.0, 600.0):
+        at = finalize_after(deadline, None, agent)
+        assert at is not None
+        assert deadline - at >= min(deadline, need)
+        assert deadline - at >= min(10.0, deadline / 5)
+    assert finalize_after(30.0, 4.0, agent) == 26.0  # --finalize-before wins
+    assert finalize_after(30.0, 0, agent) is None
+
+
+def test_bash_agents_stop_time_is_the_adapters_own_wait() -> None:
+    from tether.runtime.child.adapters.bash_agent import INTERRUPT_WAIT_S
+
+    assert AGENTS["bash-agent"].stop_s > INTERRUPT_WAIT_S

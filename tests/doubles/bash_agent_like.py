@@ -29,6 +29,9 @@ names its ``agent.sh``). What it models, as the real one does it:
 - A model error is an ``error`` line ``"<status>\\tHTTP <status>: <body>"`` and exit 0.
 - SIGINT (its Ctrl-C) ends it: no line after it except the result of a tool it
   interrupted (empty), and exit 0; there is no ``stop interrupted`` line in stream-json.
+  During a tool it acts only once the tool's command ends, as bash runs a trap only after
+  its foreground command (the command gets the group's SIGINT too: most end at once; one
+  that ignores it keeps bash-agent busy).
 - Its terminal title (``ESC]0;... BEL ESC]9;4;N BEL``) goes to stderr after each call.
 - Unknown options are fatal (``Error: Unknown option: X``, exit 1).
 """
@@ -120,7 +123,14 @@ def session_path(name: str) -> Path:
     return base / ".bash-agent" / "projects" / ("-" + key.strip("-")) / name
 
 
+_IN_TOOL: list[bool] = []  # non-empty while a tool's command runs
+_DEFERRED: list[int] = []  # a SIGINT that came during it
+
+
 def _interrupt(signum: int, frame: object) -> None:
+    if _IN_TOOL:
+        _DEFERRED.append(signum)
+        return
     raise Interrupted
 
 
@@ -260,13 +270,19 @@ def run_tool(call: dict[str, Any], emit: Emit) -> dict[str, Any]:
 
 def tool_output(name: str, arguments: dict[str, Any]) -> str:
     if name == "Bash":
-        done = subprocess.run(
-            ["bash", "-lc", str(arguments.get("command", ""))],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            check=False,
-        )
+        _IN_TOOL.append(True)
+        try:
+            done = subprocess.run(
+                ["bash", "-lc", str(arguments.get("command", ""))],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                check=False,
+            )
+        finally:
+            _IN_TOOL.clear()
+        if _DEFERRED:  # bash's trap, once the foreground command is done
+            raise Interrupted
         output, failed = done.stdout.rstrip("\n"), done.returncode != 0
     elif name == "TodoWrite":
         output, failed = "\n".join(_todo(t) for t in arguments.get("todos") or []), False

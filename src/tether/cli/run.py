@@ -67,7 +67,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         type=SECONDS_OR_ZERO,
         metavar="S",
         help="send finalize S seconds before the deadline "
-        "(default: a fifth of it, at most 10 s; 0: never)",
+        "(default: a fifth of it, at most 10 s, but at least the agent's own stop time "
+        "and 2 s for the last turn; 0: never)",
     )
     parser.add_argument("--output", choices=("human", "stream-json", "wire"), default="human")
     parser.add_argument("--cwd", help="working directory of the child")
@@ -157,12 +158,24 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:cut], argv[cut + 1 :]
 
 
-def finalize_after(deadline: float | None, before: float | None) -> float | None:
-    """When the parent sends finalize for a run with ``deadline`` seconds."""
+LAST_TURN_S: Final = 2.0  # the default lead leaves the last turn this long, at least
+
+
+def finalize_after(
+    deadline: float | None, before: float | None, agent: str | None = None
+) -> float | None:
+    """When the parent sends finalize for a run with ``deadline`` seconds: ``before``
+    seconds ahead, else a fifth of the deadline (at most 10 s) but never less than the
+    agent's own stop time (its adapter's ``stop_s``: bash-agent waits 5 s after its
+    SIGINT) plus :data:`LAST_TURN_S` for the last turn."""
     if deadline is None or before == 0:
         return None
-    margin = min(10.0, deadline / 5) if before is None else before
-    return max(0.0, deadline - margin)
+    if before is None:
+        from tether.runtime.child.adapters.registry import AGENTS, DEFAULT_AGENT
+
+        kind = AGENTS.get(agent or DEFAULT_AGENT, AGENTS[DEFAULT_AGENT])
+        before = max(min(10.0, deadline / 5), kind.stop_s + LAST_TURN_S)
+    return max(0.0, deadline - before)
 
 
 async def _main(args: argparse.Namespace, task: str) -> int:
@@ -184,7 +197,7 @@ async def _main(args: argparse.Namespace, task: str) -> int:
             child_args=child_args,
             cwd=args.cwd,
             deadline_s=args.deadline,
-            finalize_after_s=finalize_after(args.deadline, args.finalize_before),
+            finalize_after_s=finalize_after(args.deadline, args.finalize_before, args.agent),
             follow_nested=True,
         )
     except SpawnError as exc:

@@ -61,6 +61,7 @@ from tether.framing import messages as kinds
 from tether.framing.resp import FrameRejection
 from tether.framing.stream_json import Entry, decode_line, from_stream_json
 from tether.runtime.child.adapters.base import CliProcess, wait_exit
+from tether.runtime.child.adapters.registry import BASH_AGENT_INTERRUPT_S
 from tether.wire.lines import Line, LineSplitter
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
 __all__ = ["BashAgentRunner", "BashAgentStream", "session_name"]
 
 LINE_BYTES: Final = 16 * 1024 * 1024  # a tool result line (bash-agent caps output at 100 kB)
-INTERRUPT_WAIT_S: Final = 5.0  # after SIGINT, how long bash-agent may take to stop
+INTERRUPT_WAIT_S: Final = BASH_AGENT_INTERRUPT_S  # after SIGINT (the registry's data)
 _TOOL_USE: Final = frozenset({"tool_use", "tool_calls"})
 _NAME_UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
 

@@ -26,6 +26,7 @@ from tether.errors import AgentError
 
 __all__ = [
     "AGENTS",
+    "BASH_AGENT_INTERRUPT_S",
     "CONTROLS",
     "DEFAULT_AGENT",
     "AgentKind",
@@ -73,6 +74,16 @@ class AgentKind(NamedTuple):
     # how the run's model (`tether run --model`, spawn(model=), agent.spawn {model})
     # reaches it (see tether.runtime.child.adapters.commands)
     model: str = "not passed on"
+    # How long finalize may take here before the last turn's model call: the adapter's own
+    # wait for its agent to stop, plus a new process when the last turn starts one. A
+    # parent's automatic finalize comes at least this much (and a last turn) before the
+    # deadline (`tether run`'s default lead).
+    stop_s: float = 1.0
+
+
+BASH_AGENT_INTERRUPT_S: Final = 5.0
+"""After its SIGINT, how long bash-agent may take to stop (it runs a trap only once the
+command in the foreground ends) before its group is ended."""
 
 
 class UnknownAgent(AgentError, ValueError):
@@ -119,6 +130,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             runner="",
             version_args=(),
             model="the provider's model (`--model`)",
+            stop_s=0.5,  # its tools' groups are ended at once
             controls=_caps(
                 steer=(N, "added as a user message before the next model call"),
                 follow_up=(N, "the next user message when the turn would end"),
@@ -136,6 +148,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             command=("claude",),
             package="@anthropic-ai/claude-code@2.1.197",
             model="`--model NAME`",
+            stop_s=4.0,  # the interrupt, then Claude Code started again for the last turn
             controls=_caps(
                 steer=(
                     N,
@@ -281,6 +294,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             command_env="TETHER_BASH_AGENT",
             version_args=(),
             model="not passed on (bash-agent reads its own configuration)",
+            stop_s=BASH_AGENT_INTERRUPT_S + 1.0,  # its SIGINT wait, a process for the note
             controls=_caps(
                 steer=(
                     E,
