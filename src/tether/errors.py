@@ -9,6 +9,8 @@ derives from a built-in (``ValueError``, ``KeyError``, ``OSError``) that is said
     TetherError
     ├── ParentError                   (here) talking to a child run
     │   ├── SpawnError                (here) the child could not be started
+    │   ├── BadOptions                (here, ValueError) spawn options that cannot work
+    │   │                             together, or name what does not exist (usage)
     │   ├── RunEnded                  (here) the run ended before a control was acknowledged
     │   ├── ControlRefused            (here, ValueError) a control does not encode
     │   └── AnswerRefused             inbox.answers (ValueError): a question cannot take it
@@ -70,6 +72,7 @@ from __future__ import annotations
 
 __all__ = [
     "AgentError",
+    "BadOptions",
     "ControlRefused",
     "DaemonError",
     "ParentError",
@@ -90,6 +93,12 @@ class ParentError(TetherError):
 
 class SpawnError(ParentError):
     """The child could not be started (bad argv, missing executable, no permission)."""
+
+
+class BadOptions(ParentError, ValueError):
+    """Spawn options that cannot work together or name what does not exist (an unknown
+    agent or provider, a script that does not load): a usage error, found before anything
+    of the run is created."""
 
 
 class RunEnded(ParentError):

@@ -1,8 +1,9 @@
-"""The two supervision drivers, driven the same way for tests: the parent API and the daemon.
+"""The two compositions of the one run driver, driven the same way for tests: the parent
+API and the daemon's fleet.
 
-:class:`ParentDriver` runs a child through :func:`tether.spawn` (``RunHandle``);
-:class:`DaemonDriver` through the daemon's ``Supervisor``/``AgentRun`` in this process.
-Both return a :class:`Verdict`: how the run ended, its notes, and the child's pid.
+:class:`ParentDriver` runs a child through :func:`tether.spawn`; :class:`DaemonDriver`
+through the daemon's ``Supervisor`` (a ``WireAgent`` over the same ``LocalRunHandle``) in
+this process. Both return a :class:`Verdict`: how the run ended, its notes, the child's pid.
 """
 
 from __future__ import annotations
@@ -110,11 +111,12 @@ class DaemonDriver:
         if run.step is not None:
             event_type, kind = run.step
             await _until_logged(agent.run.events, event_type)
-            agent.send(kind)
+            assert agent.handle is not None
+            agent.handle.send_nowait(kind)
         await asyncio.wait_for(agent.wait_ended(), WAIT_S)
-        assert agent.status is not None
+        assert agent.ended
         text = agent.final_text or ""
-        return Verdict(agent.status, agent.error or "", text, agent.pid, list(agent.notes))
+        return Verdict(agent.state, agent.error or "", text, agent.pid, list(agent.notes))
 
 
 async def _until_logged(events: Path, event_type: str) -> None:

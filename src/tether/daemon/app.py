@@ -2,13 +2,17 @@
 
 Who installs what, read top to bottom in :func:`build_daemon`::
 
-    Daemon(config)                          socket server, method registry    server.py
-    ChannelHub(...).install(daemon)         channel.* (stored: channel_store)  channels.py
-    Supervisor(channels=hub)                the agents, their runs, registry   supervisor.py
-    PtyFleet(supervisor)                    PTY agents and their holders       pty_agent.py
-    AgentVerbs(supervisor, ptys).register(daemon)   agent.* (agent.drive: drive.py) agents.py
+    Daemon(config)                          socket server, method registry    rpc/server.py
+    ChannelHub(...).install(daemon)         channel.* (stored: channels/store) channels/hub.py
+    ChannelWiring(hub)                      inbox -> channel, Claude's channel channels/wiring.py
+    Supervisor(extensions=[wiring])         the wire agents, their registry    fleet/supervisor.py
+    PtyFleet(registry)                      PTY agents and their holders       pty/agent.py
+    Fleet([supervisor, ptys])               every agent behind one interface   fleet/fleet.py
+    AgentVerbs(fleet, ...).register(daemon) agent.*                            fleet/verbs.py
+    daemon.methods.register("agent.drive")  a PTY agent's terminal             pty/drive.py
     daemon.on_start(hub.start)              read the stored channels back
     daemon.on_start(supervisor.start)       recover agents before serving
+    daemon.on_start(wiring.rewire)          the recovered -p Claude Code agents' channels
     daemon.on_start(ptys.start)             re-attach to PTY holders
     daemon.on_shutdown(supervisor.shutdown) stop supervising (children live on)
 
@@ -30,11 +34,15 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tether import paths
 from tether.daemon.channels.hub import ChannelHub
 from tether.daemon.channels.store import ChannelStore
+from tether.daemon.channels.wiring import ChannelWiring
+from tether.daemon.fleet.fleet import Fleet
 from tether.daemon.fleet.supervisor import Supervisor
 from tether.daemon.fleet.verbs import AgentVerbs
 from tether.daemon.pty.agent import PtyFleet
+from tether.daemon.pty.drive import drive_handler
 from tether.daemon.rpc.lifecycle import (
     DaemonLock,
     DaemonSetupError,
@@ -64,16 +72,23 @@ def build_daemon(config: ServerConfig) -> Daemon:
         open_store=ChannelStore.open,
     )
     hub.install(daemon)
-    supervisor = Supervisor(channels=hub)
-    ptys = PtyFleet(supervisor)
-    verbs = AgentVerbs(supervisor, ptys)
-    verbs.register(daemon)
+    wiring = ChannelWiring(hub, paths.state_dir() / "mcp")
+    supervisor = Supervisor(extensions=(wiring,))
+    ptys = PtyFleet(lambda: supervisor.registry, supervisor.runs_root)
+    fleet = Fleet([supervisor, ptys])
+    AgentVerbs(fleet, supervisor, ptys, channels=wiring).register(daemon)
+    daemon.methods.register("agent.drive", drive_handler(ptys, fleet))
     daemon.on_start(hub.start)  # before the agents: a recovered agent may forward to one
+
+    async def rewire() -> None:
+        await wiring.rewire(supervisor)
+
     daemon.on_start(supervisor.start)
-    daemon.on_start(verbs.rewire_channels)  # after: the recovered -p Claude Code agents
+    daemon.on_start(rewire)  # after: the recovered -p Claude Code agents
     daemon.on_start(ptys.start)
     daemon.on_shutdown(ptys.shutdown)
     daemon.on_shutdown(supervisor.shutdown)
+    daemon.on_shutdown(wiring.close)
     daemon.on_shutdown(hub.close)
     return daemon
 

@@ -54,7 +54,7 @@ def test_agent_cli_round_trip_and_exit_codes(cli_env: dict[str, str], short_tmp:
     again = tether(cli_env, "spawn", "cli1", "--script", str(script))
     assert (again.returncode, "agent_exists" in again.stderr) == (2, True)
     assert tether(cli_env, "spawn", "bad name").returncode == 2
-    assert tether(cli_env, "spawn", "x", "--provider", "nope").returncode == 4
+    assert tether(cli_env, "spawn", "x", "--provider", "nope").returncode == 2  # usage
     assert tether(cli_env, "spawn", "p", "--", "/nonexistent/prog").returncode == 4
     assert tether(cli_env, "status", "nobody").returncode == 2
 

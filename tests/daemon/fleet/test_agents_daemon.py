@@ -119,7 +119,7 @@ def test_names_and_params_are_checked(agentd: AgentDaemon) -> None:
 
 def test_spawn_failures_free_the_name(agentd: AgentDaemon) -> None:
     root = str(agentd.root)
-    message = agentd.expect(E.SPAWN_FAILED, "agent.spawn", {"name": "a", "provider": "nope"})
+    message = agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": "a", "provider": "nope"})
     assert "unknown provider" in message
     message = agentd.expect(
         E.SPAWN_FAILED, "agent.spawn", {"name": "a", "argv": ["/nonexistent/prog"], "cwd": root}
@@ -133,7 +133,7 @@ def test_spawn_failures_free_the_name(agentd: AgentDaemon) -> None:
     assert "not a regular file" in agentd.expect(E.SPAWN_FAILED, "agent.spawn", fifo)
     (agentd.root / "bad.json").write_text('{"not": "a list"}')
     bad = {"name": "a", "script": str(agentd.root / "bad.json")}
-    assert "list" in agentd.expect(E.SPAWN_FAILED, "agent.spawn", bad)
+    assert "list" in agentd.expect(E.INVALID_PARAMS, "agent.spawn", bad)  # bad input
     assert agentd.call("agent.list")["agents"] == []
     assert agentd.spawn("a", [{"text": "fine"}])["state"] == "ready"
 

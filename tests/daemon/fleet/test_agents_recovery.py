@@ -99,7 +99,7 @@ def test_dead_children_are_orphaned_and_ended(agentd: AgentDaemon) -> None:
     _wait_timer_exit(agentd)
     agentd.restart()
     report = agentd.call("agent.reconcile")
-    assert report["recovered"] == ["survivor"]
+    assert report["recovered"] == ["survivor"], (report, agentd.process.log.read_text()[-3000:])
     assert sorted(report["orphaned"]) == ["timer", "victim"]
     assert report["errors"] == []
     dead = agentd.status("victim")

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import msgspec
 
 from tether import jsondepth
+from tether.daemon.fleet.replies import AnswerReply, ControlReply
 from tether.daemon.rpc.methods import RpcFailure
 from tether.daemon.rpc.protocol import ErrorCode
 from tether.inbox.answers import (
@@ -48,7 +49,7 @@ class AnswerParams(msgspec.Struct, frozen=True):
     decision: Literal["approve", "deny"] | None = None
 
 
-SendControl = Callable[[str], Awaitable[dict[str, Any]]]
+SendControl = Callable[[str], Awaitable[tuple[str, ControlReply]]]
 Questions = list[dict[str, Any]]
 READ_CHUNK = 500  # run ids per SQLite query (far below its bound-parameter limit)
 
@@ -77,7 +78,7 @@ class AnswerDesk:
                 self._store.close()
                 self._store = None
 
-    async def answer(self, run_id: str, args: AnswerParams, send: SendControl) -> dict[str, Any]:
+    async def answer(self, run_id: str, args: AnswerParams, send: SendControl) -> AnswerReply:
         text = decision_text(args.decision, args.text.strip())
         if not text:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "give an answer text or a decision")
@@ -88,15 +89,25 @@ class AnswerDesk:
         finally:
             self._changed(run_id)
         try:
-            result = await send(answer_text(args.key, kind, question, text))
+            sent_as, result = await send(answer_text(args.key, kind, question, text))
         except BaseException:
             try:
                 await asyncio.to_thread(self._release, args.key)
             finally:
                 self._changed(run_id)
             raise
-        await asyncio.to_thread(self._sent, args.key, int(result["seq"]))
-        return {**result, "key": args.key, "kind": kind, "answer": text}
+        await asyncio.to_thread(self._sent, args.key, result.seq)
+        return AnswerReply(
+            name=result.name,
+            key=args.key,
+            kind=kind,
+            answer=text,
+            sent_as=sent_as,
+            seq=result.seq,
+            ack=result.ack,
+            reason=result.reason,
+            state=result.state,
+        )
 
     def cached(self, versions: Mapping[str, int]) -> tuple[dict[str, Questions], list[str]]:
         """What memory holds for ``versions`` (run_id -> its inbox version), and the run ids

@@ -33,7 +33,6 @@ class Agent(Protocol):
 
 
 SCHEMA_VERSION: Final = 1
-LANE: Final = "wire"  # tether drives every agent over the v1 wire
 _LIVE: Final = frozenset({"starting", "ready", "running", "closing", "finalizing"})
 _EXITED: Final = frozenset({"done", "cancelled", "failed", "timed-out"})
 # The keys the reference's agent.list projection leaves out (it returns them elsewhere).
@@ -61,38 +60,16 @@ def harness(argv: Iterable[str] | None) -> str:
 
 
 def reference_base(record: AgentRecord, run_id: str) -> dict[str, Any]:
-    """The reference's keys that depend on the registry row only (not on the run's state);
-    an :class:`~tether.daemon.fleet.wire_agent.AgentRun`, whose row never changes, keeps them as
-    ``reference``."""
+    """The reference's fields that depend on the registry row only (not on the run's state);
+    an agent, whose row never changes, keeps them as ``reference``."""
     return {
         "short_id": run_id,
         "harness": harness(record.argv),
-        "lane": LANE,
         "session_id": run_id,
         "cwd": record.cwd,
         "last_message_at": record.updated_at or None,
         "log_path": os.path.join(record.run_dir, "events.jsonl"),  # run_dir: absolute
     }
-
-
-def _base(agent: Agent) -> dict[str, Any]:
-    kept: dict[str, Any] | None = getattr(agent, "reference", None)
-    if kept is not None:
-        return kept
-    return reference_base(agent.record, getattr(agent, "run_id", agent.name))
-
-
-def agent_fields(agent: Agent) -> dict[str, Any]:
-    """The reference's keys for one agent (``agent.list`` rows, spawn and stop results)."""
-    status = wire_status(agent.state, orphaned=getattr(agent, "orphaned", False))
-    return {**_base(agent), "status": status, "live_status": status}
-
-
-def with_reference(ours: Mapping[str, Any], agent: Agent) -> dict[str, Any]:
-    """``ours`` plus the reference's keys that tether does not already use (one dict: this
-    is every ``agent.status`` and every row of ``agent.list``)."""
-    status = wire_status(agent.state, orphaned=getattr(agent, "orphaned", False))
-    return {**_base(agent), "status": status, "live_status": status, **ours}
 
 
 def daemon_status(stats: Mapping[str, Any], agents: Iterable[Agent]) -> dict[str, Any]:

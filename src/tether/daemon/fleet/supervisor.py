@@ -14,8 +14,9 @@ this daemon runs, an :class:`~tether.daemon.fleet.wire_agent.AgentRun` in :attr:
   *orphaned* (what it wrote is read, then it ends: its exit status, else ``failed``); an
   ended row is kept as history. Recovered and orphaned names accumulate over the
   daemon's life, so calling reconcile again changes nothing and reports the same.
-- Inbox messages of an agent spawned with a ``channel_id`` are pushed to that channel as
-  MCP channel notifications, in order, by one forwarding task per agent.
+- What a composition adds to every agent (a channel's forwarding, the checks of a spawn's
+  extra parameters) comes from the :class:`FleetExtension` objects the composition root
+  hands in (:mod:`tether.daemon.app`); nothing agent-specific lives here.
 
 A daemon that stops (or is killed) leaves its children running; only ``stop``/``rm``
 (or a child's own deadline) end them.
@@ -26,15 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import json
 import logging
 import os
 import shlex
 import subprocess
 import time
-from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import msgspec
 
@@ -45,59 +44,73 @@ from tether.daemon.fleet.registry import (
     AgentRecord,
     AgentRegistry,
 )
-from tether.daemon.fleet.wire_agent import DAEMON_TIMEOUTS, AgentRun
+from tether.daemon.fleet.replies import ReconcileError, ReconcileReport, RmReply
+from tether.daemon.fleet.wire_agent import DAEMON_TIMEOUTS, WireAgent
 from tether.daemon.rpc.lifecycle import descriptors_free
 from tether.daemon.rpc.methods import RpcFailure
 from tether.daemon.rpc.protocol import ErrorCode
-from tether.errors import ControlRefused
-from tether.numbers import PositiveSeconds
+from tether.errors import BadOptions, ControlRefused
 from tether.procs import Gate, find_program, nul_problem, proc_start_time, process_matches
 from tether.runtime.parent import forkserver
+from tether.runtime.parent.command import child_command
+from tether.runtime.parent.driver import LocalRunHandle
 from tether.runtime.parent.forkserver import ForkedChild
 from tether.runtime.parent.hub import WatchHub, shared_hub
-from tether.runtime.parent.launch import default_argv, fork_child, make_inbox, prepare_run
+from tether.runtime.parent.launch import fork_child, make_inbox, monotonic_at, prepare_run
 from tether.runtime.parent.mirror import RunMirror
+from tether.runtime.parent.observer import Observer
+from tether.runtime.parent.options import SpawnOptions
 from tether.runtime.parent.outcome import Timeouts
+from tether.runtime.parent.process import ChildProcess
 from tether.runtime.parent.rundir import RunDir, append_line
-from tether.runtime.parent.sidecars import InboxTail
+from tether.runtime.parent.sidecars import InboxTail, Recorder
+from tether.runtime.parent.supervise import RunWatch
+from tether.store.index import RunIndex, RunRecord
+from tether.transports.tail import FileTail
 from tether.transports.wake import ControlWriter
 from tether.wire.session import State
 
-if TYPE_CHECKING:
-    from tether.daemon.channels.hub import ChannelHub
+log = logging.getLogger("tether.daemon.fleet")
 
-log = logging.getLogger("tether.daemon.fleet.verbs")
-
-MAX_OUTBOX: Final = 10_000  # inbox messages waiting for one channel
 # An agent holds about this many descriptors here: control file, wake-up pipe, event file,
 # pidfd, its inbox's database (file, WAL, shared memory), and one in flight while spawning.
 DESCRIPTORS_PER_AGENT: Final = 8
 DESCRIPTORS_RESERVED: Final = 64  # kept for clients' connections and the daemon's own files
-_CONTENT_KEYS: Final = ("text", "q", "note", "summary", "reason")
 
 
-class SpawnParams(msgspec.Struct, frozen=True):
+class SpawnParams(SpawnOptions, frozen=True, kw_only=True):
+    """``agent.spawn``'s parameters: the run's :class:`SpawnOptions` and the agent's own."""
+
     name: str
     task: str | None = None
-    agent: str | None = None  # see `tether agents`; fno-agents' provider: "claude" works too
-    agent_args: list[str] | None = None
-    provider: str | None = None
-    model: str | None = None
-    cwd: str | None = None
-    argv: list[str] | None = None
-    deadline_s: PositiveSeconds | None = None
     channel_id: str | None = None
-    script: str | None = None
-    env: dict[str, str] | None = None
     wait: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         # Everything that reaches exec (the command, the environment, cwd): a NUL byte
         # there is invalid_params, refused before the name is reserved.
         for name in _EXEC_FIELDS:
             problem = nul_problem(name, getattr(self, name))
             if problem is not None:
                 raise ValueError(problem)
+
+    def options(self) -> SpawnOptions:
+        """The run's options alone."""
+        fields = {name: getattr(self, name) for name in SpawnOptions.__struct_fields__}
+        return SpawnOptions(**fields)
+
+
+class FleetExtension:
+    """What a composition adds to the fleet's wire agents (every method optional): a check
+    of a spawn's parameters before anything exists, and observers of each agent's run."""
+
+    def check_spawn(self, params: SpawnParams) -> None:
+        """Raise :class:`~tether.daemon.rpc.methods.RpcFailure` to refuse the spawn."""
+
+    def observers(self, agent: WireAgent) -> list[Observer]:
+        """Observers of ``agent``'s run (its driver tells them what happens)."""
+        return []
 
 
 _EXEC_FIELDS: Final = (
@@ -110,6 +123,7 @@ _EXEC_FIELDS: Final = (
     "argv",
     "script",
     "env",
+    "child_args",
 )
 
 
@@ -122,28 +136,27 @@ def invalid(message: str) -> RpcFailure:
 
 
 class Supervisor:
-    """Every agent of this daemon; see the module docstring."""
+    """Every wire agent of this daemon; see the module docstring."""
 
     def __init__(
         self,
         *,
-        channels: ChannelHub | None = None,
         db: Path | None = None,
         runs_root: Path | None = None,
         timeouts: Timeouts | None = None,
+        extensions: tuple[FleetExtension, ...] = (),
     ) -> None:
-        self.channels = channels
         self.db = db
         self.runs_root = runs_root
         self.timeouts = timeouts or DAEMON_TIMEOUTS
-        self.agents: dict[str, AgentRun] = {}
+        self.extensions = extensions
+        self.agents: dict[str, WireAgent] = {}
         self.recovered: list[str] = []
         self.orphaned: list[str] = []
-        self.errors: list[dict[str, str]] = []
+        self.errors: list[ReconcileError] = []
         self._registry: AgentRegistry | None = None
         self._hub: WatchHub | None = None
         self._spawning: dict[str, asyncio.Future[Any]] = {}  # name -> its spawn
-        self._forwarders: dict[str, _Forwarder] = {}
 
     @property
     def registry(self) -> AgentRegistry:
@@ -168,13 +181,13 @@ class Supervisor:
         if forkserver.enabled():  # the template imports while the daemon reconciles
             forkserver.shared_forkserver().warm()
         report = await self.reconcile()
-        if report["recovered"] or report["orphaned"] or report["errors"]:
+        if report.recovered or report.orphaned or report.errors:
             log.info(
                 "reconciled %d agents: %d recovered, %d orphaned, %d errors",
-                report["scanned"],
-                len(report["recovered"]),
-                len(report["orphaned"]),
-                len(report["errors"]),
+                report.scanned,
+                len(report.recovered),
+                len(report.orphaned),
+                len(report.errors),
             )
 
     async def shutdown(self) -> None:
@@ -183,8 +196,6 @@ class Supervisor:
         for spawn in spawns:  # a child at its gate then ends (its starter is going)
             spawn.cancel()
         await asyncio.gather(*spawns, return_exceptions=True)
-        for forwarder in self._forwarders.values():
-            forwarder.close()
         await asyncio.gather(*(agent.detach() for agent in self.agents.values()))
         if self._hub is not None and self._hub.loop is not None:
             self._hub.close()
@@ -193,7 +204,18 @@ class Supervisor:
             self._registry.close()
             self._registry = None
 
-    def require(self, name: str) -> AgentRun:
+    # -- the family's face (see tether.daemon.fleet.fleet) -----------------------------
+
+    def get(self, name: str) -> WireAgent | None:
+        return self.agents.get(name)
+
+    def members(self) -> list[WireAgent]:
+        return list(self.agents.values())
+
+    def spawning(self, name: str) -> bool:
+        return name in self._spawning
+
+    def require(self, name: str) -> WireAgent:
         agent = self.agents.get(name)
         if agent is None:
             raise RpcFailure(ErrorCode.AGENT_NOT_FOUND, f"no agent named {name!r}")
@@ -201,7 +223,7 @@ class Supervisor:
 
     # -- spawn ------------------------------------------------------------------------
 
-    async def spawn(self, params: SpawnParams) -> tuple[AgentRun, asyncio.Future[Any] | None]:
+    async def spawn(self, params: SpawnParams) -> tuple[WireAgent, asyncio.Future[Any] | None]:
         """Start an agent and wait until it is ready; see the module docstring.
 
         The spawn runs as a task of its own, shielded from the caller: a client that goes
@@ -220,7 +242,7 @@ class Supervisor:
         if not task.cancelled():
             task.exception()  # retrieved: a caller that went away never reads it
 
-    async def wait_spawned(self, name: str) -> AgentRun | None:
+    async def wait_spawned(self, name: str) -> WireAgent | None:
         """Until a spawn of ``name`` in progress has ended (whether or not its caller still
         waits); the agent of that name, None when there is none."""
         task = self._spawning.get(name)
@@ -228,10 +250,15 @@ class Supervisor:
             await asyncio.wait([task])
         return self.agents.get(name)
 
-    async def _spawn(self, p: SpawnParams) -> tuple[AgentRun, asyncio.Future[Any] | None]:
-        self._check_channel(p.channel_id)
+    async def _spawn(self, p: SpawnParams) -> tuple[WireAgent, asyncio.Future[Any] | None]:
+        for extension in self.extensions:
+            extension.check_spawn(p)
         _check_descriptors()
-        command = self._command(p)
+        options = p.options()
+        try:
+            command = await asyncio.to_thread(child_command, options)
+        except BadOptions as exc:
+            raise invalid(str(exc)) from None
         cwd = p.cwd or os.getcwd()
         if not await asyncio.to_thread(os.path.isdir, cwd):
             raise spawn_failed(f"cwd {cwd} is not a directory")
@@ -240,18 +267,17 @@ class Supervisor:
                 prepare_run,
                 p.task,
                 runs_root=self.runs_root,
-                argv=command,
+                argv=command.argv,
                 provider=p.provider,
                 model=p.model,
                 env=p.env,
-                fixed_env={"TETHER_AGENT_NAME": p.name},
+                fixed_env={**command.env, "TETHER_AGENT_NAME": p.name},
                 deadline_s=p.deadline_s,
             )
         except ControlRefused as exc:
             raise invalid(str(exc)) from None
-        run, mirror, first_seq = prepared.run, prepared.mirror, prepared.first_seq
+        run, first_seq = prepared.run, prepared.first_seq
         control = prepared.control  # opened before the child exists: it cannot swap it
-        inbox = make_inbox(run, self.db)
         record = AgentRecord(
             name=p.name,
             run_dir=str(run.path),
@@ -260,7 +286,7 @@ class Supervisor:
             provider=p.provider,
             model=p.model,
             cwd=cwd,
-            argv=command,
+            argv=command.argv,
             channel_id=p.channel_id,
             deadline_at=prepared.deadline,
             created_at=prepared.created_at,
@@ -271,12 +297,18 @@ class Supervisor:
             control.close()
             message = f"an agent named {p.name!r} already exists"
             raise RpcFailure(ErrorCode.AGENT_EXISTS, message) from None
+        events = FileTail(run.events)
+        events.open()  # before the child exists: it cannot swap the file under our reader
         try:
-            popen, gate = await asyncio.to_thread(_launch, command, run, cwd, prepared.env, control)
+            popen, gate = await asyncio.to_thread(
+                _launch, command.argv, run, cwd, prepared.env, control
+            )
         except (OSError, ValueError) as exc:
             control.close()
+            events.close()
             self._forget_row(p.name)
-            raise spawn_failed(f"cannot start the child ({shlex.join(command)}): {exc}") from None
+            argv = shlex.join(command.argv)
+            raise spawn_failed(f"cannot start the child ({argv}): {exc}") from None
         try:  # the child waits at its gate until its pid is in the row (issue 10 item 11)
             record = self.registry.update(
                 p.name,
@@ -288,62 +320,96 @@ class Supervisor:
             gate.close()
             raise
         gate.open()
-        agent = self._make_run(record, mirror, inbox=inbox, popen=popen, control=control)
+        watch = self._watch(prepared.mirror, record, close_when_idle=p.close_when_idle)
+        handle = self._handle(record, watch, events, ChildProcess(popen), control=control)
+        agent = self._agent(record, handle)
         answer = agent.expect_answer(first_seq) if p.wait and first_seq is not None else None
         self.agents[p.name] = agent
+        await self._record(agent, handle)
         agent.start()
-        await self._index_insert(agent)
-        await agent.wait_started(self.timeouts.start_s + 1.0)
-        if not agent.watch.was_ready:  # an agent that ended after `ready` was spawned
+        await handle.wait_started(self.timeouts.start_s + 1.0)
+        if not handle.watch.was_ready:  # an agent that ended after `ready` was spawned
             await self._spawn_failed(agent)
         return agent, answer
 
-    def _check_channel(self, channel_id: str | None) -> None:
-        if channel_id is None:
-            return
-        channels = self.channels
-        if channels is None or channels.get(channel_id) is None:
-            raise RpcFailure(ErrorCode.CHANNEL_UNKNOWN, f"no channel with id {channel_id!r}")
+    def _watch(
+        self, mirror: RunMirror, record: AgentRecord, *, close_when_idle: bool | None = None
+    ) -> RunWatch:
+        deadline = record.deadline_at
+        return RunWatch(
+            mirror,
+            self.timeouts,
+            now=time.monotonic(),
+            deadline=None if deadline is None else monotonic_at(deadline),
+            close_when_idle=bool(close_when_idle),  # long-lived unless asked
+        )
 
-    def _command(self, p: SpawnParams) -> list[str]:
-        from tether.runtime.child.adapters.registry import agent_child_args, resolve_agent
+    def _handle(
+        self,
+        record: AgentRecord,
+        watch: RunWatch,
+        events: FileTail,
+        process: ChildProcess | None,
+        *,
+        control: ControlWriter | None = None,
+    ) -> LocalRunHandle:
+        run = RunDir(Path(record.run_dir).name, Path(record.run_dir))
+        if control is not None:  # a new run: its inbox is created now
+            inbox = make_inbox(run, self.db)
+        else:  # a re-adopted run: its inbox, if it has one
+            inbox = InboxTail(run.inbox, run.run_id, self.db) if run.inbox.exists() else None
+        return LocalRunHandle(
+            run=run,
+            watch=watch,
+            events=events,
+            process=process,
+            hub=self.hub,
+            control=control,
+            inbox=inbox,
+            created_at=record.created_at,
+            task=record.task,
+            keep_updates=False,
+        )
 
-        try:
-            agent = resolve_agent(p.agent, p.provider)
-        except ValueError as exc:
-            raise invalid(str(exc)) from None
-        if agent != "builtin":
-            return self._agent_command(p, agent, agent_child_args)
-        if p.agent_args:
-            raise invalid("agent_args go with an external agent (agent: NAME)")
-        if p.argv is not None:
-            if not p.argv or not all(isinstance(a, str) and a for a in p.argv):
-                raise invalid("argv must be a non-empty list of non-empty strings")
-            if p.script is not None:
-                raise invalid("script goes with the built-in child, not with argv")
-            return list(p.argv)
-        from tether.agent.registry import ProviderSetupError, check_provider
+    def _agent(
+        self,
+        record: AgentRecord,
+        handle: LocalRunHandle | None,
+        *,
+        adopted: bool = False,
+        orphaned: bool = False,
+    ) -> WireAgent:
+        agent = WireAgent(
+            record, handle, registry=self.registry, adopted=adopted, orphaned=orphaned
+        )
+        if handle is not None:
+            for extension in self.extensions:
+                handle.observe(*extension.observers(agent))
+        return agent
 
-        try:
-            check_provider(p.provider or "scripted")
-        except ProviderSetupError as exc:
-            raise spawn_failed(str(exc)) from None
-        if p.script is not None:
-            _check_script(p.script)
-        command = default_argv(p.provider, p.model)
-        return [*command, "--script", p.script] if p.script is not None else command
+    async def _record(self, agent: WireAgent, handle: LocalRunHandle) -> None:
+        """The run's row in the run index, kept current by its :class:`Recorder`."""
+        record = agent.record
+        recorder = Recorder(RunIndex(self.db), agent.run_id)
+        row = RunRecord(
+            id=agent.run_id,
+            task=record.task or "",
+            status=State.RUNNING.value,
+            created_at=record.created_at,
+            run_dir=record.run_dir,
+            provider=record.provider,
+            model=record.model,
+            cwd=record.cwd,
+            argv=record.argv,
+            pid=agent.pid,
+            deadline=record.deadline_at,
+        )
+        note = await recorder.start(row)
+        if note:
+            handle.note(note)
+        handle.observe(recorder)
 
-    def _agent_command(self, p: SpawnParams, agent: str, child_args: Any) -> list[str]:
-        """``tether child --agent NAME ...``; ``argv`` is then the agent's own command."""
-        if p.script is not None:
-            raise invalid("script goes with the built-in child; point the CLI at a model server")
-        for name, values in (("argv", p.argv), ("agent_args", p.agent_args)):
-            if values is not None and not all(isinstance(a, str) and a for a in values):
-                raise invalid(f"{name} must be a list of non-empty strings")
-        command: list[str] = child_args(agent, p.agent_args or [], p.argv or [])
-        return [*default_argv(None, p.model), *command]  # the adapter passes the model on
-
-    async def _spawn_failed(self, agent: AgentRun) -> None:
+    async def _spawn_failed(self, agent: WireAgent) -> None:
         if not agent.ended:
             await agent.kill("the child did not become ready")
         self.agents.pop(agent.name, None)
@@ -355,37 +421,11 @@ class Supervisor:
         with contextlib.suppress(AgentNotFound):
             self.registry.delete(name)
 
-    def _make_run(
-        self,
-        record: AgentRecord,
-        mirror: RunMirror,
-        *,
-        inbox: Any,
-        popen: subprocess.Popen[bytes] | ForkedChild | None = None,
-        adopted: bool = False,
-        watch: bool = True,
-        control: ControlWriter | None = None,
-    ) -> AgentRun:
-        return AgentRun(
-            record,
-            control=control,
-            registry=self.registry,
-            hub=self.hub,
-            timeouts=self.timeouts,
-            mirror=mirror,
-            inbox=inbox,
-            popen=popen,
-            adopted=adopted,
-            watch=watch,
-            on_inbox=self._on_inbox,
-            on_end=self._on_end,
-        )
-
     # -- reconcile --------------------------------------------------------------------
 
-    async def reconcile(self) -> dict[str, Any]:
+    async def reconcile(self) -> ReconcileReport:
         """Adopt what a previous daemon left; see the module docstring."""
-        rows = [row for row in self.registry.list() if row.pty is None]  # PTY: pty_agent.py
+        rows = [row for row in self.registry.list() if row.pty is None]  # PTY: pty/agent.py
         skipped: list[str] = []
         waits = []
         for row in rows:
@@ -403,32 +443,31 @@ class Supervisor:
             elif agent.orphaned:
                 waits.append(agent.wait_ended(self.timeouts.exit_grace_s))
         await asyncio.gather(*waits)
-        touched = {*self.recovered, *self.orphaned, *(e["name"] for e in self.errors)}
-        return {
-            "scanned": len(rows),
-            "recovered": list(self.recovered),
-            "orphaned": list(self.orphaned),
-            "skipped": [name for name in skipped if name not in touched],
-            "errors": list(self.errors),
-        }
+        touched = {*self.recovered, *self.orphaned, *(e.name for e in self.errors)}
+        return ReconcileReport(
+            scanned=len(rows),
+            recovered=list(self.recovered),
+            orphaned=list(self.orphaned),
+            skipped=[name for name in skipped if name not in touched],
+            errors=list(self.errors),
+        )
 
-    def _adopt(self, row: AgentRecord) -> AgentRun | None:
+    def _adopt(self, row: AgentRecord) -> WireAgent | None:
         """Supervise ``row`` again; None for an ended one (kept as history)."""
         run = RunDir(Path(row.run_dir).name, Path(row.run_dir))
         if not is_live_state(row.state):
-            agent = self._make_run(row, RunMirror(run.run_id), inbox=None, watch=False)
-            agent.mark_ended()
-            self.agents[row.name] = agent
+            self.agents[row.name] = self._agent(row, None)
             return None
         row, mirror = _restored(row, run)
         alive = process_matches(row.pid, row.pid_start_time)
-        inbox = InboxTail(run.inbox, run.run_id, self.db) if run.inbox.exists() else None
-        agent = self._make_run(row, mirror, inbox=inbox, adopted=alive, watch=alive)
+        process = ChildProcess(row.pid) if alive and row.pid is not None else None
+        events = FileTail(run.events, offset=row.event_offset)
+        handle = self._handle(row, self._watch(mirror, row), events, process)
+        agent = self._agent(row, handle, adopted=alive, orphaned=not alive)
         if alive:
             self.recovered.append(row.name)
         else:
-            agent.orphaned = True
-            agent.fail_soon("failed", f"its process (pid {row.pid}) was gone at recovery")
+            handle.fail_soon("failed", f"its process (pid {row.pid}) was gone at recovery")
             self.orphaned.append(row.name)
         self.agents[row.name] = agent
         agent.start()
@@ -436,19 +475,18 @@ class Supervisor:
 
     def _adopt_failed(self, row: AgentRecord, exc: Exception) -> None:
         error = f"cannot recover: {type(exc).__name__}: {exc}"
-        self.errors.append({"name": row.name, "error": error})
+        self.errors.append(ReconcileError(row.name, error))
         with contextlib.suppress(Exception):
             self.registry.update(row.name, state="failed", detail=error)
         with contextlib.suppress(Exception):
-            record = self.registry.require(row.name)
-            agent = self._make_run(record, RunMirror(Path(row.run_dir).name), inbox=None)
-            agent.mark_ended()
-            self.agents[row.name] = agent
+            self.agents[row.name] = self._agent(self.registry.require(row.name), None)
 
     # -- remove -----------------------------------------------------------------------
 
-    async def remove(self, name: str, *, force: bool) -> dict[str, Any]:
+    async def remove(self, name: str, *, force: bool) -> RmReply:
         agent = self.require(name)
+        if not agent.ended and agent.finished:  # its exit was read: the end is moments away
+            await agent.wait_ended(self.timeouts.exit_grace_s + self.timeouts.kill_grace_s)
         if not agent.ended:
             if not force:
                 raise RpcFailure(
@@ -459,131 +497,15 @@ class Supervisor:
             await agent.kill("removed (rm --force)")
         self._forget_row(name)  # first: a row that cannot go (a full disk) keeps the agent
         self.agents.pop(name, None)
-        forwarder = self._forwarders.pop(name, None)
-        if forwarder is not None:
-            forwarder.close()
-        return {"name": name, "removed": True, "state": agent.state, "run_dir": str(agent.run.path)}
-
-    # -- inbox -> channel -------------------------------------------------------------
-
-    def _on_inbox(self, agent: AgentRun, messages: list[dict[str, Any]]) -> None:
-        channel_id = agent.record.channel_id
-        channels = self.channels
-        if channel_id is None or channels is None:
-            return
-        channel = channels.get(channel_id)
-        if channel is not None and channel.to_agent and channel.name == agent.name:
-            return  # its own channel pushes to it: its inbox would loop back into it
-        forwarder = self._forwarders.get(agent.name)
-        if forwarder is None:
-            forwarder = self._forwarders[agent.name] = _Forwarder(channels, agent, channel_id)
-        for message in messages:
-            forwarder.put(message)
-
-    # -- the run index ----------------------------------------------------------------
-
-    async def _index_insert(self, agent: AgentRun) -> None:
-        from tether.store.index import RunIndex, RunRecord
-
-        record = agent.record
-        row = RunRecord(
-            id=agent.run_id,
-            task=record.task or "",
-            status=State.RUNNING.value,
-            created_at=record.created_at,
-            run_dir=record.run_dir,
-            provider=record.provider,
-            model=record.model,
-            cwd=record.cwd,
-            argv=record.argv,
-            pid=agent.pid,
-            deadline=record.deadline_at,
+        return RmReply(
+            name=name,
+            removed=True,
+            state=agent.state,
+            run_dir=str(agent.run.path),
+            registry_removed=True,
+            harness=agent.reference.get("harness"),
+            was_orphaned=agent.orphaned,
         )
-        try:
-            await asyncio.to_thread(RunIndex(self.db).insert, row)
-        except Exception as exc:  # noqa: BLE001 (the index only makes runs findable)
-            agent.notes.append(f"run index not updated: {exc}")
-
-    async def _on_end(self, agent: AgentRun) -> None:
-        from tether.store.index import RunIndex
-
-        result = agent.mirror.result
-        fields: dict[str, Any] = {
-            "status": agent.state,
-            "ended_at": agent.ended_at,
-            "usage": agent.usage,
-            "error": agent.error,
-        }
-        if result is not None:
-            fields["stop_reason"] = result.stop_reason
-        try:
-            await asyncio.to_thread(RunIndex(self.db).update, agent.run_id, **fields)
-        except Exception as exc:  # noqa: BLE001
-            agent.notes.append(f"run index not updated: {exc}")
-
-
-class _Forwarder:
-    """Pushes one agent's inbox messages to its channel, in order, one at a time."""
-
-    def __init__(self, channels: ChannelHub, agent: AgentRun, channel_id: str) -> None:
-        self._channels = channels
-        self._agent = agent
-        self._channel_id = channel_id
-        self._queue: deque[dict[str, Any]] = deque()
-        self._ready = asyncio.Event()
-        self._task = asyncio.create_task(self._run(), name=f"tether-forward-{agent.name}")
-
-    def put(self, message: dict[str, Any]) -> None:
-        if len(self._queue) >= MAX_OUTBOX:
-            self._agent.channel_stats["failed"] += 1
-            self._agent.channel_stats["last_error"] = "too many messages waiting; dropped"
-            return
-        self._queue.append(message)
-        self._ready.set()
-
-    def close(self) -> None:
-        self._task.cancel()
-
-    async def _run(self) -> None:
-        stats = self._agent.channel_stats
-        while True:
-            await self._ready.wait()
-            while self._queue:
-                envelope = channel_envelope(self._agent, self._queue.popleft())
-                reason = await self._push(envelope)
-                if reason is None:
-                    stats["pushed"] += 1
-                else:
-                    stats["failed"] += 1
-                    stats["last_error"] = reason
-            self._ready.clear()
-
-    async def _push(self, envelope: dict[str, Any]) -> str | None:
-        try:
-            result = await self._channels.push(self._channel_id, envelope)
-        except RpcFailure as exc:
-            return exc.message
-        return None if result.delivered else (result.reason or "not delivered")
-
-
-def channel_envelope(agent: AgentRun, message: dict[str, Any]) -> dict[str, Any]:
-    """The MCP channel notification for one inbox message of ``agent``."""
-    from tether.daemon.channels.hub import make_channel_envelope
-
-    kind = message.get("type")
-    content = next(
-        (message[k] for k in _CONTENT_KEYS if isinstance(message.get(k), str)),
-        None,
-    )
-    if content is None:
-        content = json.dumps(message, ensure_ascii=False)
-    meta = {
-        "run_id": agent.run_id,
-        "agent": agent.name,
-        "type": kind if isinstance(kind, str) else "message",
-        "source": "tether_inbox",
-    }
-    return make_channel_envelope(content, meta)
 
 
 def _restored(row: AgentRecord, run: RunDir) -> tuple[AgentRecord, RunMirror]:
@@ -608,15 +530,6 @@ def _check_descriptors() -> None:
             "for connections): stop or remove agents, or start the daemon with a higher "
             "limit (ulimit -n; it raises its soft limit to the hard one itself)"
         )
-
-
-def _check_script(path: str) -> None:
-    from tether.agent.scripted import ScriptError, load_script
-
-    try:
-        load_script(path)
-    except ScriptError as exc:
-        raise spawn_failed(f"script {path}: {exc}") from None
 
 
 def _launch(

@@ -40,8 +40,10 @@ Verbs (params -> result; errors are ``RpcError`` codes):
 - ``agent.reconcile`` -> ``{scanned, recovered[], orphaned[], skipped[], errors[]}``; see
   :mod:`tether.daemon.fleet.supervisor` (it also runs when the daemon starts; idempotent).
 - ``agent.steer|follow_up {name, text}``, ``agent.finalize {name, note?}``,
-  ``agent.cancel {name}`` send one control and return its ack: ``{name, seq, ack,
-  state}``; a control the current state refuses is ``invalid_status``.
+  ``agent.cancel {name}`` send one control and return the child's ack: ``{name, seq, ack,
+  reason?, state, event}``. A control the run's state refuses is answered with ``ack:
+  "rejected"`` and the table's ``reason``, as :meth:`tether.RunHandle.steer` returns it
+  locally and across hosts; only a run that has ended is ``invalid_status``.
 - ``agent.events {name, after_seq?=0, follow?=false, limit?=1000}``: the run's events with
   ``seq > after_seq``, read from its ``events.jsonl`` (the permanent log).
   Without ``follow``: ``{name, events: [...], last_seq, more, state}`` (at most ``limit``
@@ -67,48 +69,68 @@ Verbs (params -> result; errors are ``RpcError`` codes):
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Protocol
 
 import msgspec
 
 from tether.daemon.fleet.answers import AnswerDesk, AnswerParams
-from tether.daemon.fleet.fno_shapes import (
-    FIELDS_OMITTED,
-    LANE,
-    agent_fields,
-    daemon_status,
-    with_reference,
-)
+from tether.daemon.fleet.fleet import Fleet, FleetAgent
+from tether.daemon.fleet.fno_shapes import FIELDS_OMITTED, daemon_status
 from tether.daemon.fleet.followers import Follower
+from tether.daemon.fleet.replies import (
+    LANE,
+    PTY_MAX_SIZE,
+    PTY_MIN_SIZE,
+    AgentStatus,
+    AnswerReply,
+    AskReply,
+    ControlReply,
+    DaemonStatus,
+    EventsReply,
+    ListReply,
+    Question,
+    ReconcileReport,
+    RmReply,
+    StopReply,
+    StreamEnd,
+)
 from tether.daemon.fleet.supervisor import SpawnParams, Supervisor
-from tether.daemon.fleet.turns import AskFailed, TurnAnswer
-from tether.daemon.fleet.wire_agent import AgentRun
-from tether.daemon.pty.agent import PtyAgent, PtyFleet
-from tether.daemon.pty.drive import drive_handler
-from tether.daemon.pty.frames import MAX_SIZE, MIN_SIZE
-from tether.daemon.rpc.methods import RpcFailure, decode_params
+from tether.daemon.fleet.turns import AskFailed, Outcome
+from tether.daemon.fleet.wire_agent import ACK_TIMEOUT_S, WireAgent, send_control
+from tether.daemon.rpc.methods import RpcFailure, decode_params, invalid_status
 from tether.daemon.rpc.protocol import ErrorCode
+from tether.errors import RunEnded
 from tether.numbers import Seconds
 from tether.transports.tail import FileTail
 from tether.wire import Rejection, TooLarge, decode
-from tether.wire.session import AckStatus, ControlKind, State, decide
+from tether.wire.session import ControlKind, State
 
 if TYPE_CHECKING:
-    from tether.daemon.channels.hub import Deliverer
     from tether.daemon.rpc.server import CallContext, Daemon
 
+__all__ = [
+    "ACK_TIMEOUT_S",
+    "NAME_RULE",
+    "AgentChannels",
+    "AgentVerbs",
+    "PtySpawner",
+    "SpawnRequest",
+    "check_name",
+    "read_events",
+]
+
 NAME_RULE: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
-ACK_TIMEOUT_S: Final = 30.0
 MAX_EVENTS: Final = 10_000
 EVENTS_BYTES: Final = 8 * 1024 * 1024  # per response or streamed batch
 STREAM_BATCH: Final = 512
 EVENT_METHOD: Final = "agent.event"
 
-Reply = dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]
+PtySize = Annotated[int, msgspec.Meta(ge=PTY_MIN_SIZE, le=PTY_MAX_SIZE)]
+StatusReply = AgentStatus | DaemonStatus | msgspec.Raw
+Reply = ListReply | Coroutine[Any, Any, ListReply]
 
 
 class NameParams(msgspec.Struct, frozen=True):
@@ -182,13 +204,15 @@ class EventsParams(msgspec.Struct, frozen=True):
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_EVENTS)] = 1000
 
 
-PtySize = Annotated[int, msgspec.Meta(ge=MIN_SIZE, le=MAX_SIZE)]
+class SpawnRequest(SpawnParams, frozen=True, kw_only=True):
+    """``agent.spawn``: the wire agent's :class:`SpawnParams`, and the call's own."""
 
-
-class SpawnRequest(SpawnParams, frozen=True):
     timeout_s: Seconds | None = None
     message: str | None = None  # fno-agents' name for task
     channel: bool = False  # agent "claude": load `tether mcp-channel` into its session
+    pty: bool = False
+    cols: PtySize = 80
+    rows: PtySize = 24
 
     def spawn_params(self) -> SpawnRequest:
         """With fno-agents' ``message`` read as ``task``."""
@@ -196,12 +220,35 @@ class SpawnRequest(SpawnParams, frozen=True):
             return self
         return msgspec.structs.replace(self, task=self.message, message=None)
 
-    pty: bool = False
-    cols: PtySize = 80
-    rows: PtySize = 24
+
+class AgentChannels(Protocol):
+    """The channel side the verbs use (:class:`tether.daemon.channels.wiring.ChannelWiring`,
+    handed in by the composition root)."""
+
+    def claude_channel(
+        self, name: str, socket: str, *, to_agent: bool
+    ) -> tuple[list[str], str]: ...
+
+    def deliver_to(self, agent: WireAgent) -> None: ...
+
+    def status_fields(self, agent: WireAgent) -> dict[str, Any]: ...
+
+    def forget(self, name: str) -> None: ...
 
 
-_ENCODER: Final = msgspec.json.Encoder()
+class PtySpawner(Protocol):
+    """The PTY agents' spawn (:class:`tether.daemon.pty.agent.PtyFleet`)."""
+
+    async def spawn_pty(self, args: SpawnRequest) -> FleetAgent: ...
+
+
+def check_name(name: str) -> str:
+    if not NAME_RULE.fullmatch(name):
+        raise RpcFailure(
+            ErrorCode.INVALID_PARAMS,
+            f"invalid agent name {name[:80]!r}: use 1-64 characters of A-Z a-z 0-9 _ -",
+        )
+    return name
 
 
 def _status_name(params: Any) -> str | None:
@@ -214,34 +261,32 @@ def _status_name(params: Any) -> str | None:
     return decode_params(params, StatusParams).name
 
 
-def check_name(name: str) -> str:
-    if not NAME_RULE.fullmatch(name):
-        raise RpcFailure(
-            ErrorCode.INVALID_PARAMS,
-            f"invalid agent name {name[:80]!r}: use 1-64 characters of A-Z a-z 0-9 _ -",
-        )
-    return name
-
-
-def invalid_status(message: str) -> RpcFailure:
-    return RpcFailure(ErrorCode.INVALID_STATUS, message)
+_ENCODER: Final = msgspec.json.Encoder()
 
 
 class AgentVerbs:
-    """The ``agent.*`` handlers over one :class:`Supervisor`."""
+    """The ``agent.*`` handlers over one :class:`Fleet` (see the module docstring)."""
 
-    def __init__(self, supervisor: Supervisor, ptys: PtyFleet) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        supervisor: Supervisor,
+        ptys: PtySpawner,
+        *,
+        channels: AgentChannels | None = None,
+    ) -> None:
+        self.fleet = fleet
         self.sup = supervisor
         self.ptys = ptys
+        self.channels = channels
         self.answers = AnswerDesk(supervisor.db)
-        self._rewiring: set[asyncio.Task[None]] = set()  # see rewire_channels
 
     def register(self, daemon: Daemon) -> None:
         handlers: dict[str, Callable[[CallContext, Any], Any]] = {
             "spawn": self.spawn,
             "ask": self.ask,
-            "list": self.list,
-            "status": self.status,
+            "list": self.list_agents,
+            "status": self.status_of,
             "stop": self.stop,
             "rm": self.rm,
             "reconcile": self.reconcile,
@@ -254,68 +299,40 @@ class AgentVerbs:
         }
         for verb, handler in handlers.items():
             daemon.methods.register(f"agent.{verb}", handler)
-        daemon.methods.register("agent.drive", drive_handler(self.ptys))
 
-    async def rewire_channels(self) -> None:
-        """After recovery: the pushes to a ``-p`` Claude Code agent's own channel
-        (``channel: true``) go to it as steers again (the wiring is not stored); what
-        was held is sent first, in the background."""
-        from tether.daemon.channels.claude import session_of
+    def _wire(self, name: str) -> WireAgent:
+        return self.fleet.require(check_name(name)).wire()
 
-        hub = self.sup.channels
-        if hub is None:
-            return
-        for agent in list(self.sup.agents.values()):
-            channel = hub.get(agent.record.channel_id or "")
-            if channel is not None and channel.session_id == session_of(agent.name):
-                hub.reserve(channel.session_id, agent.name, to_agent=True)
-                # in a task: a slow child's held pushes must not hold up serving
-                wiring = hub.deliver_by(channel.channel_id, _channel_steer(agent))
-                task = asyncio.get_running_loop().create_task(wiring)
-                self._rewiring.add(task)
-                task.add_done_callback(self._rewiring.discard)
+    # -- spawn ------------------------------------------------------------------------
 
-    def _agent(self, name: str) -> AgentRun:
-        if self.ptys.get(check_name(name)) is not None:
-            raise invalid_status(
-                f"agent {name!r} is a PTY agent: type into it through agent.drive "
-                f"('tether agent attach {name}')"
-            )
-        return self.sup.require(name)
-
-    def _pty(self, name: str) -> PtyAgent | None:
-        return self.ptys.get(check_name(name))
-
-    def _live(self, name: str) -> AgentRun:
-        agent = self._agent(name)
-        agent.catch_up()
-        if agent.ended or agent.mirror.finished:
-            raise invalid_status(f"agent {name!r} has ended ({agent.state})")
-        return agent
-
-    # -- verbs ------------------------------------------------------------------------
-
-    async def spawn(self, context: CallContext, params: Any) -> dict[str, Any]:
+    async def spawn(self, context: CallContext, params: Any) -> AgentStatus:
         args = decode_params(params, SpawnRequest).spawn_params()
         check_name(args.name)
         if args.cwd is not None and not Path(args.cwd).is_absolute():
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "cwd must be an absolute path")
+        if self.fleet.taken(args.name):
+            raise RpcFailure(ErrorCode.AGENT_EXISTS, f"an agent named {args.name!r} already exists")
         if args.pty:
-            return await self._spawn_pty(args, context)
+            if args.channel:
+                flags, channel_id = self._claude_channel(args.name, context, to_agent=False)
+                args = msgspec.structs.replace(
+                    args, argv=(*(args.argv or ()), *flags), channel_id=channel_id
+                )
+            return (await self.ptys.spawn_pty(args)).status()
         if args.channel:
             args = self._with_channel(args, context)
         agent, answer = await self.sup.spawn(args)
-        if args.channel and args.channel_id is not None and self.sup.channels is not None:
-            await self.sup.channels.deliver_by(args.channel_id, _channel_steer(agent))
+        if args.channel and self.channels is not None:
+            self.channels.deliver_to(agent)
         if answer is None:
-            return with_reference(agent.status_dict(), agent)
+            return self._row(agent)
         try:
             outcome = await asyncio.wait_for(asyncio.shield(answer), args.timeout_s)
         except TimeoutError:
-            reply: dict[str, Any] = {"timed_out": True, "seq": 1}
+            reply = AskReply(seq=1, turn=0, timed_out=True)
         else:
             reply = _answer(agent, outcome)
-        return with_reference({**agent.status_dict(), "answer": reply}, agent)
+        return msgspec.structs.replace(self._row(agent), answer=reply)
 
     def _with_channel(self, args: SpawnRequest, context: CallContext) -> SpawnRequest:
         """``channel: true``: the agent's reserved channel and Claude Code's flags for it."""
@@ -326,88 +343,50 @@ class AgentVerbs:
         if args.channel_id is not None:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "give channel: true or channel_id")
         flags, channel_id = self._claude_channel(args.name, context, to_agent=True)
-        agent_args = [*(args.agent_args or []), *flags]
         return msgspec.structs.replace(
-            args, agent="claude", agent_args=agent_args, channel_id=channel_id
+            args,
+            agent="claude",
+            agent_args=(*args.agent_args, *flags),
+            channel_id=channel_id,
         )
 
     def _claude_channel(
-        self, name: str, context: CallContext, *, to_agent: bool = False
+        self, name: str, context: CallContext, *, to_agent: bool
     ) -> tuple[list[str], str]:
-        """The agent's channel reserved (``to_agent``: its pushes go to the agent as
-        steers), its MCP config written: Claude Code's flags that load it, and its id."""
-        from tether import paths
-        from tether.daemon.channels import claude as cc
-
-        hub = self.sup.channels
-        if hub is None:
+        if self.channels is None:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "this daemon serves no channels")
-        session = cc.session_of(name)
-        channel = hub.reserve(session, name, to_agent=to_agent)
         socket = str(context.daemon.statistics()["socket"])
-        config = cc.mcp_config(session, name, socket)
-        path = cc.write_config(paths.state_dir() / "mcp", name, config)
-        return cc.claude_args(path), channel.channel_id
+        return self.channels.claude_channel(name, socket, to_agent=to_agent)
 
-    async def _spawn_pty(self, args: SpawnRequest, context: CallContext) -> dict[str, Any]:
-        if not args.argv or not all(isinstance(a, str) and a and "\0" not in a for a in args.argv):
-            raise RpcFailure(
-                ErrorCode.INVALID_PARAMS, "a PTY agent needs argv: a list of non-empty strings"
-            )
-        unused = [
-            k for k in ("task", "provider", "model", "script", "channel_id") if getattr(args, k)
-        ]
-        if unused or args.wait:
-            raise RpcFailure(
-                ErrorCode.INVALID_PARAMS,
-                f"a PTY agent runs argv only; {', '.join(unused) or 'wait'} does not apply",
-            )
-        argv, channel_id = list(args.argv), None
-        if args.channel:  # argv is Claude Code's: load the channel server into it
-            flags, channel_id = self._claude_channel(args.name, context)
-            argv += flags
-        agent = await self.ptys.spawn(
-            args.name,
-            argv,
-            cwd=args.cwd or os.getcwd(),
-            cols=args.cols,
-            rows=args.rows,
-            env=args.env,
-            channel_id=channel_id,
-        )
-        return agent.status_dict()
+    # -- ask --------------------------------------------------------------------------
 
-    async def ask(self, context: CallContext, params: Any) -> dict[str, Any]:
+    async def ask(self, context: CallContext, params: Any) -> AskReply | AgentStatus:
         args = decode_params(params, AskParams)
         check_name(args.name)
-        unknown = args.name not in self.sup.agents and self._pty(args.name) is None
-        if unknown and (args.provider or args.agent):
+        if self.fleet.get(args.name) is None and (args.provider or args.agent):
             return await self._first_contact(context, args)
-        agent = self._live(args.name)
+        agent = self._wire(args.name)
         kind = _ask_kind(agent)
         seq, future = _send(agent.ask, kind, args.body)
         try:
             outcome = await asyncio.wait_for(asyncio.shield(future), args.wait_s)
             if isinstance(outcome, AskFailed) and outcome.rejected and kind is ControlKind.PROMPT:
                 agent.catch_up()  # the child started a turn meanwhile: ask as a follow-up
-                if agent.mirror.state is State.RUNNING:
+                if agent.mirror_state is State.RUNNING:
+                    agent.forget_ask(seq)
                     seq, future = _send(agent.ask, ControlKind.FOLLOW_UP, args.body)
                     outcome = await asyncio.wait_for(asyncio.shield(future), args.wait_s)
         except TimeoutError:
             agent.catch_up()
-            return {
-                "name": agent.name,
-                "seq": seq,
-                "turn": agent.mirror.turn,
-                "state": agent.state,
-                "timed_out": True,
-            }
+            return AskReply(
+                name=agent.name, seq=seq, turn=agent.turn, state=agent.state, timed_out=True
+            )
         finally:
             agent.forget_ask(seq)
         answer = _answer(agent, outcome)
-        return {**answer, "reply": answer.get("text", ""), "backend": LANE}
+        return msgspec.structs.replace(answer, reply=answer.text or "", backend=LANE)
 
-    async def _first_contact(self, context: CallContext, args: AskParams) -> dict[str, Any]:
+    async def _first_contact(self, context: CallContext, args: AskParams) -> AgentStatus:
         """fno-agents' ask of an unknown name with a provider: create it with the message as
         its task -> ``{created: true, short_id}`` (with tether's status keys)."""
         spawn: dict[str, Any] = {"name": args.name, "task": args.body}
@@ -415,268 +394,204 @@ class AgentVerbs:
             if getattr(args, key):
                 spawn[key] = getattr(args, key)
         status = await self.spawn(context, spawn)
-        return {**status, "created": True}
+        return msgspec.structs.replace(status, created=True)
 
-    # ``list`` and ``status`` are plain functions: answered inline from memory, and only
-    # when the questions of some run are not cached do they return a coroutine (the
-    # server awaits it in a task). Each agent's status is built once, with no SQLite.
+    # -- list and status --------------------------------------------------------------
+    # Plain functions: answered inline from memory, and only when the questions of some
+    # run are not cached do they return a coroutine (the server awaits it in a task).
 
-    def list(self, context: CallContext, params: Any) -> Reply:
+    def list_agents(self, context: CallContext, params: Any) -> Reply:
         args = decode_params(params, ListParams)
-        agents: list[AgentRun | PtyAgent] = [*self.sup.agents.values(), *self.ptys.agents.values()]
-        agents.sort(key=_created)
-        rows = [(with_reference(agent.status_dict(), agent), agent) for agent in agents]
-        rows = [(row, agent) for row, agent in rows if _matches(row, args)]
-        reply = {
-            "agents": [row for row, _ in rows],
-            "filters_applied": {"cwd": args.cwd, "provider": args.provider, "status": args.status},
-            "fields_omitted": list(FIELDS_OMITTED),
-        }
-        return self._with_questions(rows, reply)
+        agents = [agent for agent in self.fleet.all() if _matches(agent, args)]
+        filters = {"cwd": args.cwd, "provider": args.provider, "status": args.status}
+        versions = _versions(agents)
+        found, missing = self.answers.cached(versions)
+        if not missing:
+            return ListReply([self._row(a, found) for a in agents], filters, list(FIELDS_OMITTED))
 
-    def status(self, context: CallContext, params: Any) -> Reply | msgspec.Raw:
+        async def read() -> ListReply:
+            found = await self.answers.questions(versions)
+            return ListReply([self._row(a, found) for a in agents], filters, list(FIELDS_OMITTED))
+
+        return read()
+
+    def status_of(
+        self, context: CallContext, params: Any
+    ) -> StatusReply | Coroutine[Any, Any, StatusReply]:
         name = _status_name(params)
         if name is None:
-            agents: list[AgentRun | PtyAgent] = [
-                *self.sup.agents.values(),
-                *self.ptys.agents.values(),
-            ]
-            return daemon_status(context.daemon.statistics(), agents)
-        agent = self.sup.agents.get(name)  # a wire agent's name was checked at its spawn
-        if agent is None:
-            pty = self.ptys.get(check_name(name))
-            if pty is not None:
-                return with_reference(pty.status_dict(), pty)
-            agent = self.sup.require(name)
+            return DaemonStatus(**daemon_status(context.daemon.statistics(), self.fleet.all()))
+        agent = self.fleet.require(check_name(name))
+        if not isinstance(agent, WireAgent):
+            return agent.status()
         questions = self.answers.cached_one(agent.run_id, agent.inbox_version)
         if questions is None:
-            row = self._status_row(agent)
-            return self._with_questions([(row, agent)], row)
+
+            async def read() -> StatusReply:
+                found = await self.answers.questions({agent.run_id: agent.inbox_version})
+                return self._status_of(agent, found.get(agent.run_id, []))
+
+            return read()
+        return self._status_of(agent, questions)
+
+    def _status_of(self, agent: WireAgent, questions: list[dict[str, Any]]) -> StatusReply:
+        """The agent's status with its final text, encoded once per change."""
         stamp = agent.status_stamp()
         if stamp is None:
-            return {**self._status_row(agent), "questions": questions}
+            return self._row(agent, {agent.run_id: questions}, final=True)
         key = (stamp, questions)  # tuple equality: equal questions, equal answer
         hit = agent.status_cache
         if hit is not None and hit[0] == key:
             return hit[1]
-        raw = msgspec.Raw(_ENCODER.encode({**self._status_row(agent), "questions": questions}))
+        raw = msgspec.Raw(_ENCODER.encode(self._row(agent, {agent.run_id: questions}, final=True)))
         agent.status_cache = (key, raw)
         return raw
 
-    def _status_row(self, agent: AgentRun) -> dict[str, Any]:
-        data = agent.status_dict()
-        if agent.ended and agent.final_text:  # the whole answer, once read (status only)
-            data["final_text"] = agent.final_text
-        return with_reference(data, agent)
+    def _row(
+        self,
+        agent: FleetAgent,
+        questions: dict[str, list[dict[str, Any]]] | None = None,
+        *,
+        final: bool = False,
+    ) -> AgentStatus:
+        row = agent.status()
+        if not isinstance(agent, WireAgent):
+            return row
+        extra: dict[str, Any] = {}
+        if questions is not None:
+            extra["questions"] = [Question(**q) for q in questions.get(agent.run_id, [])]
+        if self.channels is not None:
+            extra.update(self.channels.status_fields(agent))
+        if final and agent.ended and agent.final_text:  # the whole answer, once read
+            extra["final_text"] = agent.final_text
+        return msgspec.structs.replace(row, **extra) if extra else row
 
-    def _with_questions(
-        self, rows: Sequence[tuple[dict[str, Any], AgentRun | PtyAgent]], reply: dict[str, Any]
-    ) -> Reply:
-        """``reply`` once each wire agent's row has its unanswered inbox questions as
-        ``questions``: at once when all are cached, else a coroutine that reads the rest."""
-        versions = {a.run_id: a.inbox_version for _, a in rows if type(a) is AgentRun}
-        found, missing = self.answers.cached(versions)
-        if not missing:
-            return _put_questions(rows, found, reply)
+    # -- answers, stop, rm, reconcile -------------------------------------------------
 
-        async def read() -> dict[str, Any]:
-            return _put_questions(rows, await self.answers.questions(versions), reply)
-
-        return read()
-
-    async def answer(self, context: CallContext, params: Any) -> dict[str, Any]:
+    async def answer(self, context: CallContext, params: Any) -> AnswerReply:
         args = decode_params(params, AnswerParams)
-        agent = self._live(args.name)
+        agent = self._wire(args.name)
+        agent.live()
 
-        async def send(text: str) -> dict[str, Any]:
+        async def send(text: str) -> tuple[str, ControlReply]:
             agent.catch_up()
-            running = agent.mirror.state is State.RUNNING
+            running = agent.mirror_state is State.RUNNING
             kind = ControlKind.STEER if running else ControlKind.FOLLOW_UP
-            return {**await _control(agent, kind, {"text": text}), "sent_as": kind.value}
+            return kind.value, await send_control(agent, kind, {"text": text})
 
         return await self.answers.answer(agent.run_id, args, send)
 
-    async def stop(self, context: CallContext, params: Any) -> dict[str, Any]:
+    async def stop(self, context: CallContext, params: Any) -> StopReply:
         args = decode_params(params, StopParams)
-        pty = self._pty(args.name)
-        if pty is not None:
-            if pty.ended:
-                raise invalid_status(f"agent {args.name!r} has ended ({pty.state})")
-            ended = await pty.stop(max(1.0, args.timeout_s))
-            result = {"name": args.name, "seq": 0, "ack": "accepted", "state": pty.state}
-            return {**result, "mode": args.mode, "ended": ended}
-        kind = ControlKind(args.mode)
-        fields = {"note": args.note} if args.note and kind is ControlKind.FINALIZE else {}
-        agent = self._agent(args.name)
-        agent.catch_up()
-        if agent.ended or agent.mirror.finished:
-            # fno-agents' answer for stopping what already ended (tether's keys beside it)
-            return {"name": agent.name, "already_exited": True, "state": agent.state}
-        result = await _control(agent, kind, fields)
-        ended = await agent.wait_ended(args.timeout_s)
-        stopped = {"stopped": True, "short_id": agent.run_id}
-        return {**result, "mode": args.mode, "state": agent.state, "ended": ended, **stopped}
+        agent = self.fleet.require(check_name(args.name))
+        return await agent.stop(args.mode, args.timeout_s, args.note)
 
-    async def rm(self, context: CallContext, params: Any) -> dict[str, Any]:
+    async def rm(self, context: CallContext, params: Any) -> RmReply:
         args = decode_params(params, RmParams)
-        pty = self._pty(args.name)
-        agent = pty if pty is not None else self.sup.agents.get(args.name)
-        extra = {} if agent is None else agent_fields(agent)
-        if pty is not None:
-            result = await self.ptys.remove(args.name, force=args.force)
-        else:
-            result = await self.sup.remove(args.name, force=args.force)
-            if isinstance(agent, AgentRun):
-                self.answers.forget(agent.run_id)
-        return {
-            **result,
-            "registry_removed": bool(result.get("removed")),
-            "harness": extra.get("harness"),
-            "was_orphaned": extra.get("status") == "orphaned",
-        }
+        agent = self.fleet.require(check_name(args.name))
+        reply = await self.fleet.remove(args.name, force=args.force)
+        if isinstance(agent, WireAgent):
+            self.answers.forget(agent.run_id)
+            if self.channels is not None:
+                self.channels.forget(agent.name)
+        return reply
 
-    async def reconcile(self, context: CallContext, params: Any) -> dict[str, Any]:
-        report = await self.sup.reconcile()
-        ptys = await self.ptys.reconcile()
-        report["recovered"] += ptys["recovered"]
-        report["orphaned"] += ptys["orphaned"]
-        return report
+    async def reconcile(self, context: CallContext, params: Any) -> ReconcileReport:
+        return await self.fleet.reconcile()
 
-    async def steer(self, context: CallContext, params: Any) -> dict[str, Any]:
+    # -- controls ---------------------------------------------------------------------
+
+    async def steer(self, context: CallContext, params: Any) -> ControlReply:
         args = decode_params(params, TextParams)
-        return await _control(self._live(args.name), ControlKind.STEER, {"text": args.text})
+        return await send_control(self._wire(args.name), ControlKind.STEER, {"text": args.text})
 
-    async def follow_up(self, context: CallContext, params: Any) -> dict[str, Any]:
+    async def follow_up(self, context: CallContext, params: Any) -> ControlReply:
         args = decode_params(params, TextParams)
-        return await _control(self._live(args.name), ControlKind.FOLLOW_UP, {"text": args.text})
+        kind = ControlKind.FOLLOW_UP
+        return await send_control(self._wire(args.name), kind, {"text": args.text})
 
-    async def finalize(self, context: CallContext, params: Any) -> dict[str, Any]:
+    async def finalize(self, context: CallContext, params: Any) -> ControlReply:
         args = decode_params(params, FinalizeParams)
         fields = {} if args.note is None else {"note": args.note}
-        return await _control(self._live(args.name), ControlKind.FINALIZE, fields)
+        return await send_control(self._wire(args.name), ControlKind.FINALIZE, fields)
 
-    async def cancel(self, context: CallContext, params: Any) -> dict[str, Any]:
+    async def cancel(self, context: CallContext, params: Any) -> ControlReply:
         args = decode_params(params, NameParams)
-        return await _control(self._live(args.name), ControlKind.CANCEL, {})
+        return await send_control(self._wire(args.name), ControlKind.CANCEL, {})
 
-    async def events(self, context: CallContext, params: Any) -> dict[str, Any]:
+    # -- events -----------------------------------------------------------------------
+
+    async def events(self, context: CallContext, params: Any) -> EventsReply | StreamEnd:
         args = decode_params(params, EventsParams)
-        agent = self._agent(args.name)
+        agent = self._wire(args.name)
         if args.follow:
             return await _stream(context, agent, args.after_seq)
         batch, more = await asyncio.to_thread(
             read_events, agent.run.events, agent.run_id, args.after_seq, args.limit
         )
-        return {
-            "name": agent.name,
-            "events": [msgspec.Raw(raw) for _, raw in batch],
-            "last_seq": batch[-1][0] if batch else args.after_seq,
-            "more": more,
-            "state": agent.state,
-        }
+        return EventsReply(
+            agent.name,
+            [msgspec.Raw(raw) for _, raw in batch],
+            batch[-1][0] if batch else args.after_seq,
+            more,
+            agent.state,
+        )
 
 
 # -- helpers --------------------------------------------------------------------------------
 
 
-def _created(agent: AgentRun | PtyAgent) -> tuple[float, str]:
-    return agent.record.created_at, agent.name
+def _versions(agents: list[FleetAgent]) -> dict[str, int]:
+    return {a.run_id: a.inbox_version for a in agents if isinstance(a, WireAgent)}
 
 
-def _put_questions(
-    rows: Sequence[tuple[dict[str, Any], AgentRun | PtyAgent]],
-    found: dict[str, list[dict[str, Any]]],
-    reply: dict[str, Any],
-) -> dict[str, Any]:
-    for row, agent in rows:
-        if isinstance(agent, AgentRun):
-            row["questions"] = found.get(agent.run_id, [])
-    return reply
-
-
-def _matches(row: dict[str, Any], args: ListParams) -> bool:
+def _matches(agent: FleetAgent, args: ListParams) -> bool:
     """fno-agents' list filters: cwd, provider (the harness or tether's provider), status."""
-    if args.cwd is not None and row.get("cwd") != args.cwd:
+    record = agent.record
+    if args.cwd is not None and record.cwd != args.cwd:
         return False
-    if args.provider is not None and args.provider not in (row.get("harness"), row.get("provider")):
-        return False
-    return args.status is None or args.status in (row.get("status"), row.get("state"))
+    if args.provider is not None:
+        harness = agent.status().harness
+        if args.provider not in (harness, record.provider):
+            return False
+    return args.status is None or args.status in (agent.status().status, agent.state)
 
 
-def _ask_kind(agent: AgentRun) -> ControlKind:
-    state = agent.mirror.state
-    if state is State.READY and not agent.mirror.pending:
+def _ask_kind(agent: WireAgent) -> ControlKind:
+    handle = agent.live()
+    state = handle.mirror.state
+    if state is State.READY and not handle.mirror.pending:
         return ControlKind.PROMPT
     if state in (State.READY, State.RUNNING):
         return ControlKind.FOLLOW_UP
     raise invalid_status(f"agent {agent.name!r} is {state}; ask needs ready or running")
 
 
-def _channel_steer(agent: AgentRun) -> Deliverer:
-    """A ``-p`` Claude Code agent's channel deliveries: each push sent to it as a steer
-    (queued while a turn runs, starting one when idle) carrying the ``<channel>`` tag;
-    delivered once the child accepted it."""
-    from tether.daemon.channels.claude import channel_text
-    from tether.daemon.channels.hub import PushResult
-
-    async def deliver(envelope: Any) -> PushResult:
-        if agent.ended:
-            reason = f"agent {agent.name!r} has ended ({agent.state})"
-            return PushResult(routed=True, delivered=False, reason=reason)
-        agent.catch_up()
-        try:
-            await _control(agent, ControlKind.STEER, {"text": channel_text(envelope)})
-        except RpcFailure as exc:
-            return PushResult(routed=True, delivered=False, reason=exc.message)
-        return PushResult(routed=True, delivered=True)
-
-    return deliver
-
-
 def _send(send: Callable[[ControlKind, str], Any], kind: ControlKind, text: str) -> Any:
     try:
         return send(kind, text)
+    except RunEnded as exc:
+        raise invalid_status(str(exc)) from None
+    except OSError as exc:  # its control file is unusable: the run is ending
+        raise invalid_status(f"cannot send {kind}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise RpcFailure(ErrorCode.INVALID_PARAMS, f"cannot send {kind}: {exc}") from None
-    except LookupError as exc:  # its control file is unusable: the run is ending
-        raise RpcFailure(ErrorCode.INVALID_STATUS, f"cannot send {kind}: {exc}") from None
 
 
-def _answer(agent: AgentRun, outcome: TurnAnswer | AskFailed) -> dict[str, Any]:
+def _answer(agent: WireAgent, outcome: Outcome) -> AskReply:
     if isinstance(outcome, AskFailed):
         raise invalid_status(f"agent {agent.name!r}: {outcome.reason}")
-    return {"name": agent.name, **outcome.as_dict(), "state": agent.state, "timed_out": False}
-
-
-async def _control(agent: AgentRun, kind: ControlKind, fields: dict[str, Any]) -> dict[str, Any]:
-    decision = decide(agent.mirror.state, kind)
-    if decision.ack is AckStatus.REJECTED:
-        raise invalid_status(f"agent {agent.name!r} cannot take {kind}: {decision.reason}")
-    try:
-        seq = agent.send(kind, **fields)
-    except ValueError as exc:
-        raise RpcFailure(ErrorCode.INVALID_PARAMS, f"cannot send {kind}: {exc}") from None
-    except LookupError as exc:  # its control file is unusable: the run is ending
-        raise invalid_status(f"agent {agent.name!r}: {exc}") from None
-    try:
-        # Awaited directly (no shield, no wait_for): only this call waits on this seq, and
-        # its answer is written on the loop pass right after the pump reads the ack.
-        async with asyncio.timeout(ACK_TIMEOUT_S):
-            ack = await agent.ack_future(seq)
-    except LookupError as exc:
-        raise invalid_status(f"agent {agent.name!r}: {exc}") from None
-    except TimeoutError:
-        raise RpcFailure(
-            ErrorCode.INTERNAL,
-            f"agent {agent.name!r} did not acknowledge {kind} (seq {seq}) within "
-            f"{ACK_TIMEOUT_S:g} s; it may be stuck (see its stderr.log in {agent.run.path})",
-        ) from None
-    if ack.status == "rejected":
-        reason = ack.reason if isinstance(ack.reason, str) else "rejected"
-        raise invalid_status(f"agent {agent.name!r} rejected {kind}: {reason}")
-    # "event": the child's control-ack itself, so a caller on another host (RemoteRunHandle)
-    # has it without waiting for the line to be replicated
-    return {"name": agent.name, "seq": seq, "ack": ack.status, "state": agent.state, "event": ack}
+    return AskReply(
+        name=agent.name,
+        seq=outcome.seq,
+        turn=outcome.turn,
+        text=outcome.text,
+        usage=outcome.usage,
+        stop_reason=outcome.stop_reason,
+        truncated=outcome.truncated,
+        state=agent.state,
+        timed_out=False,
+    )
 
 
 def read_events(
@@ -706,7 +621,7 @@ def read_events(
     return out, False
 
 
-async def _stream(context: CallContext, agent: AgentRun, after_seq: int) -> dict[str, Any]:
+async def _stream(context: CallContext, agent: WireAgent, after_seq: int) -> StreamEnd:
     """``agent.events`` with ``follow``: see the module docstring."""
     context.socket()  # a caller without a connection (another host) is refused up front
     follower = agent.follow(after_seq)
@@ -750,14 +665,5 @@ async def _deliver(context: CallContext, name: str, batch: list[tuple[int, bytes
     return not response.is_error
 
 
-def _stream_end(agent: AgentRun, follower: Follower, count: int) -> dict[str, Any]:
-    return {
-        "name": agent.name,
-        "last_seq": follower.last_seq,
-        "count": count,
-        "state": agent.state,
-        "ended": agent.ended,
-    }
-
-
-__all__ = ["NAME_RULE", "AgentVerbs", "check_name", "read_events"]
+def _stream_end(agent: WireAgent, follower: Follower, count: int) -> StreamEnd:
+    return StreamEnd(agent.name, follower.last_seq, count, agent.state, agent.ended)

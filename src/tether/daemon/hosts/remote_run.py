@@ -31,6 +31,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from tether import jsondepth
 from tether.daemon.hosts.link import control_channel, events_channel, inbox_channel, run_channels
 from tether.daemon.hosts.remote import call_host, connect
@@ -39,9 +41,10 @@ from tether.daemon.rpc.protocol import ErrorCode
 from tether.errors import ControlRefused, RunEnded
 from tether.runtime.parent.handle import RunHandle, result_of
 from tether.runtime.parent.mirror import ChannelError, RunMirror
+from tether.runtime.parent.options import SpawnOptions
 from tether.runtime.parent.outcome import Timeouts
 from tether.runtime.parent.supervise import RunWatch
-from tether.runtime.parent.updates import InboxItem, Update
+from tether.runtime.parent.updates import InboxItem
 from tether.wire import AnyEvent, ControlAck
 from tether.wire.session import ControlKind
 
@@ -59,63 +62,59 @@ VERBS = {
     ControlKind.FINALIZE: "agent.finalize",
     ControlKind.CANCEL: "agent.cancel",
 }
-# The host's answers to a cancel that mean the run is over (or gone) already.
+# The host's answers that mean the run is over (or gone) already: RunEnded, as locally.
 ENDED = frozenset({ErrorCode.INVALID_STATUS, ErrorCode.AGENT_NOT_FOUND})
 REFUSALS = frozenset(
-    {*ENDED, ErrorCode.INVALID_PARAMS, ErrorCode.MALFORMED_FRAME, ErrorCode.UNKNOWN_METHOD}
+    {ErrorCode.INVALID_PARAMS, ErrorCode.MALFORMED_FRAME, ErrorCode.UNKNOWN_METHOD}
 )
-"""The host's answers that refuse the control itself (:class:`ControlRefused`); any other
-code (``shutting_down``: the host lost with the control in flight, ``busy``, ``internal``)
-is raised as the host's :class:`DaemonCallError`, code and all: the control may have landed."""
+"""The host's answers that refuse the control itself (:class:`ControlRefused`: it does not
+encode). A control the run's state refuses is not an error: the host answers the child's
+``rejected`` ack, returned as locally. Any other code (``shutting_down``: the host lost
+with the control in flight, ``busy``, ``internal``) is raised as the host's
+:class:`DaemonCallError`, code and all: the control may have landed."""
 
 
 async def spawn_remote(
     task: str,
+    options: SpawnOptions | None = None,
+    /,
     *,
     host: str,
     nats_url: str | None = None,
     name: str | None = None,
-    agent: str | None = None,
-    agent_args: list[str] | None = None,
-    provider: str | None = None,
-    model: str | None = None,
-    script: str | None = None,
-    argv: list[str] | None = None,
-    cwd: str | None = None,
-    deadline_s: float | None = None,
-    env: dict[str, str] | None = None,
     connect_options: dict[str, Any] | None = None,
+    **fields: Any,
 ) -> RemoteRunHandle:
     """Start ``task`` on ``host``'s daemon and return a handle to drive it from here.
 
-    ``nats_url`` defaults to ``$TETHER_NATS_URL``; ``cwd`` and ``script`` are paths on
-    that host. Raises :class:`~tether.daemon.rpc.client.DaemonCallError` with the host's code
-    when it refuses, :class:`~tether.daemon.rpc.client.DaemonUnavailable` when it is away.
+    ``options`` and ``fields`` are :func:`tether.spawn`'s :class:`SpawnOptions` (sent to the
+    host's ``agent.spawn``; ``cwd`` and ``script`` are paths on that host); what only a
+    local parent decides (its index, timeouts, watcher) does not apply. ``nats_url``
+    defaults to ``$TETHER_NATS_URL``. Raises :class:`~tether.daemon.rpc.client.DaemonCallError`
+    with the host's code when it refuses, :class:`~tether.daemon.rpc.client.DaemonUnavailable`
+    when it is away.
     """
     from tether.transports.jetstream import connect_options as options_from_env
     from tether.transports.jetstream import open_jetstream
 
+    opts = options or SpawnOptions()
+    if fields:
+        opts = opts.replace(**fields)
     url = nats_url or os.environ.get("TETHER_NATS_URL")
     if not url:
         raise ValueError("spawn_remote needs nats_url or $TETHER_NATS_URL")
-    options = connect_options if connect_options is not None else options_from_env(env=os.environ)
-    client = await connect(url, options)
-    params: dict[str, Any] = {"name": name or f"r-{os.urandom(4).hex()}", "task": task}
-    extra = {
-        "agent": agent,
-        "agent_args": agent_args,
-        "provider": provider,
-        "model": model,
-        "script": script,
-        "argv": argv,
-        "cwd": cwd,
-        "deadline_s": deadline_s,
-        "env": env,
+    nats_options = (
+        connect_options if connect_options is not None else options_from_env(env=os.environ)
+    )
+    client = await connect(url, nats_options)
+    params = {
+        **msgspec.to_builtins(opts),
+        "name": name or f"r-{os.urandom(4).hex()}",
+        "task": task,
     }
-    params.update({key: value for key, value in extra.items() if value is not None})
     try:
         spawned = await call_host(client, host, "agent.spawn", params)
-        channel = await open_jetstream(url, connect_options=options)
+        channel = await open_jetstream(url, connect_options=nats_options)
     except BaseException:
         await client.close()
         raise
@@ -146,8 +145,7 @@ class RemoteRunHandle(RunHandle):
 
     # -- controls: the host's verbs -----------------------------------------------------
 
-    async def send(self, kind: ControlKind | str, **fields: Any) -> ControlAck:
-        kind = ControlKind(kind)
+    async def _deliver(self, kind: ControlKind, fields: dict[str, Any]) -> ControlAck:
         if kind is ControlKind.CLOSE:
             return await self._control("agent.stop", {"mode": "close", "timeout_s": 0.1})
         verb = VERBS.get(kind)
@@ -169,7 +167,7 @@ class RemoteRunHandle(RunHandle):
         try:
             answer = await call_host(self.client, self.host, verb, {"name": self.name, **fields})
         except DaemonCallError as error:
-            if verb == "agent.cancel" and error.code in ENDED:  # nothing left to cancel
+            if error.code in ENDED:  # nothing left to send it to
                 raise RunEnded(f"{self.host}/{self.name}: {error}") from None
             if error.code not in REFUSALS:  # the host lost, busy or failing: not this control
                 raise DaemonCallError(
@@ -256,9 +254,6 @@ class RemoteRunHandle(RunHandle):
             message = jsondepth.decode_any(line)
             if isinstance(message, dict):
                 self._put(InboxItem(self.run_id, message))
-
-    def _put(self, update: Update) -> None:
-        self._updates.put(update)
 
     # -- the end ------------------------------------------------------------------------
 

@@ -30,11 +30,16 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
+from msgspec import UNSET
+
 from tether import jsondepth, procs
-from tether.daemon.fleet.registry import AgentExists, AgentNotFound, AgentRecord
+from tether.daemon.fleet.fno_shapes import harness, reference_base, wire_status
+from tether.daemon.fleet.registry import AgentExists, AgentNotFound, AgentRecord, AgentRegistry
+from tether.daemon.fleet.replies import AgentStatus, PtyInfo, ReconcileReport, RmReply, StopReply
 from tether.daemon.pty.frames import (
     EXIT_NAME,
     MAX_HOLDER_FRAME,
@@ -52,7 +57,7 @@ from tether.daemon.pty.frames import (
     encode,
 )
 from tether.daemon.pty.holder import read_exit_file
-from tether.daemon.rpc.methods import RpcFailure
+from tether.daemon.rpc.methods import RpcFailure, invalid_status
 from tether.daemon.rpc.protocol import ErrorCode, FrameDecoder
 from tether.procs import proc_start_time, process_matches
 from tether.runtime.parent.rundir import RunDir, create_run_dir
@@ -60,7 +65,8 @@ from tether.wire.env import without_wire_env
 from tether.wire.needdata import NEED_DATA
 
 if TYPE_CHECKING:
-    from tether.daemon.fleet.supervisor import Supervisor
+    from tether.daemon.fleet.verbs import SpawnRequest
+    from tether.daemon.fleet.wire_agent import WireAgent
 
 log = logging.getLogger("tether.daemon.pty")
 
@@ -127,7 +133,7 @@ class _HolderLink(asyncio.Protocol):
 class PtyAgent:
     """One PTY agent of this daemon; see the module docstring."""
 
-    kind: Final = "pty"
+    kind = "pty"
 
     def __init__(self, fleet: PtyFleet, record: AgentRecord, popen: Any = None) -> None:
         self.fleet = fleet
@@ -216,7 +222,7 @@ class PtyAgent:
         for viewer in list(self.viewers):
             viewer.send_control({"type": "resize", "cols": cols, "rows": rows})
 
-    async def stop(self, timeout: float = STOP_GRACE_S + 3.0) -> bool:  # noqa: ASYNC109
+    async def hang_up(self, timeout: float = STOP_GRACE_S + 3.0) -> bool:  # noqa: ASYNC109
         """Hang up the program (SIGHUP, then SIGKILL after a grace) and wait for the end."""
         if self.ended:
             return True
@@ -237,38 +243,54 @@ class PtyAgent:
             viewer.agent_ended({"type": "detached", "reason": "the daemon is shutting down"})
         self.viewers.clear()
 
-    def status_dict(self) -> dict[str, Any]:
+    def status(self) -> AgentStatus:
         record = self.record
-        data: dict[str, Any] = {
-            "name": self.name,
-            "kind": self.kind,
-            "state": self.state,
-            "turn": 0,
-            "pid": self.pid,
-            "run_id": self.run_id,
-            "run_dir": record.run_dir,
-            "usage": {},
-            "created_at": record.created_at,
-            "started_at": record.started_at,
-            "last_seq": 0,
-            "provider": None,
-            "model": None,
-            "channel_id": record.channel_id,
-            "adopted": self.adopted,
-            "argv": record.argv,
-            "attached": self.attached,
-            "pty": {
-                "cols": self.cols,
-                "rows": self.rows,
-                "attached": self.attached,
-                "viewers": len(self.viewers),
-                "holder_pid": self.holder_pid,
-                "output_bytes": len(self.ring) + self.ring.dropped,
-            },
-        }
+        wire = wire_status(self.state)
+        ended = self.ended
+        info = PtyInfo(
+            cols=self.cols,
+            rows=self.rows,
+            attached=self.attached,
+            viewers=len(self.viewers),
+            holder_pid=self.holder_pid,
+            output_bytes=len(self.ring) + self.ring.dropped,
+        )
+        return AgentStatus(
+            name=self.name,
+            kind=self.kind,
+            state=self.state,
+            pid=self.pid,
+            run_id=self.run_id,
+            run_dir=record.run_dir,
+            created_at=record.created_at,
+            started_at=record.started_at,
+            channel_id=record.channel_id,
+            adopted=self.adopted,
+            status=wire,
+            live_status=wire,
+            **reference_base(record, self.run_id),
+            argv=record.argv,
+            attached=self.attached,
+            pty=info,
+            ended_at=self.ended_at if ended else UNSET,
+            exit_code=self.exit_code if ended else UNSET,
+            error=self.error if ended else UNSET,
+        )
+
+    async def stop(self, mode: str, timeout_s: float, note: str | None) -> StopReply:
+        """A program on a terminal has no turns: every mode hangs it up."""
         if self.ended:
-            data.update(ended_at=self.ended_at, exit_code=self.exit_code, error=self.error)
-        return data
+            return StopReply(name=self.name, already_exited=True, state=self.state)
+        ended = await self.hang_up(max(1.0, timeout_s))
+        return StopReply(
+            name=self.name, mode=mode, seq=0, ack="accepted", state=self.state, ended=ended
+        )
+
+    def wire(self) -> WireAgent:
+        raise invalid_status(
+            f"agent {self.name!r} is a PTY agent: type into it through agent.drive "
+            f"('tether agent attach {self.name}')"
+        )
 
     # -- from the holder ----------------------------------------------------------------
 
@@ -355,7 +377,7 @@ class PtyAgent:
 
     def _save(self, **fields: Any) -> None:
         with contextlib.suppress(AgentNotFound):
-            self.record = self.fleet.sup.registry.update(self.name, **fields)
+            self.record = self.fleet.registry().update(self.name, **fields)
 
     def _pty_info(self) -> dict[str, Any]:
         return {**(self.record.pty or {}), "cols": self.cols, "rows": self.rows}
@@ -364,14 +386,51 @@ class PtyAgent:
 class PtyFleet:
     """The PTY agents of one daemon, beside the supervisor's wire agents (one registry)."""
 
-    def __init__(self, supervisor: Supervisor) -> None:
-        self.sup = supervisor
+    def __init__(
+        self, registry: Callable[[], AgentRegistry], runs_root: Path | None = None
+    ) -> None:
+        self.registry = registry  # the daemon's one registry (opened by the wire agents)
+        self.runs_root = runs_root
         self.agents: dict[str, PtyAgent] = {}
+        self._spawning: set[str] = set()
         self.recovered: list[str] = []
         self.orphaned: list[str] = []
 
     def get(self, name: str) -> PtyAgent | None:
         return self.agents.get(name)
+
+    def members(self) -> list[PtyAgent]:
+        return list(self.agents.values())
+
+    def spawning(self, name: str) -> bool:
+        return name in self._spawning
+
+    async def spawn_pty(self, args: SpawnRequest) -> PtyAgent:
+        """``agent.spawn {pty: true, argv, cols?, rows?, cwd?, env?}``."""
+        argv = list(args.argv or ())
+        if not argv or not all(isinstance(a, str) and a and "\0" not in a for a in argv):
+            raise RpcFailure(
+                ErrorCode.INVALID_PARAMS, "a PTY agent needs argv: a list of non-empty strings"
+            )
+        unused = [k for k in ("task", "provider", "model", "script") if getattr(args, k)]
+        if unused or args.wait or args.agent or args.agent_args:
+            raise RpcFailure(
+                ErrorCode.INVALID_PARAMS,
+                f"a PTY agent runs argv only; {', '.join(unused) or 'this'} does not apply",
+            )
+        self._spawning.add(args.name)
+        try:
+            return await self.spawn(
+                args.name,
+                argv,
+                cwd=args.cwd or os.getcwd(),
+                cols=args.cols,
+                rows=args.rows,
+                env=args.env,
+                channel_id=args.channel_id,
+            )
+        finally:
+            self._spawning.discard(args.name)
 
     async def spawn(
         self,
@@ -384,11 +443,9 @@ class PtyFleet:
         env: dict[str, str] | None = None,
         channel_id: str | None = None,
     ) -> PtyAgent:
-        if name in self.agents or name in self.sup.agents:
-            raise RpcFailure(ErrorCode.AGENT_EXISTS, f"an agent named {name!r} already exists")
         if not await asyncio.to_thread(os.path.isdir, cwd):
             raise RpcFailure(ErrorCode.SPAWN_FAILED, f"cwd {cwd} is not a directory")
-        run = await asyncio.to_thread(create_run_dir, self.sup.runs_root)
+        run = await asyncio.to_thread(create_run_dir, self.runs_root)
         now = time.time()
         record = AgentRecord(
             name=name,
@@ -401,14 +458,14 @@ class PtyFleet:
             pty={"cols": cols, "rows": rows, "socket": str(run.path / SOCKET_NAME)},
         )
         try:
-            self.sup.registry.insert(record)
+            self.registry().insert(record)
         except AgentExists:
             raise RpcFailure(ErrorCode.AGENT_EXISTS, f"an agent named {name!r} exists") from None
         try:
             return await self._start(record, run, _program_env(name, env), cols, rows)
         except BaseException:
             with contextlib.suppress(AgentNotFound):
-                self.sup.registry.delete(name)
+                self.registry().delete(name)
             self.agents.pop(name, None)
             raise
 
@@ -436,7 +493,7 @@ class PtyFleet:
             "holder_start_time": proc_start_time(popen.pid),
         }
         pid = int(reply["pid"])
-        record = self.sup.registry.update(
+        record = self.registry().update(
             record.name,
             pid=pid,
             pid_start_time=proc_start_time(pid),
@@ -456,17 +513,19 @@ class PtyFleet:
     async def start(self) -> None:
         """Re-attach at daemon start (after the supervisor opened the registry)."""
         report = await self.reconcile()
-        if report["recovered"] or report["orphaned"]:
-            recovered, orphaned = len(report["recovered"]), len(report["orphaned"])
+        if report.recovered or report.orphaned:
+            recovered, orphaned = len(report.recovered), len(report.orphaned)
             log.info("PTY agents: %d re-attached, %d ended", recovered, orphaned)
 
-    async def reconcile(self) -> dict[str, Any]:
+    async def reconcile(self) -> ReconcileReport:
         """Re-attach to the holders a previous daemon left (idempotent)."""
-        rows = [row for row in self.sup.registry.list() if row.pty is not None]
+        rows = [row for row in self.registry().list() if row.pty is not None]
         for row in rows:
             if row.name not in self.agents:
                 await self._adopt(row)
-        return {"recovered": list(self.recovered), "orphaned": list(self.orphaned)}
+        return ReconcileReport(
+            scanned=len(rows), recovered=list(self.recovered), orphaned=list(self.orphaned)
+        )
 
     async def _adopt(self, row: AgentRecord) -> None:
         agent = self.agents[row.name] = PtyAgent(self, row)
@@ -486,7 +545,7 @@ class PtyFleet:
         self.orphaned.append(row.name)
         await agent._after_link_lost()
 
-    async def remove(self, name: str, *, force: bool) -> dict[str, Any]:
+    async def remove(self, name: str, *, force: bool) -> RmReply:
         agent = self.agents[name]
         if not agent.ended:
             if not force:
@@ -495,11 +554,18 @@ class PtyFleet:
                     f"agent {name!r} is {agent.state}; stop it first, or remove it anyway "
                     f"with `tether agent rm --force {name}` (force: true)",
                 )
-            await agent.stop()
+            await agent.hang_up()
         self.agents.pop(name, None)
         with contextlib.suppress(AgentNotFound):
-            self.sup.registry.delete(name)
-        return {"name": name, "removed": True, "state": agent.state, "run_dir": str(agent.run.path)}
+            self.registry().delete(name)
+        return RmReply(
+            name=name,
+            removed=True,
+            state=agent.state,
+            run_dir=str(agent.run.path),
+            registry_removed=True,
+            harness=harness(agent.record.argv),
+        )
 
     async def shutdown(self) -> None:
         for agent in self.agents.values():

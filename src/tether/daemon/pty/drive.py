@@ -46,6 +46,7 @@ from tether.transports.ws import (
 )
 
 if TYPE_CHECKING:
+    from tether.daemon.fleet.fleet import Fleet
     from tether.daemon.pty.agent import PtyAgent, PtyFleet
     from tether.daemon.rpc.server import CallContext
 
@@ -164,14 +165,15 @@ class DriveSession:
             self._timer = None
 
 
-def drive_handler(fleet: PtyFleet) -> Any:
-    """The inline ``agent.drive`` handler over ``fleet`` (see the module docstring)."""
+def drive_handler(ptys: PtyFleet, fleet: Fleet) -> Any:
+    """The inline ``agent.drive`` handler over the PTY agents (``fleet``: every agent, to
+    tell a wire agent's name from an unknown one); see the module docstring."""
 
     def drive(context: CallContext, params: Any) -> dict[str, Any]:
         name = decode_params(params, DriveParams).name
-        agent = fleet.get(name)
+        agent = ptys.get(name)
         if agent is None:
-            if name in fleet.sup.agents:
+            if fleet.get(name) is not None:
                 raise RpcFailure(
                     ErrorCode.INVALID_STATUS,
                     f"agent {name!r} is a wire agent; drive needs a PTY agent (spawn with "

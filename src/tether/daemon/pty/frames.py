@@ -37,6 +37,7 @@ from typing import Annotated, Any, Final
 import msgspec
 
 from tether import jsondepth
+from tether.daemon.fleet.replies import PTY_MAX_SIZE, PTY_MIN_SIZE
 from tether.daemon.rpc.protocol import encode_frame
 
 RING_BYTES: Final = 1_048_576
@@ -45,8 +46,8 @@ MAX_HOLDER_FRAME: Final = RING_BYTES + 1024
 """The largest frame either side accepts (a whole ring plus its kind byte)."""
 CHUNK_BYTES: Final = 65536
 """The most the holder reads from the PTY (or a viewer's input is cut to) at once."""
-MIN_SIZE: Final = 1
-MAX_SIZE: Final = 1000
+MIN_SIZE: Final = PTY_MIN_SIZE
+MAX_SIZE: Final = PTY_MAX_SIZE
 """Columns and rows are 1..1000."""
 _LINE_SEEK: Final = 4096  # how far past the cut the ring looks for a line start
 

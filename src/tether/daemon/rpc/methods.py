@@ -36,6 +36,11 @@ class RpcFailure(DaemonError):
         self.message = message
 
 
+def invalid_status(message: str) -> RpcFailure:
+    """The failure for a call the agent's current status does not allow."""
+    return RpcFailure(ErrorCode.INVALID_STATUS, message)
+
+
 def decode_params(params: Any, kind: type[T]) -> T:
     """Convert ``params`` to ``kind`` (a msgspec Struct) or raise ``invalid_params``."""
     try:

@@ -1,20 +1,24 @@
 """What every live run offers, wherever it runs: :class:`RunHandle`.
 
-Theory of operation: a run is driven by one of two drivers. :class:`~tether.runtime.parent.spawn.
-LocalRunHandle` (from :func:`tether.spawn`) owns the child process and its files;
-:class:`~tether.daemon.hosts.remote_run.RemoteRunHandle` (from :func:`tether.spawn_remote`)
-drives a child that its host's daemon supervises, over NATS. User code is typed with
-:class:`RunHandle`, the one type both are, and this class holds everything that does not
-depend on where the child is, once:
+Theory of operation: a run is driven by one of two drivers. :class:`~tether.runtime.parent.
+driver.LocalRunHandle` supervises a child on this machine (made by :func:`tether.spawn`, and
+by the daemon for each of its wire agents); :class:`~tether.daemon.hosts.remote_run.
+RemoteRunHandle` (from :func:`tether.spawn_remote`) drives a child that another host's
+daemon supervises. User code is typed with :class:`RunHandle`, the one type both are, and
+this class holds everything that does not depend on where the child is, once:
 
 - the controls (``steer``, ``follow_up``, ``finalize``, ``close``, ``cancel``) are
-  :meth:`send` plus :meth:`wait_ack`; a driver implements :meth:`send` (append to the
-  control file, or call the host's verb) and :meth:`kill`;
+  :meth:`send`, which holds the one pre-check (a run that has ended raises
+  :class:`~tether.errors.RunEnded`) and returns the child's own ack: a control the
+  run's state refuses comes back as a ``rejected`` ack with the table's reason, never as
+  an exception, locally, through the daemon (``agent.steer`` answers that ack) and across
+  hosts alike. A driver implements :meth:`_deliver` (append to the control file and wait
+  for the ack, or call the host's verb) and :meth:`kill`;
 - acks: a driver hands each validated event to :meth:`_event`, which queues it for
   :meth:`updates` and resolves the ack a caller waits for;
 - the end: a driver calls :meth:`_fail_waiters` and then :meth:`_settle` with the
-  :class:`~tether.runtime.parent.outcome.RunResult` (built by :func:`result_of`), after which
-  :meth:`wait` returns it and :meth:`updates` ends.
+  :class:`~tether.runtime.parent.outcome.RunResult` (built by :func:`result_of`), after
+  which :meth:`wait` returns it and :meth:`updates` ends.
 """
 
 from __future__ import annotations
@@ -43,10 +47,11 @@ class RunHandle(abc.ABC):
     :func:`tether.spawn_remote` (a child on another host).
     """
 
-    def __init__(self, run_id: str, mirror: RunMirror) -> None:
+    def __init__(self, run_id: str, mirror: RunMirror, *, keep_updates: bool = True) -> None:
         self.run_id = run_id
         self.mirror = mirror
-        self._updates = UpdateQueue(run_id)
+        # None: nobody reads this run's updates (a daemon's agent: its followers read the log)
+        self._updates: UpdateQueue | None = UpdateQueue(run_id) if keep_updates else None
         self._acks: dict[int, ControlAck] = {}
         self._ack_waiters: dict[int, asyncio.Future[ControlAck]] = {}
         self._notes: list[str] = []
@@ -56,8 +61,8 @@ class RunHandle(abc.ABC):
     # -- what a driver provides -----------------------------------------------------
 
     @abc.abstractmethod
-    async def send(self, kind: ControlKind | str, **fields: Any) -> ControlAck:
-        """Send any control and wait for its ack."""
+    async def _deliver(self, kind: ControlKind, fields: dict[str, Any]) -> ControlAck:
+        """Send the control and return the child's ack for it."""
 
     @abc.abstractmethod
     def kill(self, reason: str = "killed by the user") -> None:
@@ -85,6 +90,15 @@ class RunHandle(abc.ABC):
         return list(self._notes)
 
     # -- controls -------------------------------------------------------------------
+
+    async def send(self, kind: ControlKind | str, **fields: Any) -> ControlAck:
+        """Send any control and return the child's ack (``rejected`` with its reason when
+        the run's state refuses it). Raises :class:`RunEnded` when the run has ended
+        (or ends before the ack), ``ValueError`` for a control that cannot be encoded."""
+        kind = ControlKind(kind)
+        if self._ended:
+            raise RunEnded(f"run {self.run_id} has ended; cannot send {kind}")
+        return await self._deliver(kind, fields)
 
     async def steer(self, text: str) -> ControlAck:
         """Inject ``text`` at the next turn boundary (starts a turn when ready)."""
@@ -136,6 +150,8 @@ class RunHandle(abc.ABC):
         to a bound (a reader that falls far behind is told how many were dropped; the
         run's event log keeps every event). Ends when the run has ended.
         """
+        if self._updates is None:
+            raise TypeError(f"run {self.run_id} keeps no updates (read its event log instead)")
         while (item := await self._updates.get()) is not None:
             yield item
 
@@ -167,9 +183,14 @@ class RunHandle(abc.ABC):
 
     # -- for the drivers ------------------------------------------------------------
 
+    def _put(self, update: Update) -> None:
+        if self._updates is not None:
+            self._updates.put(update)
+
     def _event(self, event: AnyEvent, raw: bytes) -> None:
         """A validated (and mirrored) event: queue it, resolve the ack it may be."""
-        self._updates.put(RunEvent(self.run_id, event, raw, self.mirror.state))
+        if self._updates is not None:
+            self._updates.put(RunEvent(self.run_id, event, raw, self.mirror.state))
         if isinstance(event, ControlAck) and isinstance(event.ref, int):
             self._acks[event.ref] = event
             waiter = self._ack_waiters.pop(event.ref, None)
@@ -192,7 +213,8 @@ class RunHandle(abc.ABC):
 
     def _settle(self, result: RunResult) -> None:
         """End :meth:`updates` and hand out ``result``."""
-        self._updates.close()
+        if self._updates is not None:
+            self._updates.close()
         if not self._result.done():
             self._result.set_result(result)
 

@@ -14,12 +14,15 @@ import asyncio
 import contextlib
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from tether.runtime.parent.hub import WatchHub
 from tether.runtime.parent.mirror import ChannelError, RunMirror, too_large
+from tether.runtime.parent.observer import Observer
+from tether.runtime.parent.outcome import RunResult
 from tether.runtime.parent.rundir import RunDir
 from tether.runtime.parent.updates import RunEvent, Update
 from tether.store.index import RunIndex
@@ -117,3 +120,37 @@ class NestedFollower:
             if not followed.done:
                 with contextlib.suppress(Exception):
                     self._stop(followed)
+
+
+class NestedUpdates(Observer):
+    """The run's descendants' updates handed to ``put`` as they come (its own task: the
+    index is asked every :data:`SCAN_S`, the logs are read when they change), and what is
+    left once the run has ended."""
+
+    def __init__(
+        self, root: str, index: RunIndex, hub: WatchHub, put: Callable[[Update], None]
+    ) -> None:
+        self._wake = asyncio.Event()
+        self._follower = NestedFollower(root, index, hub, self._wake)
+        self._put = put
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"nested-{root}")
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            self._hand_out(await self._follower.poll())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), SCAN_S)
+
+    def _hand_out(self, updates: list[Update]) -> None:
+        for update in updates:
+            self._put(update)
+
+    async def on_end(self, result: RunResult) -> str | None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        with contextlib.suppress(Exception):
+            self._hand_out(await self._follower.poll())
+        self._follower.close()
+        return None

@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tether import exits, jsondepth
+from tether.runtime.parent.observer import Observer
+from tether.runtime.parent.outcome import RunResult
 from tether.store.index import RunIndex, RunRecord
 from tether.wire.session import State
 
 
-class Recorder:
+class Recorder(Observer):
     """Writes the run's row in the index; failures become notes, never errors."""
 
     def __init__(self, index: RunIndex, run_id: str) -> None:
@@ -47,6 +49,9 @@ class Recorder:
             error=result.error,
             truncated=result.truncated,
         )
+
+    async def on_end(self, result: RunResult) -> str | None:
+        return await self.finish(result)
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> str | None:
         try:

@@ -10,75 +10,30 @@ Leaving the ``with`` block cancels a run that is still going and waits for its r
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Coroutine, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-from tether.runtime.parent.hub import WatchHub
-from tether.runtime.parent.outcome import Timeouts
-from tether.runtime.parent.spawn import LocalRunHandle, RunResult, Update, spawn
+from tether.runtime.parent.options import SpawnOptions, split_fields
+from tether.runtime.parent.spawn import LocalRunHandle, RunResult, Update, spawn_run
 from tether.wire import ControlAck
 from tether.wire.session import State
 
 T = TypeVar("T")
 
 
-def run(
-    task: str,
-    *,
-    agent: str | None = None,
-    agent_args: Sequence[str] = (),
-    provider: str | None = None,
-    model: str | None = None,
-    argv: Sequence[str] | None = None,
-    child_args: Sequence[str] = (),
-    cwd: str | os.PathLike[str] | None = None,
-    deadline_s: float | None = None,
-    finalize_after_s: float | None = None,
-    env: Mapping[str, str] | None = None,
-    close_when_idle: bool = True,
-    parent_run: str | None = None,
-    timeouts: Timeouts | None = None,
-    runs_root: Path | None = None,
-    db: Path | None = None,
-    record: bool = True,
-    inbox: bool = True,
-    follow_nested: bool = False,
-    hub: WatchHub | None = None,
-) -> RunResult:
+def run(task: str, options: SpawnOptions | None = None, /, **fields: Any) -> RunResult:
     """Start a child on ``task``, wait for it, return its :class:`RunResult` (blocking).
 
-    Takes the keyword options of :func:`tether.runtime.parent.spawn.spawn`, spelled out so a
-    type checker sees them (a test keeps the three signatures equal). Must not be called
-    from a running event loop (``await spawn(...)`` there instead).
+    Takes what :func:`tether.runtime.parent.spawn.spawn` takes (a :class:`SpawnOptions`
+    and its fields by keyword). Must not be called from a running event loop (``await
+    spawn(...)`` there instead).
     """
+    opts, supervision = split_fields(options, fields)
 
     async def go() -> RunResult:
-        handle = await spawn(
-            task,
-            agent=agent,
-            agent_args=agent_args,
-            provider=provider,
-            model=model,
-            argv=argv,
-            child_args=child_args,
-            cwd=cwd,
-            deadline_s=deadline_s,
-            finalize_after_s=finalize_after_s,
-            env=env,
-            close_when_idle=close_when_idle,
-            parent_run=parent_run,
-            timeouts=timeouts,
-            runs_root=runs_root,
-            db=db,
-            record=record,
-            inbox=inbox,
-            follow_nested=follow_nested,
-            hub=hub,
-        )
+        handle = await spawn_run(task, opts, supervision)
         try:
             return await handle.wait()
         finally:
@@ -189,59 +144,15 @@ class SyncRunHandle:
             self._loop.close()
 
 
-def open_run(
-    task: str,
-    *,
-    agent: str | None = None,
-    agent_args: Sequence[str] = (),
-    provider: str | None = None,
-    model: str | None = None,
-    argv: Sequence[str] | None = None,
-    child_args: Sequence[str] = (),
-    cwd: str | os.PathLike[str] | None = None,
-    deadline_s: float | None = None,
-    finalize_after_s: float | None = None,
-    env: Mapping[str, str] | None = None,
-    close_when_idle: bool = True,
-    parent_run: str | None = None,
-    timeouts: Timeouts | None = None,
-    runs_root: Path | None = None,
-    db: Path | None = None,
-    record: bool = True,
-    inbox: bool = True,
-    follow_nested: bool = False,
-    hub: WatchHub | None = None,
-) -> SyncRunHandle:
+def open_run(task: str, options: SpawnOptions | None = None, /, **fields: Any) -> SyncRunHandle:
     """Start a child and return a blocking handle; use it as a context manager.
 
-    Takes the keyword options of :func:`tether.runtime.parent.spawn.spawn` (see :func:`run`).
+    Takes what :func:`tether.runtime.parent.spawn.spawn` takes (see :func:`run`).
     """
+    opts, supervision = split_fields(options, fields)
     loop = _LoopThread()
     try:
-        handle = loop.call(
-            spawn(
-                task,
-                agent=agent,
-                agent_args=agent_args,
-                provider=provider,
-                model=model,
-                argv=argv,
-                child_args=child_args,
-                cwd=cwd,
-                deadline_s=deadline_s,
-                finalize_after_s=finalize_after_s,
-                env=env,
-                close_when_idle=close_when_idle,
-                parent_run=parent_run,
-                timeouts=timeouts,
-                runs_root=runs_root,
-                db=db,
-                record=record,
-                inbox=inbox,
-                follow_nested=follow_nested,
-                hub=hub,
-            )
-        )
+        handle = loop.call(spawn_run(task, opts, supervision))
     except BaseException:
         loop.close()
         raise
