@@ -9,7 +9,7 @@ derives from a built-in (``ValueError``, ``KeyError``, ``OSError``) that is said
     TetherError
     ├── ParentError                   (here) talking to a child run
     │   ├── SpawnError                (here) the child could not be started
-    │   ├── BadOptions                (here, ValueError) spawn options that cannot work
+    │   │   └── BadOptions            (here, ValueError) spawn options that cannot work
     │   │                             together, or name what does not exist (usage)
     │   ├── RunEnded                  (here) the run ended before a control was acknowledged
     │   ├── ControlRefused            (here, ValueError) a control does not encode
@@ -95,7 +95,7 @@ class SpawnError(ParentError):
     """The child could not be started (bad argv, missing executable, no permission)."""
 
 
-class BadOptions(ParentError, ValueError):
+class BadOptions(SpawnError, ValueError):
     """Spawn options that cannot work together or name what does not exist (an unknown
     agent or provider, a script that does not load): a usage error, found before anything
     of the run is created."""
