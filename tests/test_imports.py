@@ -22,8 +22,16 @@ ROOT = SRC / "tether"
 # Top to bottom. A module belongs to the first entry that is it or one of its packages.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("tether", "tether.__main__", "tether.api", "tether.cli", "tether.web", "tether.modelserver"),
-    ("tether.daemon",),
-    ("tether.runtime",),
+    # the daemon: its composition root, then its parts, each above what it uses
+    ("tether.daemon.app",),
+    ("tether.daemon.hosts",),  # many hosts: a link to the cluster, runs on other hosts
+    ("tether.daemon.channels",),  # channel.*, and channels wired to agents
+    ("tether.daemon.pty",),  # PTY agents and agent.drive: a family of the fleet
+    ("tether.daemon.fleet",),  # the fleet interface, the verbs, the wire agents
+    ("tether.daemon.rpc", "tether.daemon"),  # the socket server, protocol and clients
+    # the runtime: the parent's side drives what the child's side runs
+    ("tether.runtime.parent",),
+    ("tether.runtime.child", "tether.runtime"),
     ("tether.agent",),
     ("tether.inbox", "tether.store", "tether.workspace"),
     ("tether.display",),
