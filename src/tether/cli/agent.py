@@ -27,10 +27,27 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import msgspec
+from msgspec import UNSET
 
 from tether import exits
+from tether.daemon.fleet.replies import (
+    AgentStatus,
+    AnswerReply,
+    AskReply,
+    ControlReply,
+    EventsReply,
+    ListReply,
+    ReconcileReport,
+    RmReply,
+    StopReply,
+    decode_reply,
+)
 from tether.numbers import SECONDS, SECONDS_OR_ZERO, count
+
+R = TypeVar("R")
 
 if TYPE_CHECKING:
     from tether.daemon.hosts.remote import RemoteClient
@@ -213,6 +230,14 @@ def _connect(args: argparse.Namespace) -> DaemonClient | RemoteClient:
     return client
 
 
+def _call(
+    client: DaemonClient | RemoteClient, method: str, params: Any, kind: type[R]
+) -> tuple[Any, R]:
+    """The daemon's answer as it came (for --json) and as its reply Struct."""
+    result = client.call(method, params)
+    return result, decode_reply(result, kind)
+
+
 def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
     print(json.dumps(data) if args.json else _for_terminal(human))
 
@@ -244,17 +269,17 @@ def _spawn(args: argparse.Namespace, child_argv: list[str] | None) -> int:
         return exits.USAGE
     with _connect(args) as client:
         client.settimeout(None)  # spawn waits for ready (bounded by the daemon)
-        result = client.call("agent.spawn", params)
-    answer = result.get("answer")
-    where = f"pid {result['pid']}, run {result['run_id']}"
-    human = f"spawned {result['name']} ({where}): {result['state']}"
-    if result.get("kind") == "pty":
-        human += f"; attach with 'tether agent attach {result['name']}'"
-    if answer is not None and not answer.get("timed_out"):
-        human = answer["text"]
-        print(f"spawned {result['name']} ({where})", file=sys.stderr)
+        result, status = _call(client, "agent.spawn", params, AgentStatus)
+    answer = None if status.answer is UNSET else status.answer
+    where = f"pid {status.pid}, run {status.run_id}"
+    human = f"spawned {status.name} ({where}): {status.state}"
+    if status.kind == "pty":
+        human += f"; attach with 'tether agent attach {status.name}'"
+    if answer is not None and not answer.timed_out:
+        human = answer.text or ""
+        print(f"spawned {status.name} ({where})", file=sys.stderr)
     _emit(args, result, human)
-    return _timed_out(answer, result["name"]) if answer else 0
+    return _timed_out(answer, status.name) if answer is not None else 0
 
 
 def _spawn_params(args: argparse.Namespace, child_argv: list[str] | None) -> dict[str, Any]:
@@ -294,12 +319,12 @@ def _run(args: argparse.Namespace) -> int:
         if args.action == "events":
             return _events(client, args)
         if args.action == "list":
-            result = client.call("agent.list")
-            _emit(args, result, _table(result["agents"]))
+            result, listed = _call(client, "agent.list", None, ListReply)
+            _emit(args, result, _table(listed.agents))
             return 0
         if args.action == "reconcile":
-            result = client.call("agent.reconcile")
-            _emit(args, result, _reconciled(result))
+            result, report = _call(client, "agent.reconcile", None, ReconcileReport)
+            _emit(args, result, _reconciled(report))
             return 0
         return _simple(client, args)
 
@@ -307,30 +332,36 @@ def _run(args: argparse.Namespace) -> int:
 def _simple(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
     name = args.name
     if args.action == "status":
-        result = client.call("agent.status", {"name": name})
-        _emit(args, result, _status_text(result))
+        result, status = _call(client, "agent.status", {"name": name}, AgentStatus)
+        _emit(args, result, _status_text(status))
         return 0
     if args.action == "stop":
         params: dict[str, Any] = {"name": name, "mode": args.mode, "timeout_s": args.timeout}
         if args.note is not None:
             params["note"] = args.note
         client.settimeout(args.timeout + CALL_TIMEOUT_S)
-        result = client.call("agent.stop", params)
-        if result.get("already_exited"):
-            _emit(args, result, f"{name}: already ended ({result['state']})")
+        result, stopped = _call(client, "agent.stop", params, StopReply)
+        if stopped.already_exited is True:
+            _emit(args, result, f"{name}: already ended ({stopped.state})")
             return 0
-        ended = "ended" if result["ended"] else "still ending"
-        _emit(args, result, f"{name}: {args.mode} {result['ack']}; {result['state']} ({ended})")
+        ended = "ended" if stopped.ended is True else "still ending"
+        _emit(args, result, f"{name}: {args.mode} {stopped.ack}; {stopped.state} ({ended})")
         return 0
     if args.action == "rm":
-        result = client.call("agent.rm", {"name": name, "force": args.force})
-        _emit(args, result, f"removed {name} (its run directory stays: {result['run_dir']})")
+        result, removed = _call(client, "agent.rm", {"name": name, "force": args.force}, RmReply)
+        _emit(args, result, f"removed {name} (its run directory stays: {removed.run_dir})")
         return 0
     if args.action == "answer":
         return _answer_question(client, args)
     method, params = _control(args)
-    result = client.call(method, params)
-    human = f"{name}: {args.action} {result['ack']} (seq {result['seq']}); {result['state']}"
+    result, sent = _call(client, method, params, ControlReply)
+    human = f"{name}: {args.action} {sent.ack} (seq {sent.seq}); {sent.state}"
+    if sent.ack == "rejected":
+        print(
+            _for_terminal(f"tether agent: {name} rejected {args.action}: {sent.reason}"),
+            file=sys.stderr,
+        )
+        return exits.FAILED
     _emit(args, result, human)
     return 0
 
@@ -342,10 +373,10 @@ def _answer_question(client: DaemonClient | RemoteClient, args: argparse.Namespa
     elif not args.text:
         print("tether agent: answer needs TEXT, --approve or --deny", file=sys.stderr)
         return exits.USAGE
-    result = client.call("agent.answer", params)
+    result, answered = _call(client, "agent.answer", params, AnswerReply)
     human = (
-        f"{args.name}: answered {args.key} ({result['kind']}) as {result['sent_as']} "
-        f"{result['ack']} (seq {result['seq']}); {result['state']}"
+        f"{args.name}: answered {args.key} ({answered.kind}) as {answered.sent_as} "
+        f"{answered.ack} (seq {answered.seq}); {answered.state}"
     )
     _emit(args, result, human)
     return 0
@@ -365,20 +396,20 @@ def _ask(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
     if args.timeout is not None:
         params["timeout_s"] = args.timeout
     client.settimeout(None if args.timeout is None else args.timeout + CALL_TIMEOUT_S)
-    result = client.call("agent.ask", params)
-    answer = "" if result.get("timed_out") else result["text"]
+    result, asked = _call(client, "agent.ask", params, AskReply)
+    answer = "" if asked.timed_out or asked.text is UNSET else asked.text
     if args.json or sys.stdout.isatty():
         _emit(args, result, answer)
     else:  # the answer itself, byte for byte, into a pipe or a file
         print(answer)
-    return _timed_out(result, args.name)
+    return _timed_out(asked, args.name)
 
 
-def _timed_out(result: dict[str, Any], name: str) -> int:
-    if not result.get("timed_out"):
+def _timed_out(asked: AskReply, name: str) -> int:
+    if not asked.timed_out:
         return 0
     print(
-        f"tether agent: {name} is still on it (message seq {result.get('seq')}); follow it with "
+        f"tether agent: {name} is still on it (message seq {asked.seq}); follow it with "
         f"'tether agent events {name} --follow'",
         file=sys.stderr,
     )
@@ -402,10 +433,11 @@ def _events(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> in
 def _events_page(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
     params = {"name": args.name, "after_seq": args.after_seq, "limit": args.limit}
     result = client.call("agent.events", params)
+    page = decode_reply({**result, "events": []}, EventsReply)  # the events stay as sent
     for event in result["events"]:
         _print_event(args, event)
-    if not args.json and result["more"]:
-        print(f"(more: continue with --after-seq {result['last_seq']})", file=sys.stderr)
+    if not args.json and page.more:
+        print(f"(more: continue with --after-seq {page.last_seq})", file=sys.stderr)
     return 0
 
 
@@ -470,21 +502,21 @@ def _age(since: Any) -> str:
     return f"{seconds}s"
 
 
-def _table(agents: list[dict[str, Any]]) -> str:
+def _table(agents: list[AgentStatus]) -> str:
     if not agents:
         return "no agents (start one with 'tether agent spawn NAME --task ...')"
-    hosts = any("host" in a for a in agents)
+    hosts = any(a.host is not UNSET for a in agents)
     header = ("HOST",) * hosts + ("NAME", "STATE", "TURN", "PID", "TOKENS IN/OUT", "AGE", "RUN")
     rows = [header] + [
         (
-            *((str(a.get("host", "-")),) * hosts),
-            a["name"],
-            a["state"],
-            str(a["turn"]),
-            str(a["pid"] or "-"),
-            _usage_text(a.get("usage")),
-            _age(a.get("created_at")),
-            a["run_id"],
+            *((str(a.host if a.host is not UNSET else "-"),) * hosts),
+            a.name,
+            _shown_state(a),
+            str(a.turn),
+            str(a.pid or "-"),
+            _usage_text(a.usage),
+            _age(a.created_at),
+            a.run_id,
         )
         for a in agents
     ]
@@ -496,47 +528,59 @@ def _table(agents: list[dict[str, Any]]) -> str:
     return "\n".join(lines + _question_lines(agents))
 
 
-def _question_lines(agents: list[dict[str, Any]]) -> list[str]:
+def _shown_state(agent: AgentStatus) -> str:
+    """``waiting`` for a run blocked on a person's answer, else its state."""
+    return "waiting" if agent.waiting is not UNSET else agent.state
+
+
+def _question_lines(agents: list[AgentStatus]) -> list[str]:
     """Unanswered questions, one line each, with the command that answers them."""
     out = []
     for agent in agents:
-        for question in agent.get("questions") or []:
-            kind = "approval" if question.get("type") == "approval_request" else "question"
-            text = str(question.get("text", "")).replace("\n", " ")[:80]
-            out.append(f"? {agent['name']} {kind} {question.get('key')}: {text}")
+        for question in agent.questions or []:
+            kind = "approval" if question.type == "approval_request" else "question"
+            text = question.text.replace("\n", " ")[:80]
+            out.append(f"? {agent.name} {kind} {question.key}: {text}")
     if out:
         out.insert(0, "")
         out.append("(answer with: tether agent answer NAME MSG_KEY TEXT | --approve | --deny)")
     return out
 
 
-def _status_text(status: dict[str, Any]) -> str:
+def _status_text(status: AgentStatus) -> str:
     keys = ("name", "state", "turn", "pid", "run_id", "run_dir", "last_seq", "provider", "model")
-    lines = [
-        f"{key + ':':<11}{status.get(key) if status.get(key) is not None else '-'}" for key in keys
-    ]
-    lines.append(f"{'usage:':<11}{_usage_text(status.get('usage'))} (tokens in/out)")
-    lines.append(f"{'started:':<11}{_age(status.get('started_at'))} ago")
-    if status.get("channel_id"):
-        lines.append(f"{'channel:':<11}{status['channel_id']} {status.get('channel', '')}")
-    if status.get("adopted"):
+    values = {key: getattr(status, key) for key in keys}
+    values["state"] = _shown_state(status)
+    lines = [f"{key + ':':<11}{'-' if value is None else value}" for key, value in values.items()]
+    lines.append(f"{'usage:':<11}{_usage_text(status.usage)} (tokens in/out)")
+    lines.append(f"{'started:':<11}{_age(status.started_at)} ago")
+    if status.waiting is not UNSET:
+        waiting = status.waiting
+        what = f" {waiting.tool}" if waiting.tool else ""
+        lines.append(
+            f"{'waiting:':<11}{waiting.kind}{what} {waiting.key} since {_age(waiting.since)}"
+        )
+    if status.channel_id:
+        stats = "" if status.channel is UNSET else msgspec.json.encode(status.channel).decode()
+        lines.append(f"{'channel:':<11}{status.channel_id} {stats}")
+    if status.adopted:
         lines.append(f"{'adopted:':<11}yes (re-adopted after a daemon restart)")
-    if status.get("error"):
-        lines.append(f"{'error:':<11}{status['error']}")
-    for note in status.get("notes", []):
+    if status.error not in (None, UNSET):
+        lines.append(f"{'error:':<11}{status.error}")
+    for note in status.notes or []:
         lines.append(f"{'note:':<11}{note}")
     return "\n".join(lines)
 
 
-def _reconciled(result: dict[str, Any]) -> str:
-    def names(key: str) -> str:
-        return ", ".join(result[key]) or "-"
+def _reconciled(report: ReconcileReport) -> str:
+    def names(found: list[str]) -> str:
+        return ", ".join(found) or "-"
 
     lines = [
-        f"scanned {result['scanned']} agents",
-        f"recovered: {names('recovered')}",
-        f"orphaned:  {names('orphaned')}",
-        f"skipped:   {names('skipped')}",
+        f"scanned {report.scanned} agents",
+        f"recovered: {names(report.recovered)}",
+        f"orphaned:  {names(report.orphaned)}",
+        f"skipped:   {names(report.skipped)}",
     ]
-    lines += [f"error:     {e['name']}: {e['error']}" for e in result["errors"]]
+    lines += [f"error:     {e.name}: {e.error}" for e in report.errors]
     return "\n".join(lines)

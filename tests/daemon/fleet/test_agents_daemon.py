@@ -130,7 +130,7 @@ def test_spawn_failures_free_the_name(agentd: AgentDaemon) -> None:
     assert "boom" in message  # the tail of its stderr
     os.mkfifo(agentd.root / "fifo.json")  # nobody writes it: refused, never waited on
     fifo = {"name": "a", "script": str(agentd.root / "fifo.json")}
-    assert "not a regular file" in agentd.expect(E.SPAWN_FAILED, "agent.spawn", fifo)
+    assert "not a regular file" in agentd.expect(E.INVALID_PARAMS, "agent.spawn", fifo)
     (agentd.root / "bad.json").write_text('{"not": "a list"}')
     bad = {"name": "a", "script": str(agentd.root / "bad.json")}
     assert "list" in agentd.expect(E.INVALID_PARAMS, "agent.spawn", bad)  # bad input

@@ -21,7 +21,7 @@ __all__ = ["agentd"]
 
 REPORT = Path(__file__).parents[2] / "parent" / "doubles" / "report_child.py"
 PER_RUN = re.compile(
-    r"^(FEN_WIRE_|TETHER_WIRE_|TETHER_RUN_DIR$|TETHER_INBOX_PATH$|RUNEX_INBOX|TETHER_AGENT_NAME$)"
+    r"^(FEN_WIRE_|TETHER_WIRE_|TETHER_RUN_DIR$|TETHER_INBOX_PATH$|RUNEX_INBOX|TETHER_AGENT_NAME$|TMPDIR$)"
 )
 
 

@@ -127,6 +127,7 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
     argv: list[str] | UnsetType | None = UNSET
     attached: bool | UnsetType = UNSET
     pty: PtyInfo | UnsetType = UNSET
+    host: str | UnsetType = UNSET  # the cluster's list: the host it runs on
     answer: AskReply | UnsetType = UNSET  # agent.spawn {wait}
     created: bool | UnsetType = UNSET  # the reference's agent.ask on first contact
 
