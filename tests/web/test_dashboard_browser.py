@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_pty_agents import BASH, spawn_pty
 from tests.support.agentd import AgentDaemon, agentd
 from tests.support.dashboard import DashboardProcess, artifact_dir, dashboard
+from tests.support.pty import BASH, spawn_pty
 
 __all__ = ["agentd", "dashboard"]
 

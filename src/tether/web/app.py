@@ -26,7 +26,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
+
 from tether import jsondepth
+from tether.daemon.fleet.replies import AgentStatus, ListReply, decode_reply
 from tether.daemon.rpc.aclient import AsyncDaemonClient
 from tether.daemon.rpc.client import DaemonCallError, DaemonClientError
 from tether.daemon.rpc.protocol import ErrorCode, Request
@@ -139,25 +142,28 @@ class Dashboard:
             raise
 
     async def agents(self) -> dict[str, Any]:
-        agents = (await self.call("agent.list"))["agents"]
-        for agent in agents:
-            agent["last_event"] = await self._last_event(agent)
-        return {"agents": agents}
+        listed = decode_reply(await self.call("agent.list"), ListReply)
+        rows = []
+        for agent in listed.agents:
+            row = msgspec.to_builtins(agent)
+            row["last_event"] = await self._last_event(agent)
+            rows.append(row)
+        return {"agents": rows}
 
-    async def _last_event(self, agent: dict[str, Any]) -> dict[str, Any] | None:
-        seq = agent.get("last_seq") or 0
-        if agent.get("kind") == "pty" or seq < 1:
+    async def _last_event(self, agent: AgentStatus) -> dict[str, Any] | None:
+        seq = agent.last_seq
+        if agent.kind == "pty" or seq < 1:
             return None
-        cached = self._last.get(agent["name"])
+        cached = self._last.get(agent.name)
         if cached is not None and cached[0] == seq:
             return cached[1]
         # event `seq` itself: the run goes on meanwhile, and the newest event by the time
         # this answers would not be the one the row's last_seq names (seen: 5 beside 3)
-        params = {"name": agent["name"], "after_seq": seq - 1, "limit": 1}
+        params = {"name": agent.name, "after_seq": seq - 1, "limit": 1}
         events = (await self.call("agent.events", params)).get("events") or []
         last = _summary(events[0]) if events else None
         if last is not None:
-            self._last[agent["name"]] = (seq, last)
+            self._last[agent.name] = (seq, last)
         return last
 
     async def act(self, name: str, action: str, body: dict[str, Any]) -> Any:
@@ -170,10 +176,10 @@ class Dashboard:
         return await self.call(f"agent.{action}", params)
 
     async def inbox(self, name: str) -> dict[str, Any]:
-        status = await self.call("agent.status", {"name": name})
-        if status.get("kind") == "pty":
+        status = decode_reply(await self.call("agent.status", {"name": name}), AgentStatus)
+        if status.kind == "pty":
             return {"name": name, "messages": []}
-        messages = await asyncio.to_thread(_read_inbox, self.db, status["run_id"])
+        messages = await asyncio.to_thread(_read_inbox, self.db, status.run_id)
         return {"name": name, "messages": messages}
 
     # -- WebSockets -----------------------------------------------------------------------

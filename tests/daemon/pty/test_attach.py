@@ -16,8 +16,8 @@ import sys
 import termios
 from typing import Any
 
-from test_pty_agents import BASH, spawn_pty
 from tests.support.agentd import AgentDaemon, agentd
+from tests.support.pty import BASH, spawn_pty
 
 __all__ = ["agentd"]
 

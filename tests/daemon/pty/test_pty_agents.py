@@ -9,17 +9,16 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from tests.support.agentd import AgentDaemon, agentd, alive
+from tests.support.pty import BASH, spawn_pty
 from tests.support.ws_raw import RawWs
 
 from tether.daemon.rpc.protocol import ErrorCode, encode_call
 
 __all__ = ["agentd"]
 
-BASH = ["bash", "--norc", "--noprofile", "-i"]
 # A curses-like program: alternate screen, then "size C R" at start and on every SIGWINCH.
 SCREEN = """
 import os, signal, sys
@@ -34,15 +33,6 @@ for line in sys.stdin:
     sys.stdout.write("got " + line.strip() + "\\r\\n"); sys.stdout.flush()
 sys.stdout.write("\\x1b[?1049l"); sys.stdout.flush()
 """
-
-
-def spawn_pty(agentd: AgentDaemon, name: str, argv: list[str], **params: Any) -> dict[str, Any]:
-    params.setdefault("cwd", str(agentd.root))
-    params.setdefault("env", {"PS1": "$ ", "HISTFILE": "/dev/null"})
-    result: dict[str, Any] = agentd.call(
-        "agent.spawn", {"name": name, "pty": True, "argv": argv, **params}
-    )
-    return result
 
 
 _OPEN: list[socket.socket] = []
