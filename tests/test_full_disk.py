@@ -129,6 +129,37 @@ def test_a_disk_that_fills_mid_run_fails_it_promptly_and_tears_no_line(
     assert '"running"' not in runs.stdout, runs.stdout
 
 
+@pytest.mark.parametrize("free_kib", [16, 96])
+def test_a_disk_that_fills_as_the_run_starts_still_gets_its_row(
+    small_disk: SmallDisk, tmp_path: Path, tether_env: dict[str, str], free_kib: int
+) -> None:
+    """Room for the run directory but not for the index row: the run (done with 16 KiB
+    left, failed with 96 KiB: then the child cannot write its events) once had no row at
+    all. Once there is room, `tether runs` lists it, recovered from its directory, with
+    the status its exit code said."""
+    if small_disk.preexec is not None:
+        pytest.skip("a disk that fills as the run starts needs a real tmpfs (root)")
+    filler = small_disk.root / "filler"
+    free = os.statvfs(small_disk.root).f_bavail * os.statvfs(small_disk.root).f_frsize
+    filler.write_bytes(b"\0" * (free - free_kib * 1024))
+    done = _run(small_disk, tether_env, _replies(tmp_path, "ok"))
+    filler.unlink()  # room again
+    assert done.returncode in (0, 4), done
+    (run_dir,) = (small_disk.root / "home" / "runs").iterdir()
+    home = {**tether_env, "TETHER_HOME": str(small_disk.root / "home")}
+    runs = subprocess.run(
+        [sys.executable, "-m", "tether", "runs", "--json"],
+        capture_output=True,
+        text=True,
+        env=home,
+        timeout=30,
+    )
+    (row,) = [json.loads(line) for line in runs.stdout.splitlines()]
+    assert (row["id"], row["task"]) == (run_dir.name, "the task")
+    assert row["status"] == {0: "done", 4: "failed"}[done.returncode], row
+    assert not (run_dir / ".row-pending").exists()
+
+
 def test_the_event_log_cuts_back_a_partial_line_and_says_so(tmp_path: Path) -> None:
     """Under RLIMIT_FSIZE a line crossing the limit is written in part, then EFBIG."""
     script = f"""

@@ -422,18 +422,12 @@ def _main(
     # `ready` goes out before asyncio, the agent and the providers are imported: the
     # parent may append controls at once; they are read as soon as the loop runs.
     from tether.runtime.child.backstop import handle_stop_signals
-    from tether.runtime.child.files import EventLog
-    from tether.wire import Ready
 
     early: list[int] = []  # a signal before the loop's handlers exist still ends `failed`
     handle_stop_signals(early.append)  # and ends the child even if the loop never runs
-
-    try:
-        log = EventLog(events, run)
-    except OSError as exc:
-        print(f"tether child: cannot open event file {events}: {exc}", file=sys.stderr)
-        return exits.USAGE
-    log.emit(Ready)
+    log = _ready(events, run)
+    if isinstance(log, int):
+        return log
 
     from tether.runtime.child.presenter import ChildOptions, run_child
     from tether.transports.wake import inherited_wake_fd
@@ -482,6 +476,24 @@ def _main(
         desk=desk,
     )
     return run_child(child, log)
+
+
+def _ready(events: str, run: str) -> EventLog | int:
+    """The event log, ``ready`` written to it; else the exit status (nothing can be said:
+    the file cannot be opened, or not even ``ready`` could be written on a full disk)."""
+    from tether.runtime.child.files import EventLog
+    from tether.wire import Ready
+
+    try:
+        log = EventLog(events, run)
+    except OSError as exc:
+        print(f"tether child: cannot open event file {events}: {exc}", file=sys.stderr)
+        return exits.USAGE
+    log.emit(Ready)
+    if log.closed:
+        print(f"tether child: cannot write the event file {events}", file=sys.stderr)
+        return exits.FAILED
+    return log
 
 
 def _open_desk(config: DeskConfig, env: dict[str, str], log: EventLog) -> Desk:

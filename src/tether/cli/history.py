@@ -27,7 +27,7 @@ from tether import exits
 from tether.numbers import count
 
 if TYPE_CHECKING:
-    from tether.store.index import RunRecord
+    from tether.store.index import RunIndex, RunRecord
 
 
 def main(argv: list[str], prog: str = "tether runs") -> int:
@@ -68,10 +68,9 @@ def find_run(ref: str) -> tuple[RunRecord | None, Path | None, str]:
     """The index row and the run directory for ``ref``, or an error message."""
     from tether.paths import runs_dir
     from tether.runtime.parent.rundir import is_run_id
-    from tether.store.index import RunIndex
 
     try:
-        matches = RunIndex().resolve(ref)
+        matches = _index().resolve(ref)
     except Exception as exc:  # noqa: BLE001 (a broken index must not hide the logs)
         matches = []
         problem = f"the run index cannot be read: {exc}"
@@ -90,11 +89,20 @@ def find_run(ref: str) -> tuple[RunRecord | None, Path | None, str]:
 # -- tether runs --------------------------------------------------------------------------
 
 
-def _runs(args: argparse.Namespace) -> int:
+def _index() -> RunIndex:
+    """The run index, with the rows of runs whose row could not be written (a full disk)
+    recovered from their run directories first."""
+    from tether.runtime.parent.recovery import recover_runs
     from tether.store.index import RunIndex
 
+    index = RunIndex()
+    recover_runs(index)
+    return index
+
+
+def _runs(args: argparse.Namespace) -> int:
     try:
-        records = RunIndex().recent(limit=args.limit, status=args.status)
+        records = _index().recent(limit=args.limit, status=args.status)
     except Exception as exc:  # noqa: BLE001
         print(f"tether runs: cannot read the run index: {exc}", file=sys.stderr)
         return exits.USAGE  # a set-up problem (a full disk, an unsafe directory)

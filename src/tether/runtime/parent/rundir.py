@@ -10,7 +10,12 @@ Every run gets a private directory ``<runs dir>/<run id>/`` (0700) holding
 - ``final-text-*.txt``: a child's uncut final text (``final-text-path``), until the parent
   has read and removed it,
 - ``tmp/``: the child's private temp directory (0700, its ``TMPDIR``): a child that writes
-  its uncut final text with ``mkstemp``, as the wire spec's own child does, puts it here.
+  its uncut final text with ``mkstemp``, as the wire spec's own child does, puts it here,
+- ``.row-pending``: a mark (a symlink naming its owner, never followed) the recording
+  parent makes and removes once the run's row in the index is final
+  (:func:`mark_pending_row`); a mark whose owner is gone is a run whose row is missing or
+  unfinished, which the readers of the index recover from the directory
+  (:mod:`tether.runtime.parent.recovery`).
 
 The child may touch every one of these files: the parent and the daemon open them only
 through :mod:`tether.fsafe` (no symlink followed, no FIFO blocked on, regular files with one
@@ -22,6 +27,8 @@ then random hex); the directory is created exclusively, so two parents never sha
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -31,6 +38,7 @@ from typing import Final
 from tether import fsafe
 from tether.fsafe import append_line  # the one safe O_APPEND writer, used by every run file
 from tether.paths import create_private_file, ensure_private_dir, runs_dir
+from tether.procs import proc_start_time
 
 CONTROL_FILE: Final = "control.jsonl"
 EVENTS_FILE: Final = "events.jsonl"
@@ -39,6 +47,7 @@ STDERR_FILE: Final = "stderr.log"
 FINAL_FILE: Final = "final.txt"
 SPILL_PREFIX: Final = "final-text-"  # a child's uncut final text: final-text-XXXX.txt
 TMP_DIR: Final = "tmp"  # the child's TMPDIR
+PENDING_ROW_FILE: Final = ".row-pending"  # the run's index row is not known to be final
 
 _ID_ATTEMPTS: Final = 16
 
@@ -47,14 +56,18 @@ __all__ = [
     "EVENTS_FILE",
     "FINAL_FILE",
     "INBOX_FILE",
+    "PENDING_ROW_FILE",
     "SPILL_PREFIX",
     "STDERR_FILE",
     "TMP_DIR",
     "RunDir",
     "append_line",
+    "clear_pending_row",
     "create_run_dir",
     "is_run_id",
+    "mark_pending_row",
     "new_run_id",
+    "pending_row_owner",
     "read_tail",
     "run_dir_for",
     "write_private_text",
@@ -154,3 +167,42 @@ def read_tail(path: Path, limit: int = 2000) -> str:
         text = text.split("\n", 1)[-1] if "\n" in text else text
         text = "…" + text
     return text.strip()
+
+
+def mark_pending_row(run_dir: Path) -> bool:
+    """Mark ``run_dir`` as a run whose index row is not yet final, owned by this process.
+
+    The mark is a symlink whose target names its owner (``owner:PID:START``), never
+    followed: no descriptor stays open, and a disk too full for the row has room for it (a
+    short target lives in the inode). False when it cannot be made (the run is then not
+    recoverable from its directory, as before)."""
+    try:
+        os.symlink(_owner_text(), run_dir / PENDING_ROW_FILE)
+    except OSError:
+        return False
+    return True
+
+
+def pending_row_owner(run_dir: Path) -> tuple[int, int | None] | None:
+    """The pid and start time the run's mark names; None when there is no (valid) mark."""
+    try:
+        text = os.readlink(run_dir / PENDING_ROW_FILE)
+    except OSError:
+        return None
+    kind, _, rest = text.partition(":")
+    pid, _, start = rest.partition(":")
+    if kind != "owner" or not pid.isdigit():
+        return None
+    return int(pid), int(start) if start.isdigit() else None
+
+
+def clear_pending_row(run_dir: Path, owner: tuple[int, int | None] | None = None) -> None:
+    """Remove the run's mark when it names ``owner`` (default: this process)."""
+    mine = (os.getpid(), proc_start_time(os.getpid()))
+    if pending_row_owner(run_dir) == (owner or mine):
+        with contextlib.suppress(OSError):
+            os.unlink(run_dir / PENDING_ROW_FILE)
+
+
+def _owner_text() -> str:
+    return f"owner:{os.getpid()}:{proc_start_time(os.getpid()) or ''}"

@@ -11,44 +11,66 @@ import contextlib
 import sqlite3
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from tether import exits, jsondepth
 from tether.runtime.parent.observer import Observer
 from tether.runtime.parent.outcome import RunResult
+from tether.runtime.parent.rundir import clear_pending_row, mark_pending_row
 from tether.store.index import RunIndex, RunRecord
 from tether.wire.session import State
 
 
 class Recorder(Observer):
-    """Writes the run's row in the index; failures become notes, never errors."""
+    """Writes the run's row in the index; failures become notes, never errors.
+
+    The run directory carries a pending-row mark naming this process
+    (:func:`~tether.runtime.parent.rundir.mark_pending_row`). A row the start could not
+    write (a full disk) is written whole at the end; only once the end is in the index
+    does the mark go. A run whose row still cannot be written keeps its mark, and the next
+    reader of the index recovers the row from the directory
+    (:mod:`tether.runtime.parent.recovery`).
+    """
 
     def __init__(self, index: RunIndex, run_id: str) -> None:
         self._index = index
         self._run_id = run_id
         self._created_at = time.time()
+        self._record: RunRecord | None = None
 
     async def start(self, record: RunRecord) -> str | None:
         self._created_at = record.created_at
+        self._record = record
+        await asyncio.to_thread(mark_pending_row, Path(record.run_dir))
         return await self._call(self._index.insert, record)
 
     async def started(self, pid: int) -> str | None:
+        if self._record is not None:
+            self._record = replace(self._record, pid=pid)
         return await self._call(
             self._index.update, self._run_id, pid=pid, status=State.RUNNING.value
         )
 
     async def finish(self, result: Any) -> str | None:
-        return await self._call(
-            self._index.update,
-            self._run_id,
-            status=exits.recorded_status(result.status, result.stop_reason),
-            ended_at=self._created_at + result.elapsed_s,
-            usage=result.usage,
-            stop_reason=result.stop_reason,
-            error=result.error,
-            truncated=result.truncated,
-        )
+        end = {
+            "status": exits.recorded_status(result.status, result.stop_reason),
+            "ended_at": self._created_at + result.elapsed_s,
+            "usage": result.usage,
+            "stop_reason": result.stop_reason,
+            "error": result.error,
+            "truncated": result.truncated,
+        }
+        return await self._call(self._write_end, end)
+
+    def _write_end(self, end: dict[str, Any]) -> None:
+        """The run's end in its row, the whole row when the start could not write it;
+        then the pending mark goes (kept when this raises: the row is recovered later)."""
+        if not self._index.update(self._run_id, **end) and self._record is not None:
+            self._index.insert(replace(self._record, **end))
+        if self._record is not None:
+            clear_pending_row(Path(self._record.run_dir))
 
     async def on_end(self, result: RunResult) -> str | None:
         return await self.finish(result)
