@@ -303,6 +303,23 @@ def _flood(child: Hostile) -> None:
         sent += batch
 
 
+@mode("inbox-flood", READY, "--count inbox lines of about 1 KiB, then a normal run")
+def _inbox_flood(child: Hostile) -> None:
+    fd = os.open(child.inbox_path, os.O_WRONLY | os.O_APPEND)
+    try:
+        pad = "y" * 1000
+        for start in range(0, child.count, 500):
+            lines = [
+                json.dumps({"type": "progress", "text": f"{n} {pad}"})
+                for n in range(start, min(start + 500, child.count))
+            ]
+            data = memoryview(("\n".join(lines) + "\n").encode())
+            while data:
+                data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
+
+
 @mode("exit-no-result", FINISH, "exit done without a result")
 def _exit_no_result(child: Hostile) -> None:
     child.exit("done")

@@ -45,8 +45,8 @@ def test_each_drain_hands_out_one_bounded_slice_and_loses_nothing(tmp_path: Path
     slices = asyncio.run(go())
     assert len(slices) >= 8
     for batch in slices:
-        assert sum(size for _, size in batch) <= INBOX_SLICE_BYTES
-    messages = [message for batch in slices for message, _ in batch]
+        assert sum(size for _, size, _ in batch) <= INBOX_SLICE_BYTES
+    messages = [message for batch in slices for message, _, _ in batch]
     assert len(messages) == total
     assert all(m == {"type": "progress", "text": "x" * 990} for m in messages)
 

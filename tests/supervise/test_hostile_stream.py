@@ -2,7 +2,8 @@
 
 - a 5 MB event line is reported once and skipped, and the run after it still counts;
 - a child flooding events for ever is still ended at its deadline (timers run between
-  bounded reads), and an unread flood does not pile up in the parent's memory;
+  bounded reads), and an unread flood does not pile up in the parent's memory, yet a
+  reader who comes late, or reads slowly, still gets every event and inbox message;
 - ``exit done`` without a ``result`` is an honest failure (see test_both_drivers.py);
 - the deadline given to the child is never before the time asked for.
 """
@@ -17,8 +18,10 @@ import pytest
 
 from tests.doubles import hostile
 from tests.supervise.drivers import DRIVERS, FAST, Driver, Run
+from tether.runtime.parent.driver import LocalRunHandle
+from tether.runtime.parent.replay import read_log
 from tether.runtime.parent.spawn import spawn
-from tether.runtime.parent.updates import MAX_UNREAD
+from tether.runtime.parent.updates import MAX_UNREAD, InboxItem, RunEvent, Update
 from tether.wire.session import ControlKind
 
 CLOSE_AFTER_TURN = ("turn-complete", ControlKind.CLOSE)
@@ -44,24 +47,63 @@ def test_a_flooding_child_is_ended_at_its_deadline(driver: Driver, tmp_path: Pat
     assert "child did not exit by its deadline" in verdict.error
 
 
-def test_an_unread_flood_keeps_the_parent_bounded(tmp_path: Path) -> None:
-    async def go() -> tuple[str, list[object]]:
-        handle = await spawn(
-            "task",
-            argv=hostile("flood", arg="x", count=3 * MAX_UNREAD),
-            timeouts=FAST,
-            runs_root=tmp_path / "runs",
-            db=tmp_path / "tether.db",
-        )
-        result = await handle.wait()  # nobody reads the updates meanwhile
-        items = [item async for item in handle.updates()]
-        return result.status, items
+async def _flood(tmp_path: Path, mode: str, count: int) -> LocalRunHandle:
+    return await spawn(
+        "task",
+        argv=hostile(mode, arg="x", count=count),
+        timeouts=FAST,
+        runs_root=tmp_path / "runs",
+        db=tmp_path / "tether.db",
+    )
 
-    status, items = asyncio.run(go())
+
+def test_an_unread_flood_stays_bounded_and_loses_nothing(tmp_path: Path) -> None:
+    """Nobody reads while the child floods: the parent holds at most MAX_UNREAD updates,
+    and the reader who comes later still gets every event, in order, with the states the
+    live run had (issue 28 item 4)."""
+
+    async def go() -> tuple[str, int, list[Update]]:
+        handle = await _flood(tmp_path, "flood", 3 * MAX_UNREAD)
+        result = await handle.wait()  # nobody reads the updates meanwhile
+        assert handle._updates is not None
+        held = len(handle._updates._items)
+        return result.status, held, [item async for item in handle.updates()]
+
+    status, held, items = asyncio.run(go())
     assert status == "done"
-    assert len(items) <= MAX_UNREAD + 1
-    notice = items[0]
-    assert "updates dropped: the reader fell behind" in getattr(notice, "reason", ""), notice
+    assert held <= MAX_UNREAD
+    assert not [i for i in items if "dropped" in getattr(i, "reason", "")]
+    events = [item for item in items if isinstance(item, RunEvent)]
+    assert [e.event.seq for e in events] == list(range(1, len(events) + 1))
+    assert len(events) > 3 * MAX_UNREAD
+    run = next(iter((tmp_path / "runs").iterdir()))
+    replayed = [
+        u
+        for u in read_log(run / "events.jsonl", events[0].run, controls=run / "control.jsonl")
+        if isinstance(u, RunEvent)
+    ]
+    assert [(e.event.seq, e.state) for e in events] == [(r.event.seq, r.state) for r in replayed]
+
+
+@pytest.mark.parametrize("reader", ["after-the-end", "alongside"])
+def test_a_slow_reader_of_a_flooded_inbox_gets_every_message_in_order(
+    tmp_path: Path, reader: str
+) -> None:
+    """30,000 inbox lines of 1 KiB (30 MiB, past MAX_UNREAD_BYTES): read after the run
+    ended, or alongside it, every message arrives once, in file order."""
+    count = 30_000
+
+    async def go() -> list[InboxItem]:
+        handle = await _flood(tmp_path, "inbox-flood", count)
+        if reader == "after-the-end":
+            await handle.wait()
+        return [item async for item in handle.updates() if isinstance(item, InboxItem)]
+
+    items = asyncio.run(go())
+    texts = [str(item.message.get("text", "")).split(" ")[0] for item in items]
+    assert texts == [str(n) for n in range(count)]
+    offsets = [item.offset for item in items]
+    assert offsets == sorted(set(offsets))
 
 
 @pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)

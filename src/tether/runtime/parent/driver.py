@@ -41,6 +41,7 @@ from typing import Any, Final
 
 from tether import fsafe
 from tether.errors import RunEnded
+from tether.runtime.parent.catchup import RunLogs
 from tether.runtime.parent.finaltext import full_text
 from tether.runtime.parent.handle import RunHandle, result_of
 from tether.runtime.parent.hub import WatchHub
@@ -86,7 +87,8 @@ class LocalRunHandle(RunHandle):
         task: str | None = None,
         keep_updates: bool = True,
     ) -> None:
-        super().__init__(run.run_id, watch.mirror, keep_updates=keep_updates)
+        source = RunLogs(run, None if inbox is None else inbox.db)
+        super().__init__(run.run_id, watch.mirror, keep_updates=keep_updates, source=source)
         self.run_dir = run
         self.watch = watch
         self.timeouts = watch.timeouts
@@ -361,13 +363,13 @@ class LocalRunHandle(RunHandle):
         if self._inbox is None:
             return
         messages = await self._inbox.drain()
-        for message, size in messages:
-            self._put(InboxItem(self.run_id, message, size=size))
+        for message, size, offset in messages:
+            self._put(InboxItem(self.run_id, message, size=size, offset=offset))
         if self._inbox.more:  # a backlog: come back after yielding (a bounded slice a pass)
             self._inbox_dirty = True
             self._wake.set()
         if messages:
-            plain = [message for message, _ in messages]
+            plain = [message for message, _, _ in messages]
             for observer in self.observers:
                 observer.on_inbox(plain)
 

@@ -32,7 +32,7 @@ from tether.errors import RunEnded
 from tether.runtime.parent.mirror import RunMirror
 from tether.runtime.parent.outcome import RunResult
 from tether.runtime.parent.supervise import Verdict
-from tether.runtime.parent.updates import RunEvent, Update, UpdateQueue
+from tether.runtime.parent.updates import LogSource, RunEvent, Update, UpdateQueue
 from tether.wire import AnyEvent, ControlAck
 from tether.wire.session import ControlKind, State
 
@@ -47,11 +47,18 @@ class RunHandle(abc.ABC):
     :func:`tether.spawn_remote` (a child on another host).
     """
 
-    def __init__(self, run_id: str, mirror: RunMirror, *, keep_updates: bool = True) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        mirror: RunMirror,
+        *,
+        keep_updates: bool = True,
+        source: LogSource | None = None,
+    ) -> None:
         self.run_id = run_id
         self.mirror = mirror
         # None: nobody reads this run's updates (a daemon's agent: its followers read the log)
-        self._updates: UpdateQueue | None = UpdateQueue(run_id) if keep_updates else None
+        self._updates = UpdateQueue(run_id, source=source) if keep_updates else None
         self._acks: dict[int, ControlAck] = {}
         self._ack_waiters: dict[int, asyncio.Future[ControlAck]] = {}
         self._notes: list[str] = []
@@ -146,9 +153,10 @@ class RunHandle(abc.ABC):
     async def updates(self) -> AsyncIterator[Update]:
         """Everything that happens, in order: events, inbox messages, channel errors.
 
-        One consumer at a time; items are kept from the start of the run until read, up
-        to a bound (a reader that falls far behind is told how many were dropped; the
-        run's event log keeps every event). Ends when the run has ended.
+        One consumer at a time; from the start of the run, in order. Memory is bounded
+        and nothing is lost: a reader that falls far behind is served from the run's logs
+        until it has caught up (a run on another host: told how many were dropped). Ends
+        when the run has ended and everything was read.
         """
         if self._updates is None:
             raise TypeError(f"run {self.run_id} keeps no updates (read its event log instead)")

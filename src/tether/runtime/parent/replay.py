@@ -17,7 +17,7 @@ from pathlib import Path
 from tether.runtime.parent.finaltext import truncation_note
 from tether.runtime.parent.mirror import ChannelError, RunMirror, too_large
 from tether.runtime.parent.rundir import RunDir
-from tether.runtime.parent.spawn import RunEvent, Update
+from tether.runtime.parent.updates import RunEvent, Update
 from tether.transports.tail import FileTail, TailStatus
 from tether.wire import TooLarge
 

@@ -139,8 +139,9 @@ class InboxTail:
         self._broken = False
         self._unfinished: Any = None  # the inbox's drain.Unfinished, made at the first drain
 
-    async def drain(self) -> list[tuple[dict[str, Any], int]]:
-        """The next slice's messages, each with its size in bytes (``[]`` once broken)."""
+    async def drain(self) -> list[tuple[dict[str, Any], int, int]]:
+        """The next slice's messages, each with its size in bytes and its offset in the
+        inbox file (``[]`` once broken)."""
         if self._broken:
             return []
         try:
@@ -149,7 +150,7 @@ class InboxTail:
             self._broken, self.more = True, False
             return []
 
-    def _drain_sync(self, collect: bool) -> list[tuple[dict[str, Any], int]]:
+    def _drain_sync(self, collect: bool) -> list[tuple[dict[str, Any], int, int]]:
         from tether.inbox.drain import Unfinished, drain_file
 
         if self._shared is None:
@@ -165,7 +166,7 @@ class InboxTail:
                 unfinished=self._unfinished,
             )
         self.more = result.more
-        return [_inbox_dict(m) for m in result.messages]
+        return [(*inbox_message(m), m.offset) for m in result.messages]
 
     async def close(self) -> None:
         """Store the rest of the inbox (slice by slice, nothing handed out), then close."""
@@ -180,7 +181,7 @@ class InboxTail:
                 await asyncio.to_thread(shared.release)
 
 
-def _inbox_dict(stored: Any) -> tuple[dict[str, Any], int]:
+def inbox_message(stored: Any) -> tuple[dict[str, Any], int]:
     """A stored inbox row as the message object (a rejected line says why), and its size."""
     if stored.body is not None:
         with contextlib.suppress(ValueError):
