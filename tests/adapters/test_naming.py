@@ -57,14 +57,9 @@ def test_spawn_names_the_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv("TETHER_CI_CACHE", raising=False)
     monkeypatch.setenv("TETHER_HOME", str(tmp_path / "home"))
 
-    async def go() -> tether.RunResult:
-        handle = await tether.spawn("hi", agent="claude", runs_root=tmp_path / "runs")
-        return await handle.wait()
-
-    result = asyncio.run(go())
-    assert result.status == "failed"
-    assert result.error is not None
-    assert "claude is not on PATH" in result.error
+    with pytest.raises(tether.SpawnError, match="claude is not on PATH"):
+        asyncio.run(tether.spawn("hi", agent="claude", runs_root=tmp_path / "runs"))
+    assert not (tmp_path / "runs").exists()  # refused before anything was made
     with pytest.raises(tether.SpawnError, match="unknown agent 'nope'"):
         asyncio.run(tether.spawn("hi", agent="nope", runs_root=tmp_path / "runs"))
 

@@ -117,6 +117,18 @@ def test_names_and_params_are_checked(agentd: AgentDaemon) -> None:
     agentd.expect(E.CHANNEL_UNKNOWN, "agent.spawn", {"name": "a", "channel_id": "ch_nope"})
 
 
+def test_a_cli_that_is_not_installed_is_spawn_failed_and_leaves_nothing(
+    agentd: AgentDaemon,
+) -> None:
+    """fno-agents' provider: "codex" with no codex on PATH: spawn_failed at once, no row
+    (the reference answers so; tether answered live and failed a moment later)."""
+    env = {"PATH": "/nonexistent", "TETHER_CI_CACHE": ""}
+    params = {"name": "cx", "provider": "codex", "cwd": str(agentd.root), "env": env}
+    message = agentd.expect(E.SPAWN_FAILED, "agent.spawn", params)
+    assert "codex is not on PATH" in message
+    assert agentd.call("agent.list")["agents"] == []
+
+
 def test_spawn_failures_free_the_name(agentd: AgentDaemon) -> None:
     root = str(agentd.root)
     message = agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": "a", "provider": "nope"})

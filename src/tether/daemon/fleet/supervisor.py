@@ -49,14 +49,20 @@ from tether.daemon.fleet.wire_agent import DAEMON_TIMEOUTS, WireAgent
 from tether.daemon.rpc.lifecycle import descriptors_free
 from tether.daemon.rpc.methods import RpcFailure
 from tether.daemon.rpc.protocol import ErrorCode
-from tether.errors import BadOptions, ControlRefused
+from tether.errors import BadOptions, ControlRefused, SpawnError
 from tether.procs import Gate, find_program, nul_problem, proc_start_time, process_matches
 from tether.runtime.parent import forkserver
-from tether.runtime.parent.command import child_command
+from tether.runtime.parent.command import ChildCommand, child_command
 from tether.runtime.parent.driver import LocalRunHandle
 from tether.runtime.parent.forkserver import ForkedChild
 from tether.runtime.parent.hub import WatchHub, shared_hub
-from tether.runtime.parent.launch import fork_child, make_inbox, monotonic_at, prepare_run
+from tether.runtime.parent.launch import (
+    PreparedRun,
+    fork_child,
+    make_inbox,
+    monotonic_at,
+    prepare_run,
+)
 from tether.runtime.parent.mirror import RunMirror
 from tether.runtime.parent.observer import Observer
 from tether.runtime.parent.options import SpawnOptions
@@ -251,52 +257,11 @@ class Supervisor:
         return self.agents.get(name)
 
     async def _spawn(self, p: SpawnParams) -> tuple[WireAgent, asyncio.Future[Any] | None]:
-        for extension in self.extensions:
-            extension.check_spawn(p)
-        _check_descriptors()
-        options = p.options()
-        try:
-            command = await asyncio.to_thread(child_command, options)
-        except BadOptions as exc:
-            raise invalid(str(exc)) from None
-        cwd = p.cwd or os.getcwd()
-        if not await asyncio.to_thread(os.path.isdir, cwd):
-            raise spawn_failed(f"cwd {cwd} is not a directory")
-        try:
-            prepared = await asyncio.to_thread(
-                prepare_run,
-                p.task,
-                runs_root=self.runs_root,
-                argv=command.argv,
-                provider=p.provider,
-                model=p.model,
-                env=p.env,
-                fixed_env={**command.env, "TETHER_AGENT_NAME": p.name},
-                deadline_s=p.deadline_s,
-            )
-        except ControlRefused as exc:
-            raise invalid(str(exc)) from None
+        command, cwd = await self._checked(p)
+        prepared = await self._prepare(p, command)
         run, first_seq = prepared.run, prepared.first_seq
         control = prepared.control  # opened before the child exists: it cannot swap it
-        record = AgentRecord(
-            name=p.name,
-            run_dir=str(run.path),
-            state="starting",
-            task=p.task,
-            provider=p.provider,
-            model=p.model,
-            cwd=cwd,
-            argv=command.argv,
-            channel_id=p.channel_id,
-            deadline_at=prepared.deadline,
-            created_at=prepared.created_at,
-        )
-        try:
-            self.registry.insert(record)
-        except AgentExists:
-            control.close()
-            message = f"an agent named {p.name!r} already exists"
-            raise RpcFailure(ErrorCode.AGENT_EXISTS, message) from None
+        record = self._reserve(p, prepared, command, cwd)
         events = FileTail(run.events)
         events.open()  # before the child exists: it cannot swap the file under our reader
         try:
@@ -331,6 +296,63 @@ class Supervisor:
         if not handle.watch.was_ready:  # an agent that ended after `ready` was spawned
             await self._spawn_failed(agent)
         return agent, answer
+
+    async def _checked(self, p: SpawnParams) -> tuple[ChildCommand, str]:
+        """The child's command and cwd, or the refusal: before anything exists."""
+        for extension in self.extensions:
+            extension.check_spawn(p)
+        _check_descriptors()
+        try:
+            command = await asyncio.to_thread(child_command, p.options())
+        except BadOptions as exc:
+            raise invalid(str(exc)) from None
+        except SpawnError as exc:  # an agent CLI that is not installed
+            raise spawn_failed(str(exc)) from None
+        cwd = p.cwd or os.getcwd()
+        if not await asyncio.to_thread(os.path.isdir, cwd):
+            raise spawn_failed(f"cwd {cwd} is not a directory")
+        return command, cwd
+
+    async def _prepare(self, p: SpawnParams, command: ChildCommand) -> PreparedRun:
+        try:
+            return await asyncio.to_thread(
+                prepare_run,
+                p.task,
+                runs_root=self.runs_root,
+                argv=command.argv,
+                provider=p.provider,
+                model=p.model,
+                env=p.env,
+                fixed_env={**command.env, "TETHER_AGENT_NAME": p.name},
+                deadline_s=p.deadline_s,
+            )
+        except ControlRefused as exc:
+            raise invalid(str(exc)) from None
+
+    def _reserve(
+        self, p: SpawnParams, prepared: PreparedRun, command: ChildCommand, cwd: str
+    ) -> AgentRecord:
+        """The agent's row, inserted: its name is taken from here on."""
+        record = AgentRecord(
+            name=p.name,
+            run_dir=str(prepared.run.path),
+            state="starting",
+            task=p.task,
+            provider=p.provider,
+            model=p.model,
+            cwd=cwd,
+            argv=command.argv,
+            channel_id=p.channel_id,
+            deadline_at=prepared.deadline,
+            created_at=prepared.created_at,
+        )
+        try:
+            self.registry.insert(record)
+        except AgentExists:
+            prepared.control.close()
+            message = f"an agent named {p.name!r} already exists"
+            raise RpcFailure(ErrorCode.AGENT_EXISTS, message) from None
+        return record
 
     def _watch(
         self, mirror: RunMirror, record: AgentRecord, *, close_when_idle: bool | None = None

@@ -6,14 +6,16 @@ provider, model and script), any program that speaks the wire (``argv``), or an 
 agent CLI behind its adapter (``tether child --agent NAME``, with ``argv`` the CLI's own
 command). Options that contradict each other, an unknown agent or provider, or a script
 that does not load are :class:`~tether.errors.BadOptions` (a usage error: nothing has
-been created yet).
+been created yet); an agent CLI that is not installed is a
+:class:`~tether.errors.SpawnError` (nothing is started).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
-from tether.errors import BadOptions
+from tether.errors import BadOptions, SpawnError
 from tether.runtime.child.adapters import START_TIMEOUT_ENV
 from tether.runtime.child.adapters.prestart import CliRequest
 from tether.runtime.parent.launch import default_argv
@@ -70,6 +72,7 @@ def _builtin(options: SpawnOptions) -> list[str]:
 
 
 def _external(options: SpawnOptions, agent: str, timeouts: Timeouts | None) -> ChildCommand:
+    from tether.runtime.child.adapters import missing_cli
     from tether.runtime.child.adapters.registry import agent_child_args
 
     if options.script is not None:
@@ -77,6 +80,9 @@ def _external(options: SpawnOptions, agent: str, timeouts: Timeouts | None) -> C
     _check_strings("argv", options.argv or (), empty_ok=True)
     _check_strings("agent_args", options.agent_args, empty_ok=True)
     own = list(options.argv or ())
+    problem = missing_cli(agent, own, {**os.environ, **(options.env or {})})
+    if problem is not None:  # not installed: nothing is started (the daemon: spawn_failed)
+        raise SpawnError(problem)
     extra = agent_child_args(agent, list(options.agent_args), own)
     argv = [*default_argv(None, options.model), *options.child_args, *extra]
     cli = None

@@ -87,13 +87,7 @@ def open_runner(
         raise RunnerSetupError(f"agent {agent!r} has no adapter")
     argv = early.launch.argv if early is not None else find_command(kind, command, env)
     if argv is None:
-        import shlex
-
-        wanted = shlex.join(command) if command else " ".join(kind.command)
-        if not wanted:
-            raise RunnerSetupError(f"--agent {agent} needs the agent's command after --")
-        hint = f" (npm install {kind.package})" if kind.package else ""
-        raise RunnerSetupError(f"agent {agent}: {wanted.split()[0]} is not on PATH{hint}")
+        raise RunnerSetupError(missing_cli(agent, command, env) or f"agent {agent}: no command")
     module_name, _, attr = kind.runner.partition(":")
     try:
         cls: _AdapterClass = getattr(importlib.import_module(module_name), attr)
@@ -124,3 +118,18 @@ def open_runner(
         desk=desk,
     )
     return cls.for_agent(options, emit)
+
+
+def missing_cli(agent: str, command: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """Why ``agent``'s CLI cannot be run with ``env`` (not installed, no command given),
+    or None when it can. The parent asks before it starts anything; the adapter again."""
+    import shlex
+
+    kind = get_agent(agent)
+    if find_command(kind, command, env) is not None:
+        return None
+    wanted = shlex.join(command) if command else " ".join(kind.command)
+    if not wanted:
+        return f"--agent {agent} needs the agent's command after --"
+    hint = f" (npm install {kind.package})" if kind.package else ""
+    return f"agent {agent}: {wanted.split()[0]} is not on PATH{hint}"
