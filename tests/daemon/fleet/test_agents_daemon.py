@@ -129,6 +129,20 @@ def test_a_cli_that_is_not_installed_is_spawn_failed_and_leaves_nothing(
     assert agentd.call("agent.list")["agents"] == []
 
 
+def test_stop_and_rm_right_after_the_exit_see_the_end(agentd: AgentDaemon) -> None:
+    """The child said exit and lingers (its grace runs): stop answers already_exited with
+    the run's final state, not running; rm without force removes it (#28 item 12: it
+    answered {already_exited, state: running} and rm refused 'is running')."""
+    double = Path(__file__).parents[2] / "parent" / "doubles" / "wire_child.py"
+    argv = [sys.executable, str(double), "--mode", "linger", "--turn-ms", "10"]
+    params = {"name": "l", "argv": argv, "task": "go", "cwd": str(agentd.root)}
+    agentd.call("agent.spawn", {**params, "close_when_idle": True})  # exits after its turn
+    agentd.wait_for("l", lambda s: any(e["type"] == "exit" for e in agentd.events("l")))
+    stopped = agentd.call("agent.stop", {"name": "l"})
+    assert (stopped.get("already_exited"), stopped["state"]) == (True, "done")
+    assert agentd.call("agent.rm", {"name": "l"})["removed"] is True
+
+
 def test_spawn_failures_free_the_name(agentd: AgentDaemon) -> None:
     root = str(agentd.root)
     message = agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": "a", "provider": "nope"})
