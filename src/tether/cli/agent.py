@@ -433,8 +433,8 @@ def _events(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> in
 def _events_page(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
     params = {"name": args.name, "after_seq": args.after_seq, "limit": args.limit}
     result = client.call("agent.events", params)
-    page = decode_reply({**result, "events": []}, EventsReply)  # the events stay as sent
-    for event in result["events"]:
+    page = decode_reply(result, EventsReply)
+    for event in page.events:
         _print_event(args, event)
     if not args.json and page.more:
         print(f"(more: continue with --after-seq {page.last_seq})", file=sys.stderr)

@@ -230,10 +230,12 @@ class AnswerReply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EventsReply(msgspec.Struct, frozen=True):
-    """``agent.events`` without ``follow``: raw event lines with seq > ``after_seq``."""
+    """``agent.events`` without ``follow``: the event lines with seq > ``after_seq``, as
+    the run's log holds them (the daemon sends each line as it is; a client validates
+    them with :func:`tether.wire.decode`)."""
 
     name: str
-    events: list[msgspec.Raw]
+    events: list[Any]
     last_seq: int
     more: bool
     state: str

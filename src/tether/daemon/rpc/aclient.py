@@ -11,7 +11,9 @@ import asyncio
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
+
+import msgspec
 
 from tether import paths
 from tether.daemon.rpc.client import (
@@ -33,6 +35,8 @@ from tether.daemon.rpc.protocol import (
     encode_call,
 )
 from tether.wire.needdata import NEED_DATA
+
+R = TypeVar("R")
 
 
 class AsyncDaemonClient(asyncio.Protocol):
@@ -66,6 +70,11 @@ class AsyncDaemonClient(asyncio.Protocol):
 
     async def call(self, method: str, params: Any = None) -> Any:
         return result_of(await self.call_response(method, params))
+
+    async def call_as(self, method: str, params: Any, reply: type[R]) -> R:
+        """:meth:`call`, its result decoded into ``reply``: the verb's reply Struct (see
+        :mod:`tether.daemon.fleet.replies`); ``msgspec.ValidationError`` when it does not fit."""
+        return msgspec.convert(await self.call(method, params), reply)
 
     async def call_response(self, method: str, params: Any = None) -> Response:
         transport = self._transport

@@ -21,7 +21,9 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
+
+import msgspec
 
 from tether import exits, paths, peercred
 from tether.daemon.rpc.protocol import (
@@ -37,6 +39,8 @@ from tether.daemon.rpc.protocol import (
 )
 from tether.errors import DaemonError
 from tether.wire.needdata import NEED_DATA
+
+R = TypeVar("R")
 
 _RECV_BYTES: Final = 65536
 
@@ -183,6 +187,11 @@ class DaemonClient:
                     raise refusal
                 continue
             self._serve_one(message)
+
+    def call_as(self, method: str, params: Any, reply: type[R]) -> R:
+        """:meth:`call`, its result decoded into ``reply``: the verb's reply Struct (see
+        :mod:`tether.daemon.fleet.replies`); ``msgspec.ValidationError`` when it does not fit."""
+        return msgspec.convert(self.call(method, params), reply)
 
     def receive(self) -> Request | Response:
         """The next message from the daemon (blocking)."""
