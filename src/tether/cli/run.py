@@ -126,27 +126,10 @@ def _agent_name(args: argparse.Namespace) -> str | None:
 
 
 def _input_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with the input before anything is prepared or recorded: a working
-    directory that is none, and for the built-in child an unknown provider or a script
-    that cannot be read (missing, a FIFO, not a JSON list of replies)."""
+    """What is wrong with the input that spawn's own check does not see: a working
+    directory that is none (the options themselves are checked by spawn: BadOptions)."""
     if args.cwd is not None and not os.path.isdir(args.cwd):
         return f"--cwd {args.cwd}: not a directory"
-    if args.agent not in (None, "builtin") or args.command:
-        return None
-    from tether.agent.registry import ProviderSetupError, check_provider
-
-    try:
-        if args.provider:
-            check_provider(args.provider)
-    except ProviderSetupError as exc:
-        return f"--provider: {exc}"
-    if args.script is not None:
-        from tether.agent.scripted import ScriptError, load_script
-
-        try:
-            load_script(args.script)
-        except ScriptError as exc:
-            return f"--script: {exc}"
     return None
 
 
@@ -179,13 +162,11 @@ def finalize_after(
 
 
 async def _main(args: argparse.Namespace, task: str) -> int:
+    from tether.errors import BadOptions
     from tether.runtime.parent.spawn import SpawnError, spawn
 
     if exits.EARLY_SIGNALS:  # stopped before anything started
         return exits.CANCELLED
-    child_args = list(args.child_arg)
-    if args.script is not None:
-        child_args += ["--script", _absolute(args.script)]
     try:
         handle = await spawn(
             task,
@@ -194,12 +175,15 @@ async def _main(args: argparse.Namespace, task: str) -> int:
             argv=args.command or None,
             provider=args.provider,
             model=args.model,
-            child_args=child_args,
+            script=None if args.script is None else _absolute(args.script),
+            child_args=args.child_arg,
             cwd=args.cwd,
             deadline_s=args.deadline,
             finalize_after_s=finalize_after(args.deadline, args.finalize_before, args.agent),
             follow_nested=True,
         )
+    except BadOptions as exc:  # bad input: a usage error, nothing was made
+        return _refused(args, str(exc), exits.USAGE)
     except SpawnError as exc:
         return _refused(args, str(exc), exits.FAILED)
     except OSError as exc:  # nothing could start: an unsafe directory, a full disk...

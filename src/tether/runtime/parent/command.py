@@ -67,8 +67,9 @@ def _builtin(options: SpawnOptions) -> list[str]:
     command = [*default_argv(options.provider, options.model), *options.child_args]
     if options.script is None:
         return command
-    _check_script(options.script)
-    return [*command, "--script", options.script]
+    script = os.path.abspath(options.script)  # the child may work elsewhere
+    _check_script(script)
+    return [*command, "--script", script]
 
 
 def _external(options: SpawnOptions, agent: str, timeouts: Timeouts | None) -> ChildCommand:
