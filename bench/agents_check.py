@@ -42,14 +42,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.agents.agent_world import (  # noqa: E402
+from tests.adapters.agent_world import (  # noqa: E402
     CHECKED,
     Setup,
     World,
     of,
     until,
 )
-from tests.agents.cli_helpers import (  # noqa: E402
+from tests.adapters.cli_helpers import (  # noqa: E402
     assert_no_survivors,
     check_wire,
     kill_marked,

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "daemon")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "daemon" / "hosts")]
 
 from test_hosts import _start_when_cluster_ready  # noqa: E402
 from tests.channels import read_all  # noqa: E402
