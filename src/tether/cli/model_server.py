@@ -13,10 +13,12 @@ DESCRIPTION = """\
 Serve scripted replies over HTTP: the scripted provider's replies (a JSON list of
 replies, as for `tether run --provider scripted --script FILE`) as Anthropic Messages,
 Gemini streamGenerateContent, OpenAI chat completions and responses, one reply per model
-call, on 127.0.0.1. The first line on stdout is `listening on http://127.0.0.1:PORT`;
-each request is logged as one JSON line to --log. Point a CLI at it, e.g.
+call, on 127.0.0.1. The first line on stdout is the base URL to give a CLI:
+`listening on http://127.0.0.1:PORT/t/TOKEN`. The random token in its path keeps the
+replies from other local users; a request without it is answered 404. Each request is
+logged as one JSON line to --log (created 0600). Point a CLI at it, e.g.
 
-  ANTHROPIC_BASE_URL=http://127.0.0.1:PORT ANTHROPIC_API_KEY=x claude -p ...
+  ANTHROPIC_BASE_URL=http://127.0.0.1:PORT/t/TOKEN ANTHROPIC_API_KEY=x claude -p ...
 
 Runs until SIGTERM or Ctrl-C."""
 
@@ -51,7 +53,7 @@ def main(argv: list[str], prog: str = "tether model-server") -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
-    print(f"listening on http://{args.host}:{server.port}", flush=True)
+    print(f"listening on http://{args.host}:{server.port}/t/{server.token}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -8,24 +8,40 @@ call, whatever the API) and streaming it as server-sent events with the reply's
 ``delay_ms`` / ``chunk_ms`` pauses. A request no API handles gets a 404 in JSON.
 
 Every request is logged before it is answered: one JSON object per line in the log
-file (``--log``) and in :attr:`ModelServer.requests`, with the API's name, the method,
-the path, the number of the reply it got (or null) and the request body. Tests read the
-log to see what a CLI really sent (the steer text that reached the model, the tools a
-finalize turn was offered).
+file (``--log``, created 0600: it holds the prompts a CLI sent) and in
+:attr:`ModelServer.requests`, with the API's name, the method, the path, the number of
+the reply it got (or null) and the request body. Tests read the log to see what a CLI
+really sent (the steer text that reached the model, the tools a finalize turn was
+offered). Memory is bounded: :attr:`ModelServer.requests` keeps the last
+:data:`KEPT_REQUESTS` entries, and the bodies of the newest :data:`KEPT_BODY_BYTES`
+only (older entries keep their size, ``body`` becomes ``{"dropped": SIZE}``).
+
+The script's replies are the user's: every path is under ``/t/TOKEN/``, a random token
+only the base URL (:attr:`ModelServer.url`) carries, so another local user who finds the
+port cannot take them (a request without it is answered 404 and its body never read).
+Each CLI's base URL keeps its path (Claude Code, Codex, pi and Gemini CLI append theirs).
 
 Bodies are limited to :data:`MAX_BODY_BYTES` (checked from ``Content-Length`` before
 reading). A client that goes away mid-stream (an interrupted CLI) ends that response
-quietly. Each connection is a thread: one that sends nothing for :data:`IDLE_S` is closed,
-and at most :data:`MAX_CONNECTIONS` are served at once (one more is answered 503 and
-closed), so clients that connect and wait cannot pile up threads without end.
+quietly. Each connection is a thread: a request (its head and body, or the wait for the
+next one) must arrive whole within :data:`IDLE_S` (a deadline over the whole request,
+not over each read: a byte every 10 s no longer keeps it open), and at most
+:data:`MAX_CONNECTIONS` are served at once (one more is answered 503 and closed), so
+clients that connect and wait cannot pile up threads without end.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hmac
+import io
 import json
+import os
+import secrets
+import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -49,6 +65,8 @@ __all__ = [
 ]
 
 MAX_BODY_BYTES: Final = 64 * 1024 * 1024
+KEPT_REQUESTS: Final = 10_000  # entries of ModelServer.requests kept in memory
+KEPT_BODY_BYTES: Final = 64 * 1024 * 1024  # their bodies' bytes kept (the newest)
 IDLE_S: Final = 30.0
 MAX_CONNECTIONS: Final = 128
 BUSY_RESPONSE: Final = (
@@ -150,16 +168,17 @@ def default_usage(reply: Reply, messages: int) -> tuple[int, int]:
 class Exchange:
     """One HTTP request and the means to answer it (used from the handler's thread)."""
 
-    def __init__(self, handler: _Handler, body: Any, api: str) -> None:
+    def __init__(self, handler: _Handler, body: Any, api: str, path: str) -> None:
         self._handler = handler
         parts = urlsplit(handler.path)
         self.method = handler.command
-        self.path = parts.path
+        self.path = path  # under the token's prefix, without it
         self.query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         self.headers: Mapping[str, str] = {k.lower(): v for k, v in handler.headers.items()}
         self.body = body
         self.api = api
         self.reply_number: int | None = None
+        self.size = 0  # the body's bytes
         self._chunked = False
         self.gone = False
 
@@ -229,10 +248,40 @@ class Api(Protocol):
     def serve(self, exchange: Exchange, script: Script) -> None: ...
 
 
+class _DeadlineReader(io.RawIOBase):
+    """The connection's reads, each given only what is left of the request's deadline
+    (``handler.deadline``, monotonic; None: no deadline), so a client that trickles a
+    byte now and then is cut off when its whole request is overdue."""
+
+    def __init__(self, sock: socket.socket, handler: _Handler) -> None:
+        self._sock, self._handler = sock, handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        deadline = self._handler.deadline
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request was not read whole in time")
+            self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    timeout = IDLE_S  # set on the socket: a silent client's read times out, its thread ends
+    timeout = IDLE_S  # the whole request's deadline (see _DeadlineReader)
     server: _Server
+    deadline: float | None = None
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self))
+
+    def handle_one_request(self) -> None:
+        self.deadline = time.monotonic() + self.timeout
+        super().handle_one_request()
 
     def do_GET(self) -> None:
         self._serve()
@@ -248,10 +297,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         owner = self.server.owner
-        body = self._body()
-        path = urlsplit(self.path).path
+        path = owner.inside(urlsplit(self.path).path)
+        if path is None:  # not under the token: neither its body nor a reply
+            self.close_connection = True
+            Exchange(self, None, "none", "").send_json(404, {"error": "no API here"})
+            return
+        body, size = self._body()
+        self.deadline = None  # read whole: answering may take the script's pauses
         api = next((a for a in owner.apis if a.handles(self.command, path)), None)
-        exchange = Exchange(self, body, api.name if api is not None else "none")
+        exchange = Exchange(self, body, api.name if api is not None else "none", path)
+        exchange.size = size
         try:
             if api is None:
                 exchange.send_json(404, {"error": f"no API here for {self.command} {path}"})
@@ -261,21 +316,24 @@ class _Handler(BaseHTTPRequestHandler):
             exchange.end_sse()
             owner.record(exchange)
 
-    def _body(self) -> Any:
+    def _body(self) -> tuple[Any, int]:
+        """The request's JSON body (or what went wrong with it) and its size."""
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = 0
         if length <= 0:
-            return None
+            return None, 0
         if length > MAX_BODY_BYTES:
             self.close_connection = True
-            return {"error": f"body of {length} bytes not read (limit {MAX_BODY_BYTES})"}
+            return {"error": f"body of {length} bytes not read (limit {MAX_BODY_BYTES})"}, 0
         data = self.rfile.read(length)
+        if len(data) < length:  # the client went away or ran out of time
+            self.close_connection = True
         try:
-            return jsondepth.loads(data)
+            return jsondepth.loads(data), len(data)
         except (ValueError, RecursionError):
-            return {"unparsed": data[:4096].decode("utf-8", "replace")}
+            return {"unparsed": data[:4096].decode("utf-8", "replace")}, len(data)
 
 
 class _Server(ThreadingHTTPServer):
@@ -318,11 +376,15 @@ class ModelServer:
         log: str | Path | None = None,
         apis: Sequence[Api],
         max_connections: int = MAX_CONNECTIONS,
+        token: str | None = None,
     ) -> None:
         self.script = script
         self.apis = tuple(apis)
-        self.requests: list[dict[str, Any]] = []
-        self._log_path = Path(log) if log is not None else None
+        self.token = token or secrets.token_urlsafe(18)
+        self.requests: deque[dict[str, Any]] = deque(maxlen=KEPT_REQUESTS)
+        self._count = 0
+        self._kept_bytes = 0
+        self._log = _open_log(Path(log)) if log is not None else None
         self._lock = threading.Condition()
         self._httpd = _Server((host, port), _Handler)
         self._httpd.owner = self
@@ -335,11 +397,21 @@ class ModelServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """The base URL to give a CLI: the token is the first part of its path."""
+        return f"http://127.0.0.1:{self.port}/t/{self.token}"
+
+    def inside(self, path: str) -> str | None:
+        """``path`` without the token's prefix (``/t/TOKEN``); None when it lacks it."""
+        parts = path.split("/", 3)  # "", "t", TOKEN, rest
+        if len(parts) < 3 or parts[1] != "t":
+            return None
+        if not hmac.compare_digest(parts[2].encode(), self.token.encode()):
+            return None
+        return "/" + (parts[3] if len(parts) > 3 else "")
 
     def record(self, exchange: Exchange) -> None:
-        entry = {
-            "n": len(self.requests) + 1,
+        entry: dict[str, Any] = {
+            "n": 0,
             "api": exchange.api,
             "method": exchange.method,
             "path": exchange.path,
@@ -347,12 +419,27 @@ class ModelServer:
             "body": exchange.body,
         }
         with self._lock:
-            entry["n"] = len(self.requests) + 1
-            self.requests.append(entry)
-            if self._log_path is not None:
-                with self._log_path.open("a", encoding="utf-8") as out:
-                    out.write(json.dumps(entry) + "\n")
+            self._count += 1
+            entry["n"] = self._count
+            if self._log is not None:
+                with contextlib.suppress(OSError):
+                    os.write(self._log, (json.dumps(entry) + "\n").encode())
+            self._keep(entry, exchange.size)
             self._lock.notify_all()
+
+    def _keep(self, entry: dict[str, Any], size: int) -> None:
+        """Keep ``entry`` in memory, dropping the oldest bodies beyond the byte budget."""
+        if len(self.requests) == self.requests.maxlen:
+            self._kept_bytes -= self.requests[0].get("size", 0)
+        entry["size"] = size
+        self.requests.append(entry)
+        self._kept_bytes += size
+        for old in self.requests:
+            if self._kept_bytes <= KEPT_BODY_BYTES or old is entry:
+                break
+            if old["size"]:
+                self._kept_bytes -= old["size"]
+                old["body"], old["size"] = {"dropped": old["size"]}, 0
 
     def model_requests(self) -> list[dict[str, Any]]:
         """The logged requests that were given a reply of the script."""
@@ -386,3 +473,18 @@ class ModelServer:
             self._httpd.shutdown()
             self._thread.join(timeout=5)
         self._httpd.server_close()
+        if self._log is not None:
+            os.close(self._log)
+            self._log = None
+
+
+def _open_log(path: Path) -> int:
+    """The request log, appended to, private: created 0600, an existing one of ours
+    tightened to 0600 (it holds the prompts, and maybe keys, a CLI sent)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
