@@ -128,6 +128,7 @@ def test_attack_request_bodies_are_not_kept_for_ever(monkeypatch: pytest.MonkeyP
         path = f"/t/{server.token}/v1/messages"
         for _ in range(6):
             _post(server, path, big)  # answered 400 (no messages): only its memory counts
+        assert server.wait_request(lambda r: r["n"] == 6, timeout=30)  # logged once answered
         kept = list(server.requests)
         assert [e["n"] for e in kept] == [3, 4, 5, 6]
         bodies = [e["body"] for e in kept]
