@@ -529,8 +529,13 @@ def _table(agents: list[AgentStatus]) -> str:
 
 
 def _shown_state(agent: AgentStatus) -> str:
-    """``waiting`` for a run blocked on a person's answer, else its state."""
-    return "waiting" if agent.waiting is not UNSET else agent.state
+    """``waiting`` for a run blocked on a person's answer, ``queued #N`` for one waiting
+    for a place to run (--max-running), else its state."""
+    if agent.waiting is not UNSET:
+        return "waiting"
+    if agent.queue_position is not UNSET:
+        return f"queued #{agent.queue_position}"
+    return agent.state
 
 
 def _question_lines(agents: list[AgentStatus]) -> list[str]:

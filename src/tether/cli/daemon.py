@@ -1,7 +1,8 @@
 """``tether daemon``: run the daemon in the foreground, or start/stop/inspect a detached one.
 
 tether daemon --foreground [--max-connections N] ...
-tether daemon start [--json]      detach, wait until the socket answers
+tether daemon start [--json] [--max-running N]
+                                  detach, wait until the socket answers
 tether daemon stop [--json] [--force]
 tether daemon status [--json]     exit 0 when running, 3 when not
 tether daemon --nats URL [--replicas N] init-cluster [--json]
@@ -47,6 +48,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     )
     cluster.add_argument("--nats-creds", metavar="FILE", help="this host's NATS credentials")
     cluster.add_argument("--nats-ca", metavar="FILE", help="CA of the servers' TLS certificates")
+    fleet = parser.add_argument_group("the agents")
+    fleet.add_argument(
+        "--max-running",
+        type=count(),
+        metavar="N",
+        help="run at most N wire agents at once; spawns beyond wait as queued, in order",
+    )
     tuning = parser.add_argument_group("foreground tuning")
     tuning.add_argument("--max-connections", type=count(), default=512)
     tuning.add_argument("--max-in-flight", type=count(), default=4096)
@@ -107,7 +115,7 @@ def main(argv: list[str], prog: str) -> int:
 def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
     import logging
 
-    from tether.daemon.app import run_daemon
+    from tether.daemon.app import FleetOptions, run_daemon
     from tether.daemon.rpc.lifecycle import DaemonSetupError
     from tether.daemon.rpc.server import ServerConfig
 
@@ -126,7 +134,10 @@ def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
     )
     try:
         cluster = _cluster(args)
-        return run_daemon(config, use_uvloop=not args.no_uvloop, cluster=cluster)
+        fleet = FleetOptions(max_running=args.max_running)
+        return run_daemon(
+            config, use_uvloop=not args.no_uvloop, cluster=cluster, fleet_options=fleet
+        )
     except (DaemonSetupError, ValueError) as exc:
         print(f"tether daemon: {exc}", file=sys.stderr)
         return exits.USAGE
@@ -171,9 +182,10 @@ def _init_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cluster_flags(args: argparse.Namespace) -> list[str]:
-    """The cluster flags again, for the detached daemon's command line."""
+def _daemon_flags(args: argparse.Namespace) -> list[str]:
+    """The cluster's and the agents' flags again, for the detached daemon's command line."""
     pairs = {
+        "--max-running": None if args.max_running is None else str(args.max_running),
         "--nats": args.nats,
         "--host": args.host,
         "--replicas": None if args.replicas is None else str(args.replicas),
@@ -196,7 +208,7 @@ def _start(args: argparse.Namespace, socket_path: Path) -> int:
         _emit(args, data, f"tether daemon already running (pid {state.pid}) on {socket_path}")
         return 0
     try:
-        pid = start_detached(socket_path, timeout=args.timeout, extra=_cluster_flags(args))
+        pid = start_detached(socket_path, timeout=args.timeout, extra=_daemon_flags(args))
     except DaemonSetupError as exc:
         print(f"tether daemon: could not start: {exc}", file=sys.stderr)
         return exits.USAGE

@@ -32,6 +32,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether import paths
@@ -58,13 +59,22 @@ from tether.sched import request_short_slice
 if TYPE_CHECKING:
     from tether.daemon.hosts.link import ClusterOptions
 
-__all__ = ["build_daemon", "run_daemon"]
+__all__ = ["FleetOptions", "build_daemon", "run_daemon"]
 
 log = logging.getLogger("tether.daemon")
 
 
-def build_daemon(config: ServerConfig) -> Daemon:
+@dataclass(frozen=True, slots=True)
+class FleetOptions:
+    """How the daemon runs its agents: ``max_running`` wire agents at once (the rest wait
+    as ``queued``, started in spawn order; None: no limit)."""
+
+    max_running: int | None = None
+
+
+def build_daemon(config: ServerConfig, fleet_options: FleetOptions | None = None) -> Daemon:
     """A daemon serving ``daemon.status``, ``channel.*`` and ``agent.*``, not yet serving."""
+    options = fleet_options or FleetOptions()
     daemon = Daemon(config)
     hub = ChannelHub(
         deliver_timeout_s=config.deliver_timeout_s,
@@ -73,7 +83,7 @@ def build_daemon(config: ServerConfig) -> Daemon:
     )
     hub.install(daemon)
     wiring = ChannelWiring(hub, paths.state_dir() / "mcp")
-    supervisor = Supervisor(extensions=(wiring,))
+    supervisor = Supervisor(extensions=(wiring,), max_running=options.max_running)
     ptys = PtyFleet(lambda: supervisor.registry, supervisor.runs_root)
     fleet = Fleet([supervisor, ptys])
     AgentVerbs(fleet, supervisor, ptys, channels=wiring).register(daemon)
@@ -94,7 +104,11 @@ def build_daemon(config: ServerConfig) -> Daemon:
 
 
 def run_daemon(
-    config: ServerConfig, *, use_uvloop: bool = True, cluster: ClusterOptions | None = None
+    config: ServerConfig,
+    *,
+    use_uvloop: bool = True,
+    cluster: ClusterOptions | None = None,
+    fleet_options: FleetOptions | None = None,
 ) -> int:
     """Run a daemon in the foreground until SIGTERM, SIGINT or SIGHUP (a closed terminal):
     a graceful stop, the agents live on. Returns the exit status.
@@ -114,7 +128,7 @@ def run_daemon(
     try:
         lock.write_info(socket_path)
         sock = bind_socket(socket_path, backlog=config.listen_backlog)
-        daemon = build_daemon(config)
+        daemon = build_daemon(config, fleet_options)
         daemon.on_start(_freeze_heap)  # after the parts' own start hooks
 
         async def main() -> None:

@@ -96,10 +96,11 @@ class AgentRecord(msgspec.Struct, kw_only=True):
     started_at: float | None = None
     snapshot: dict[str, Any] | None = None
     pty: dict[str, Any] | None = None  # PTY agents: holder pid/start time, socket, size
+    spawn: dict[str, Any] | None = None  # a queued agent: its agent.spawn parameters
 
 
 COLUMNS: Final = tuple(AgentRecord.__struct_fields__)
-_JSON_COLUMNS: Final = frozenset({"argv", "usage", "snapshot", "pty"})
+_JSON_COLUMNS: Final = frozenset({"argv", "usage", "snapshot", "pty", "spawn"})
 # Columns added after the first schema: (name, type), added to older databases on open.
 _ADDED_COLUMNS: Final = (
     ("turn", "INTEGER NOT NULL DEFAULT 0"),
@@ -107,6 +108,7 @@ _ADDED_COLUMNS: Final = (
     ("started_at", "REAL"),
     ("snapshot", "TEXT"),
     ("pty", "TEXT"),
+    ("spawn", "TEXT"),
 )
 _UPDATABLE: Final = frozenset(COLUMNS) - {"name", "created_at"}
 # Column names come from AgentRecord, never from callers.

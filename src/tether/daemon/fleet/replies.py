@@ -121,6 +121,7 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
     error: str | UnsetType | None = UNSET
     final_text: str | UnsetType = UNSET
     waiting: Waiting | UnsetType = UNSET
+    queue_position: int | UnsetType = UNSET  # state "queued": its place, 1 first
     questions: list[Question] | UnsetType = UNSET
     channel: ChannelStats | UnsetType = UNSET
     notes: list[str] | UnsetType = UNSET

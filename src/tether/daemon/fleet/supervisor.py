@@ -32,11 +32,13 @@ import os
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 
+from tether.daemon.fleet.admission import Admission
 from tether.daemon.fleet.followers import is_live_state, restore_mirror
 from tether.daemon.fleet.registry import (
     AgentExists,
@@ -66,7 +68,7 @@ from tether.runtime.parent.launch import (
 from tether.runtime.parent.mirror import RunMirror
 from tether.runtime.parent.observer import Observer
 from tether.runtime.parent.options import SpawnOptions
-from tether.runtime.parent.outcome import Timeouts
+from tether.runtime.parent.outcome import RunResult, Timeouts
 from tether.runtime.parent.process import ChildProcess
 from tether.runtime.parent.rundir import RunDir, append_line
 from tether.runtime.parent.sidecars import InboxTail, Recorder
@@ -151,6 +153,7 @@ class Supervisor:
         runs_root: Path | None = None,
         timeouts: Timeouts | None = None,
         extensions: tuple[FleetExtension, ...] = (),
+        max_running: int | None = None,
     ) -> None:
         self.db = db
         self.runs_root = runs_root
@@ -163,6 +166,8 @@ class Supervisor:
         self._registry: AgentRegistry | None = None
         self._hub: WatchHub | None = None
         self._spawning: dict[str, asyncio.Future[Any]] = {}  # name -> its spawn
+        self.admission = Admission(max_running)
+        self._starting: set[asyncio.Task[None]] = set()  # queued agents being started
 
     @property
     def registry(self) -> AgentRegistry:
@@ -258,10 +263,27 @@ class Supervisor:
 
     async def _spawn(self, p: SpawnParams) -> tuple[WireAgent, asyncio.Future[Any] | None]:
         command, cwd = await self._checked(p)
+        if not self.admission.request(p.name):  # --max-running: it waits its turn
+            return self._queue(p, command, cwd), None
+        try:
+            return await self._start(p, command, cwd)
+        except BaseException:
+            self._released(p.name)
+            raise
+
+    async def _start(
+        self,
+        p: SpawnParams,
+        command: ChildCommand,
+        cwd: str,
+        queued: AgentRecord | None = None,
+    ) -> tuple[WireAgent, asyncio.Future[Any] | None]:
+        """Prepare the run, take the row (``queued``: the one that waited), start the child
+        behind its gate and wait until it is ready."""
         prepared = await self._prepare(p, command)
         run, first_seq = prepared.run, prepared.first_seq
         control = prepared.control  # opened before the child exists: it cannot swap it
-        record = self._reserve(p, prepared, command, cwd)
+        record = self._reserve(p, prepared, command, cwd, queued)
         events = FileTail(run.events)
         events.open()  # before the child exists: it cannot swap the file under our reader
         try:
@@ -297,9 +319,83 @@ class Supervisor:
             await self._spawn_failed(agent)
         return agent, answer
 
-    async def _checked(self, p: SpawnParams) -> tuple[ChildCommand, str]:
+    # -- admission (--max-running) ----------------------------------------------------
+
+    def _queue(self, p: SpawnParams, command: ChildCommand, cwd: str) -> WireAgent:
+        """A row that waits its turn (its spawn parameters kept in it), and its agent."""
+        record = AgentRecord(
+            name=p.name,
+            run_dir="",
+            state="queued",
+            task=p.task,
+            provider=p.provider,
+            model=p.model,
+            cwd=cwd,
+            argv=command.argv,
+            channel_id=p.channel_id,
+            created_at=time.time(),
+            spawn=msgspec.to_builtins(msgspec.structs.replace(p, wait=False)),
+        )
+        try:
+            self.registry.insert(record)
+        except AgentExists:
+            self.admission.release(p.name)
+            message = f"an agent named {p.name!r} already exists"
+            raise RpcFailure(ErrorCode.AGENT_EXISTS, message) from None
+        agent = self.agents[p.name] = self._agent(record, None, queued=True)
+        return agent
+
+    def queue_position(self, name: str) -> int | None:
+        """A queued agent's place, 1 first."""
+        return self.admission.position(name)
+
+    def _released(self, name: str) -> None:
+        """``name`` no longer runs (or waits): start the queued agents that may run now."""
+        for admitted in self.admission.release(name):
+            self._begin(admitted)
+
+    def _begin(self, name: str) -> None:
+        """Start the queued agent ``name`` (admitted) in a task of its own."""
+        task = asyncio.get_running_loop().create_task(self._start_queued(name))
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
+
+    async def _start_queued(self, name: str) -> None:
+        agent = self.agents.get(name)
+        if agent is None or not agent.queued:
+            self._released(name)
+            return
+        try:
+            p = msgspec.convert(agent.record.spawn or {}, SpawnParams)
+            command, cwd = await self._checked(p, extensions=False)
+            await self._start(p, command, cwd, queued=agent.record)
+        except (RpcFailure, msgspec.ValidationError) as exc:
+            reason = exc.message if isinstance(exc, RpcFailure) else str(exc)
+            self._queued_failed(agent, reason)
+        except Exception as exc:  # one failed start must not stop the queue
+            log.exception("agent %s: cannot start from the queue", name)
+            self._queued_failed(agent, f"cannot start: {exc!r}")
+
+    def _queued_failed(self, agent: WireAgent, reason: str) -> None:
+        with contextlib.suppress(Exception):
+            record = self.registry.update(agent.name, state="failed", detail=reason)
+            self.agents[agent.name] = self._agent(record, None)
+        self._released(agent.name)
+
+    async def _leave_queue(self, agent: WireAgent) -> None:
+        """A queued agent stopped before it ran: it ends ``cancelled``, its place freed."""
+        with contextlib.suppress(AgentNotFound):
+            record = self.registry.update(
+                agent.name, state="cancelled", detail="stopped while queued"
+            )
+            self.agents[agent.name] = self._agent(record, None)
+        self._released(agent.name)
+
+    async def _checked(
+        self, p: SpawnParams, *, extensions: bool = True
+    ) -> tuple[ChildCommand, str]:
         """The child's command and cwd, or the refusal: before anything exists."""
-        for extension in self.extensions:
+        for extension in self.extensions if extensions else ():
             extension.check_spawn(p)
         _check_descriptors()
         try:
@@ -330,9 +426,23 @@ class Supervisor:
             raise invalid(str(exc)) from None
 
     def _reserve(
-        self, p: SpawnParams, prepared: PreparedRun, command: ChildCommand, cwd: str
+        self,
+        p: SpawnParams,
+        prepared: PreparedRun,
+        command: ChildCommand,
+        cwd: str,
+        queued: AgentRecord | None = None,
     ) -> AgentRecord:
-        """The agent's row, inserted: its name is taken from here on."""
+        """The agent's row, inserted (or the queued one's, filled in): its name is taken
+        from here on."""
+        if queued is not None:
+            return self.registry.update(
+                p.name,
+                run_dir=str(prepared.run.path),
+                state="starting",
+                deadline_at=prepared.deadline,
+                spawn=None,
+            )
         record = AgentRecord(
             name=p.name,
             run_dir=str(prepared.run.path),
@@ -400,13 +510,20 @@ class Supervisor:
         *,
         adopted: bool = False,
         orphaned: bool = False,
+        queued: bool = False,
     ) -> WireAgent:
         agent = WireAgent(
-            record, handle, registry=self.registry, adopted=adopted, orphaned=orphaned
+            record,
+            handle,
+            registry=self.registry,
+            adopted=adopted,
+            orphaned=orphaned,
+            queued=self._leave_queue if queued else None,
         )
         if handle is not None:
             for extension in self.extensions:
                 handle.observe(*extension.observers(agent))
+            handle.observe(_Release(lambda: self._released(record.name)))
         return agent
 
     async def _record(self, agent: WireAgent, handle: LocalRunHandle) -> None:
@@ -476,6 +593,11 @@ class Supervisor:
 
     def _adopt(self, row: AgentRecord) -> WireAgent | None:
         """Supervise ``row`` again; None for an ended one (kept as history)."""
+        if row.state == "queued":  # it waits again, in spawn order (rows come oldest first)
+            agent = self.agents[row.name] = self._agent(row, None, queued=True)
+            if self.admission.request(row.name):  # there is room: it starts now
+                self._begin(row.name)
+            return agent
         run = RunDir(Path(row.run_dir).name, Path(row.run_dir))
         if not is_live_state(row.state):
             self.agents[row.name] = self._agent(row, None)
@@ -487,6 +609,7 @@ class Supervisor:
         handle = self._handle(row, self._watch(mirror, row), events, process)
         agent = self._agent(row, handle, adopted=alive, orphaned=not alive)
         if alive:
+            self.admission.adopt(row.name)
             self.recovered.append(row.name)
         else:
             handle.fail_soon("failed", f"its process (pid {row.pid}) was gone at recovery")
@@ -507,6 +630,9 @@ class Supervisor:
 
     async def remove(self, name: str, *, force: bool) -> RmReply:
         agent = self.require(name)
+        if agent.queued:  # never ran: it leaves the queue
+            await self._leave_queue(agent)
+            agent = self.require(name)
         if not agent.ended and agent.finished:  # its exit was read: the end is moments away
             await agent.wait_ended(self.timeouts.exit_grace_s + self.timeouts.kill_grace_s)
         if not agent.ended:
@@ -528,6 +654,17 @@ class Supervisor:
             harness=agent.reference.get("harness"),
             was_orphaned=agent.orphaned,
         )
+
+
+class _Release(Observer):
+    """Frees an agent's place in the admission once its run has ended."""
+
+    def __init__(self, released: Callable[[], None]) -> None:
+        self._released = released
+
+    async def on_end(self, result: RunResult) -> str | None:
+        self._released()
+        return None
 
 
 def _restored(row: AgentRecord, run: RunDir) -> tuple[AgentRecord, RunMirror]:

@@ -75,6 +75,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Protocol
 
 import msgspec
+from msgspec import UNSET
 
 from tether.daemon.fleet.answers import AnswerDesk, AnswerParams
 from tether.daemon.fleet.fleet import Fleet, FleetAgent
@@ -458,6 +459,8 @@ class AgentVerbs:
         if not isinstance(agent, WireAgent):
             return row
         extra: dict[str, Any] = {}
+        if agent.queued:
+            extra["queue_position"] = self.sup.queue_position(agent.name) or UNSET
         if questions is not None:
             extra["questions"] = [Question(**q) for q in questions.get(agent.run_id, [])]
         if self.channels is not None:

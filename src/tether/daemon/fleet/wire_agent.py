@@ -23,6 +23,7 @@ history. Agents are never closed for being idle: a ready child waits for control
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -73,6 +74,7 @@ class WireAgent(Observer):
         registry: AgentRegistry,
         adopted: bool = False,
         orphaned: bool = False,
+        queued: Callable[[WireAgent], Awaitable[None]] | None = None,
     ) -> None:
         self.record = record
         self.name = record.name
@@ -98,7 +100,10 @@ class WireAgent(Observer):
         self.exit_code: int | None = None
         self.ended_at: float | None = None
         self.checkpoint: Checkpoint | None = None
-        if handle is None:  # its run ended before this daemon started: the row is history
+        self._leave_queue = queued  # queued (--max-running): how it leaves the queue
+        if queued is not None:  # waiting its turn: no run yet, nothing ended
+            pass
+        elif handle is None:  # its run ended before this daemon started: the row is history
             self._final, self.error = record.state, record.detail
             self.exit_code, self.ended_at = record.exit_code, record.updated_at
         else:
@@ -127,12 +132,18 @@ class WireAgent(Observer):
         return self._final is not None
 
     @property
+    def queued(self) -> bool:
+        """It waits for a place to run (``tether daemon --max-running``)."""
+        return self._leave_queue is not None
+
+    @property
     def state(self) -> str:
         """The final status once ended; before, the live state (never terminal until the
         answer has been read)."""
         if self._final is not None:
             return self._final
-        assert self.handle is not None
+        if self.handle is None:
+            return "queued"
         return self.handle.live_state.value
 
     @property
@@ -143,6 +154,8 @@ class WireAgent(Observer):
     @property
     def finished(self) -> bool:
         """The run has ended, or the child has said its ``exit``."""
+        if self.queued:
+            return False
         return self.handle is None or self.ended or self.handle.mirror.finished
 
     @property
@@ -173,7 +186,9 @@ class WireAgent(Observer):
     # -- controls and asks ------------------------------------------------------------
 
     def live(self) -> LocalRunHandle:
-        """The run's handle; ``invalid_status`` once the run has ended."""
+        """The run's handle; ``invalid_status`` while queued and once the run has ended."""
+        if self.queued:
+            raise invalid_status(f"agent {self.name!r} is queued: it has not started yet")
         self.catch_up()
         if self.handle is None or self.finished:
             raise invalid_status(f"agent {self.name!r} has ended ({self.state})")
@@ -316,6 +331,9 @@ class WireAgent(Observer):
         A run that has ended, or whose child said its ``exit``, answers ``already_exited``
         with its final status."""
         kind = ControlKind(mode)
+        if self._leave_queue is not None:  # never started: it leaves the queue, cancelled
+            await self._leave_queue(self)
+            return StopReply(name=self.name, mode=mode, state="cancelled", ended=True)
         self.catch_up()
         if self.finished:
             await self.wait_ended(timeout_s)  # an exit was read: its end is moments away
