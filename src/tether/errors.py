@@ -50,7 +50,11 @@ derives from a built-in (``ValueError``, ``KeyError``, ``OSError``) that is said
     │       ├── DirtyTarget           the base's checkout has changes in files it touches
     │       └── NoBaseBranch          the base is no branch to merge into
     ├── TransportError                transports.channel: a channel refused or failed
-    │   └── PartialAppend             transports.channel: append_many stored a prefix only
+    │   ├── PartialAppend             transports.channel: append_many stored a prefix only
+    │   ├── BadClusterURL             transports.cluster (ValueError): no transport takes
+    │   │                             the URL's scheme (usage)
+    │   ├── NoResponders              transports.cluster: nobody serves the request's subject
+    │   └── RequestTimedOut           transports.cluster: no reply within the request's wait
     ├── TooDeep                       jsondepth (msgspec.DecodeError): JSON nested too deep;
     │                                 the decoders that call it return a rejection instead
     ├── TooMany                       jsondepth (msgspec.DecodeError): JSON holding too many
@@ -62,8 +66,8 @@ Lower layers' errors are translated once, where they enter: ``OSError`` from sta
 child becomes :class:`SpawnError` (``runtime.launch.start_child``); socket errors become
 ``DaemonUnavailable`` / ``DaemonConnectionLost`` (``daemon.client``); HTTP and stream
 errors become ``ProviderError`` (``agent.providers``); NATS errors become
-``TransportError`` (``transports.jetstream``). ``tests/test_errors.py`` keeps this tree
-and the code in step.
+``TransportError`` (``transports.jetstream``, the only module that imports ``nats``).
+``tests/test_errors.py`` keeps this tree and the code in step.
 
 This module imports nothing from tether, so every layer may raise from it.
 """

@@ -29,7 +29,7 @@ import logging
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import msgspec
 
@@ -44,6 +44,17 @@ from tether.transports.channel import (
     check_msg_id,
     check_name,
 )
+from tether.transports.cluster import (
+    Cluster,
+    ClusterSettings,
+    Handler,
+    Incoming,
+    NoResponders,
+    Registry,
+    RequestTimedOut,
+    redacted,
+    server_list,
+)
 from tether.wire.limits import MAX_LINE_BYTES
 
 if TYPE_CHECKING:
@@ -55,10 +66,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JetStreamChannel",
-    "connect_options",
+    "JetStreamCluster",
     "created",
     "looked_up",
+    "nats_options",
     "on_nats_error",
+    "open_cluster",
     "open_jetstream",
     "redacted",
     "server_list",
@@ -75,7 +88,7 @@ ATOMIC_DISABLED = 10174  # JetStream's error code: the stream does not allow ato
 # A tail holds at most this many undelivered messages (and bytes) in memory. The server
 # pushes a consumer's backlog as fast as it can (its flow control lets up to 32 MiB wait
 # in the client), so a reader behind by more drops messages (nats-py: "slow consumer")
-# and the tail subscribes again from the last entry it gave out (see ``_follow``).
+# and the tail subscribes again from the last entry it gave out (see ``follow``).
 TAIL_PENDING_MSGS = 16_384
 TAIL_PENDING_BYTES = 16 * 1024 * 1024
 RESUBSCRIBE_S = 0.2  # the first pause before a tail subscribes again
@@ -99,10 +112,49 @@ async def open_jetstream(
     ``url`` may name several servers of one cluster, comma-separated.
     ``connect_options`` go to ``nats.connect`` as they are (``user_credentials``, ``tls``,
     ``nkeys_seed``, reconnect settings). Close the result with :meth:`JetStreamChannel.aclose`.
+    (What the hosts use is :func:`open_cluster`, through :mod:`tether.transports.opener`.)
     """
+    check_consumer(prefix)
+    client = await _connect(url, connect_options or {})
+    channel = JetStreamChannel(client, prefix=prefix, max_line_bytes=max_line_bytes)
+    try:
+        await channel.ensure(replicas=replicas)
+    except BaseException:
+        await client.close()
+        raise
+    return channel
+
+
+async def open_cluster(
+    url: str,
+    *,
+    settings: ClusterSettings,
+    replicas: int = 1,
+    streams: bool = True,
+    prefix: str = "tether",
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> JetStreamCluster:
+    """:func:`tether.transports.opener.open_cluster` for ``nats://`` and ``tls://`` URLs:
+    one connection for the requests, the registries and the channel."""
+    check_consumer(prefix)
+    client = await _connect(url, nats_options(settings))
+    cluster = JetStreamCluster(
+        JetStreamChannel(client, prefix=prefix, max_line_bytes=max_line_bytes), replicas
+    )
+    if streams:
+        try:
+            await cluster.channel.ensure(replicas=replicas)
+        except BaseException:
+            await client.close()
+            raise
+    return cluster
+
+
+async def _connect(url: str, connect_options: dict[str, Any]) -> Client:
+    """A connection, bounded as a whole (a failed TLS handshake can leave nats-py waiting
+    for ever): a few tries, then, once in, reconnecting for ever."""
     import nats
 
-    check_consumer(prefix)
     # nats-py applies max_reconnect_attempts to the first connect too (and -1, or 0, retry a
     # refused login for ever): try a few times, then keep reconnecting for ever once in.
     options: dict[str, Any] = {
@@ -110,9 +162,8 @@ async def open_jetstream(
         "reconnect_time_wait": 0.2,
         "error_cb": on_nats_error,
     }
-    options.update(connect_options or {})
+    options.update(connect_options)
     try:
-        # Bounded as a whole: a failed TLS handshake can leave nats-py waiting for ever.
         client = await asyncio.wait_for(
             nats.connect(server_list(url), **options), CONNECT_TIMEOUT_S
         )
@@ -123,13 +174,7 @@ async def open_jetstream(
     except Exception as error:  # nats raises many unrelated types here
         raise TransportError(f"cannot reach NATS at {redacted(url)}: {error}") from error
     client.options["max_reconnect_attempts"] = -1
-    channel = JetStreamChannel(client, prefix=prefix, max_line_bytes=max_line_bytes)
-    try:
-        await channel.ensure(replicas=replicas)
-    except BaseException:
-        await client.close()
-        raise
-    return channel
+    return client
 
 
 async def on_nats_error(error: Exception) -> None:
@@ -187,38 +232,26 @@ async def created(creation: Awaitable[T], what: str) -> T:
         ) from None
 
 
-def connect_options(
-    *, creds: str | None = None, ca: str | None = None, env: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """``nats.connect`` options for a host: a ``.creds`` file (JWT and NKEY seed) and a CA
-    for ``tls://`` servers, from the arguments or ``TETHER_NATS_CREDS`` / ``TETHER_NATS_CA``.
-    A user and password go in the URL itself (``nats://user:pass@host:4222``)."""
-    env = {} if env is None else env
-    creds = creds or env.get("TETHER_NATS_CREDS") or None
-    ca = ca or env.get("TETHER_NATS_CA") or None
+def nats_options(settings: ClusterSettings) -> dict[str, Any]:
+    """``nats.connect`` options for :class:`~tether.transports.cluster.ClusterSettings`: a
+    ``.creds`` file (JWT and NKEY seed), a CA for ``tls://`` servers, the reply prefix."""
     options: dict[str, Any] = {}
-    if creds is not None:
-        options["user_credentials"] = creds
-    if ca is not None:
+    if settings.creds is not None:
+        options["user_credentials"] = settings.creds
+    if settings.ca is not None:
         import ssl
 
-        options["tls"] = ssl.create_default_context(cafile=ca)
+        options["tls"] = ssl.create_default_context(cafile=settings.ca)
+    if settings.reply_prefix is not None:
+        options["inbox_prefix"] = settings.reply_prefix
     return options
 
 
-def redacted(url: str) -> str:
-    """The URL without a password (errors are shown and logged)."""
-    import re
-
-    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)
-
-
-def server_list(url: str) -> list[str]:
-    """``nats://a:4222,nats://b:4222`` (a cluster's seed servers) as a list."""
-    servers = [part.strip() for part in url.split(",") if part.strip()]
-    if not servers:
-        raise TransportError("no NATS server URL given")
-    return servers
+def connect_options(
+    *, creds: str | None = None, ca: str | None = None, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The old name: :func:`nats_options` of :class:`ClusterSettings.from_env`."""
+    return nats_options(ClusterSettings.from_env(env or {}, creds=creds, ca=ca))
 
 
 class _Refusal(msgspec.Struct):
@@ -472,8 +505,8 @@ class JetStreamChannel:
         subscribes again just past the last entry it gave out, so it never ends on its own
         and never repeats or skips an entry.
         """
-        async for _, entry in self._follow(self.subject(name), after):
-            yield entry
+        async for message in self.follow(self.subject(name), after):
+            yield Entry(int(message.metadata.sequence.stream), message.data)
 
     async def tail_matching(
         self, pattern: str, *, after: int | None = None
@@ -486,8 +519,9 @@ class JetStreamChannel:
         so a reader resumes the whole set from the last one it handled."""
         start = len(self.subject("x")) - 1
         wanted = self.subject_pattern(pattern)
-        async for subject, entry in self._follow(wanted, after):
-            yield subject[start:], entry
+        async for message in self.follow(wanted, after):
+            entry = Entry(int(message.metadata.sequence.stream), message.data)
+            yield message.subject[start:], entry
 
     def subject_pattern(self, pattern: str) -> str:
         parts = pattern.split(".")
@@ -499,8 +533,11 @@ class JetStreamChannel:
             raise TransportError(f"bad channel pattern {pattern!r}")
         return f"{self.prefix}.ch.{pattern}"
 
-    async def _follow(self, subject: str, after: int | None) -> AsyncIterator[tuple[str, Entry]]:
-        """Entries of ``subject`` past ``after``, subscribing again whenever one is missed.
+    async def follow(
+        self, subject: str, after: int | None, stream: str | None = None
+    ) -> AsyncIterator[Msg]:
+        """The messages of ``subject`` (in ``stream``: by default the channels') past the
+        stream sequence ``after``, subscribing again whenever one is missed.
 
         nats-py drops a message when a subscription's queue is full (a reader slower than
         the server's push of a backlog) and counts it as delivered, so its ordered
@@ -510,7 +547,7 @@ class JetStreamChannel:
         drop are handed on, and a new one starts just past the last entry."""
         last = after or 0
         while True:
-            subscription = await self._subscribe(subject, last)
+            subscription = await self._subscribe(subject, last, stream or self.stream)
             dropped = _DROPS.setdefault(getattr(subscription, "_sub", subscription), Flag())
             delivered = 0  # the consumer sequence of the last message handed on
             try:
@@ -522,7 +559,7 @@ class JetStreamChannel:
                     seq = int(metadata.sequence.stream)
                     if seq > last:
                         last = seq
-                        yield message.subject, Entry(seq, message.data)
+                        yield message
                 if dropped.is_set():
                     log.info("%s: the reader fell behind; reading on from %d", subject, last)
                 else:
@@ -531,7 +568,7 @@ class JetStreamChannel:
                 with contextlib.suppress(Exception):
                     await subscription.unsubscribe()
 
-    async def _subscribe(self, subject: str, last: int) -> Any:
+    async def _subscribe(self, subject: str, last: int, stream: str) -> Any:
         from nats.errors import Error as NatsError
         from nats.js.api import ConsumerConfig, DeliverPolicy
 
@@ -543,7 +580,7 @@ class JetStreamChannel:
             try:
                 return await self.js.subscribe(
                     subject,
-                    stream=self.stream,  # known: no STREAM.NAMES round trip (nor permission)
+                    stream=stream,  # known: no STREAM.NAMES round trip (nor permission)
                     ordered_consumer=True,
                     config=config,
                     pending_msgs_limit=TAIL_PENDING_MSGS,
@@ -617,3 +654,189 @@ class JetStreamChannel:
         with contextlib.suppress(Exception):
             await self.client.drain()
         await self.client.close()
+
+
+# -- the cluster: requests, services, registries ---------------------------------------------
+
+
+class JetStreamCluster:
+    """:class:`~tether.transports.cluster.Cluster` over one NATS connection: core NATS
+    request/reply for the requests and services, KV buckets for the registries, the
+    channel's stream for the lines."""
+
+    def __init__(self, channel: JetStreamChannel, replicas: int = 1) -> None:
+        self.channel = channel
+        self.client = channel.client
+        self.replicas = replicas
+        self._stores = [channel.stream, f"KV_{channel.prefix}_offsets"]
+
+    @property
+    def max_payload(self) -> int:
+        return int(self.client.max_payload)
+
+    async def request(self, subject: str, body: bytes, *, wait_s: float | None) -> bytes:
+        from nats.errors import Error as NatsError
+        from nats.errors import NoRespondersError
+        from nats.errors import TimeoutError as NatsTimeout
+
+        try:
+            # nats-py hands the timeout to asyncio.wait_for, where None waits for ever
+            reply = await self.client.request(subject, body, timeout=cast(float, wait_s))
+        except NoRespondersError:
+            raise NoResponders(f"nobody serves {subject}") from None
+        except (NatsTimeout, TimeoutError):
+            raise RequestTimedOut(f"no reply on {subject} in {wait_s} s") from None
+        except NatsError as error:  # the connection closed or failed
+            raise TransportError(f"request on {subject} failed: {error}") from None
+        return bytes(reply.data)
+
+    async def serve(self, subject: str, handler: Handler) -> _Served:
+        """nats-py runs one subscription's callbacks one after another, in the order the
+        messages came: what the interface promises."""
+        from nats.errors import Error as NatsError
+
+        async def on_message(message: Msg) -> None:
+            await handler(_Incoming(message))
+
+        try:
+            return _Served(await self.client.subscribe(subject, cb=on_message))
+        except NatsError as error:
+            raise TransportError(f"cannot serve {subject}: {error}") from None
+
+    async def open_registry(self, name: str) -> JetStreamRegistry:
+        from nats.errors import Error as NatsError
+        from nats.js.api import KeyValueConfig
+        from nats.js.errors import BucketNotFoundError
+
+        js = self.channel.js
+        try:
+            try:
+                kv = await looked_up(lambda: js.key_value(name), f"the registry {name}")
+            except BucketNotFoundError:
+                config = KeyValueConfig(bucket=name, history=1, replicas=self.replicas)
+                kv = await created(js.create_key_value(config), f"KV_{name}")
+        except (NatsError, TimeoutError) as error:
+            raise TransportError(f"cannot open the registry {name}: {error}") from None
+        return self._registry(kv, name)
+
+    async def find_registry(self, name: str) -> JetStreamRegistry | None:
+        from nats.errors import Error as NatsError
+        from nats.js.errors import BucketNotFoundError
+
+        try:
+            kv = await self.channel.js.key_value(name)
+        except BucketNotFoundError:
+            return None
+        except (NatsError, TimeoutError) as error:
+            raise TransportError(f"cannot read the registry {name}: {error}") from None
+        return self._registry(kv, name)
+
+    def _registry(self, kv: KeyValue, name: str) -> JetStreamRegistry:
+        if f"KV_{name}" not in self._stores:
+            self._stores.append(f"KV_{name}")
+        return JetStreamRegistry(kv, name, self.channel)
+
+    def stores(self) -> list[str]:
+        return list(self._stores)
+
+    async def aclose(self) -> None:
+        await self.channel.aclose()
+
+
+class _Incoming:
+    """A request being served (:class:`~tether.transports.cluster.Incoming`)."""
+
+    __slots__ = ("_message", "data")
+
+    def __init__(self, message: Msg) -> None:
+        self._message = message
+        self.data: bytes = message.data
+
+    async def respond(self, body: bytes) -> None:
+        if self._message.reply:
+            with contextlib.suppress(Exception):  # the connection went away meanwhile
+                await self._message.respond(body)
+
+
+class _Served:
+    __slots__ = ("_subscription",)
+
+    def __init__(self, subscription: Any) -> None:
+        self._subscription = subscription
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._subscription.unsubscribe()
+
+
+_KV_DELETED = frozenset({"DEL", "PURGE"})
+
+
+class JetStreamRegistry:
+    """:class:`~tether.transports.cluster.Registry` over a KV bucket (history 1: its
+    stream holds each key's last value or delete marker, in the order they were set)."""
+
+    def __init__(self, kv: KeyValue, name: str, channel: JetStreamChannel) -> None:
+        self.kv = kv
+        self.name = name
+        self._channel = channel
+
+    async def put(self, key: str, value: bytes) -> None:
+        from nats.errors import Error as NatsError
+
+        try:
+            await self.kv.put(key, value)
+        except (NatsError, TimeoutError) as error:
+            raise TransportError(f"put of {key!r} in {self.name} failed: {error!r}") from None
+
+    async def get(self, key: str) -> bytes | None:
+        from nats.errors import Error as NatsError
+        from nats.js.errors import KeyNotFoundError
+
+        try:
+            entry = await self.kv.get(key)
+        except KeyNotFoundError:  # never set, or deleted
+            return None
+        except (NatsError, TimeoutError) as error:
+            raise TransportError(f"get of {key!r} in {self.name} failed: {error!r}") from None
+        return entry.value or None
+
+    async def delete(self, key: str) -> None:
+        from nats.errors import Error as NatsError
+
+        try:
+            await self.kv.delete(key)
+        except (NatsError, TimeoutError) as error:
+            raise TransportError(f"delete of {key!r} in {self.name} failed: {error!r}") from None
+
+    async def keys(self) -> list[str]:
+        from nats.errors import Error as NatsError
+        from nats.js.errors import NoKeysError
+
+        try:
+            return list(await self.kv.keys())
+        except NoKeysError:
+            return []
+        except (NatsError, TimeoutError) as error:
+            raise TransportError(f"listing {self.name} failed: {error!r}") from None
+
+    async def watch(self) -> AsyncIterator[tuple[str, bytes | None]]:
+        """The bucket's stream read from its start with the channel's tail (one ordered
+        consumer that subscribes again past its last message after a gap): history 1
+        leaves only each key's last value or delete marker, so the start is the current
+        view, and what follows is each change in order."""
+        prefix = f"$KV.{self.name}."
+        async for message in self._channel.follow(f"{prefix}>", None, f"KV_{self.name}"):
+            headers = message.headers or {}
+            deleted = headers.get("KV-Operation") in _KV_DELETED or bool(
+                headers.get("Nats-Marker-Reason")
+            )
+            yield message.subject[len(prefix) :], None if deleted else message.data
+
+
+if TYPE_CHECKING:  # mypy checks that the interfaces are met
+
+    def _implements(
+        cluster: JetStreamCluster, registry: JetStreamRegistry, incoming: _Incoming
+    ) -> tuple[Cluster, Registry, Incoming]:
+        return cluster, registry, incoming
