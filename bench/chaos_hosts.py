@@ -319,12 +319,9 @@ class Chaos:
     async def adopt(self, run: Run) -> RemoteRunHandle:
         """A handle on a run spawned already (what a parent whose spawn's answer was lost
         does: it reads the run's channels from their start)."""
-        from tether.transports.jetstream import open_jetstream
-
-        client = await connect(self.cluster.urls)
-        status = await call_host(client, run.host, "agent.status", {"name": run.name})
-        channel = await open_jetstream(self.cluster.urls)
-        handle = RemoteRunHandle(client, channel, run.host, run.name, str(status["run_id"]))
+        cluster = await connect(self.cluster.urls)
+        status = await call_host(cluster, run.host, "agent.status", {"name": run.name})
+        handle = RemoteRunHandle(cluster, run.host, run.name, str(status["run_id"]))
         handle.start()
         return handle
 

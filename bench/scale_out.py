@@ -155,7 +155,10 @@ async def ack_round_trips(
     spawn = {"name": "w", "task": "t", "provider": "scripted", "script": str(script)}
     await local.call("agent.spawn", spawn)
     await plain.call("agent.spawn", spawn)
+    import nats
+
     client = await connect(url)
+    bare = await nats.connect(url.split(","))  # the floor: a client with nothing of tether's
     echo = await asyncio.create_subprocess_exec(
         sys.executable, "-c", ECHO, url, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
@@ -170,7 +173,7 @@ async def ack_round_trips(
             results = await interleaved(
                 samples,
                 {
-                    "bare NATS request/reply": lambda: client.request(
+                    "bare NATS request/reply": lambda: bare.request(
                         "bench.echo", b"x" * 64, timeout=5
                     ),
                     "daemon.status across hosts": lambda: call_host(
@@ -202,7 +205,8 @@ async def ack_round_trips(
     finally:
         echo.kill()
         await echo.wait()
-        await client.close()
+        await client.aclose()
+        await bare.close()
         await local.close()
         await plain.close()
 

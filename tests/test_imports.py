@@ -191,6 +191,32 @@ def test_imports_point_down() -> None:
     assert upward == [], "\n".join(upward)
 
 
+def _third_party(tree: ast.AST) -> Iterator[str]:
+    """The top-level names of what ``tree`` imports, absolute imports only."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.module.partition(".")[0]
+
+
+def test_nats_is_imported_only_by_the_jetstream_transport() -> None:
+    # every other part reaches a cluster through tether.transports.cluster's interface
+    importers = sorted(
+        name
+        for name, path in MODULES.items()
+        if "nats" in _third_party(ast.parse(path.read_text(encoding="utf-8")))
+    )
+    assert importers == ["tether.transports.jetstream"]
+
+
+def test_the_jetstream_transport_is_chosen_only_by_url() -> None:
+    # tether.transports.opener picks it by scheme; nothing names it to import it
+    jetstream = "tether.transports.jetstream"
+    importers = sorted(name for name, targets in GRAPH.items() if jetstream in targets)
+    assert importers == ["tether.transports.opener"]
+
+
 def test_the_walker_sees_lazy_imports_and_tables() -> None:
     # the checks above are only as good as the graph: known edges of each kind are in it
     assert "tether.runtime.parent.spawn" in GRAPH["tether.api"]  # module level

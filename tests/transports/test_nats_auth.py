@@ -332,7 +332,8 @@ def _make_tls(root: Path) -> tuple[Path, Path, Path]:
 
 
 def test_tls_servers_are_reached_with_the_hosts_ca_and_refused_without(tmp_path: Path) -> None:
-    from tether.transports.jetstream import connect_options
+    from tether.transports.cluster import ClusterSettings
+    from tether.transports.jetstream import nats_options
 
     ca, cert, key = _make_tls(tmp_path)
     extra = ["--tls", "--tlscert", str(cert), "--tlskey", str(key)]
@@ -340,7 +341,8 @@ def test_tls_servers_are_reached_with_the_hosts_ca_and_refused_without(tmp_path:
         url = f"tls://127.0.0.1:{server.port}"
 
         async def main() -> None:
-            channel = await open_jetstream(url, connect_options=connect_options(ca=str(ca)))
+            options = nats_options(ClusterSettings(ca=str(ca)))
+            channel = await open_jetstream(url, connect_options=options)
             try:
                 assert await channel.append("h.A.run.t.events", b"{}") >= 1
             finally:

@@ -218,9 +218,9 @@ def _connect(args: argparse.Namespace) -> DaemonClient | RemoteClient:
 
         if not nats_url:
             raise DaemonUnavailable("--host needs the cluster: give --nats URL or $TETHER_NATS_URL")
-        from tether.transports.jetstream import connect_options
+        from tether.transports.cluster import ClusterSettings
 
-        remote = RemoteClient(nats_url, args.host or "", connect_options(env=os.environ))
+        remote = RemoteClient(nats_url, args.host or "", ClusterSettings.from_env(os.environ))
         remote.settimeout(CALL_TIMEOUT_S)
         return remote
     from tether.daemon.rpc.client import DaemonClient

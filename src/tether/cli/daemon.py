@@ -165,16 +165,19 @@ def _init_cluster(args: argparse.Namespace) -> int:
 
     from tether.daemon.hosts.link import init_cluster
     from tether.transports.channel import TransportError
-    from tether.transports.jetstream import connect_options
+    from tether.transports.cluster import BadClusterURL, ClusterSettings
 
     url = args.nats or os.environ.get("TETHER_NATS_URL")
     if not url:
         print("tether daemon: init-cluster needs --nats URL or $TETHER_NATS_URL", file=sys.stderr)
         return exits.USAGE
     replicas = args.replicas or int(os.environ.get("TETHER_NATS_REPLICAS", "1"))
-    options = connect_options(creds=args.nats_creds, ca=args.nats_ca, env=os.environ)
+    settings = ClusterSettings.from_env(os.environ, creds=args.nats_creds, ca=args.nats_ca)
     try:
-        names = asyncio.run(init_cluster(url, replicas=replicas, connect_options=options))
+        names = asyncio.run(init_cluster(url, replicas=replicas, settings=settings))
+    except BadClusterURL as exc:
+        print(f"tether daemon: {exc}", file=sys.stderr)
+        return exits.USAGE
     except TransportError as exc:
         print(f"tether daemon: {exc}", file=sys.stderr)
         return exits.FAILED

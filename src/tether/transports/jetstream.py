@@ -28,7 +28,7 @@ import dataclasses
 import logging
 import os
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import msgspec
@@ -73,8 +73,6 @@ __all__ = [
     "on_nats_error",
     "open_cluster",
     "open_jetstream",
-    "redacted",
-    "server_list",
 ]
 
 log = logging.getLogger("tether.transports.jetstream")
@@ -245,13 +243,6 @@ def nats_options(settings: ClusterSettings) -> dict[str, Any]:
     if settings.reply_prefix is not None:
         options["inbox_prefix"] = settings.reply_prefix
     return options
-
-
-def connect_options(
-    *, creds: str | None = None, ca: str | None = None, env: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """The old name: :func:`nats_options` of :class:`ClusterSettings.from_env`."""
-    return nats_options(ClusterSettings.from_env(env or {}, creds=creds, ca=ca))
 
 
 class _Refusal(msgspec.Struct):

@@ -142,7 +142,7 @@ def test_a_long_verb_waits_on_while_its_host_answers_the_probes(
             unknown = await remote._probe(client, "tether.host.B.rpc", 12345)
             assert unknown == remote.NOT_PENDING
         finally:
-            await client.close()
+            await client.aclose()
 
     asyncio.run(main())
 
@@ -181,7 +181,7 @@ def test_a_verb_in_flight_fails_when_its_hosts_daemon_restarts(
             assert "no longer has the call" in failed.value.message
             assert took < 20, f"the caller learnt of the restart after {took:.1f} s"
         finally:
-            await client.close()
+            await client.aclose()
 
     asyncio.run(main())
 
@@ -222,7 +222,7 @@ def test_a_verb_in_flight_survives_its_hosts_nats_node_dying(
                     answer = await asyncio.wait_for(call, 60)
                     assert answer["reply"] == "after the failover", answer
                 finally:
-                    await client.close()
+                    await client.aclose()
 
             asyncio.run(main())
     finally:

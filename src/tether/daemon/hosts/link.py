@@ -1,12 +1,14 @@
-"""One daemon's membership in a cluster of hosts over NATS JetStream.
+"""One daemon's membership in a cluster of hosts.
 
 Theory of operation: ``tether daemon --nats URL --host NAME`` starts a :class:`HostLink`
-beside the socket server, in the daemon's process. It hands every call to the daemon's own
+beside the socket server, in the daemon's process, over the
+:class:`~tether.transports.cluster.Cluster` its URL opens (NATS JetStream for ``nats://``
+and ``tls://``; this module never names the transport). It hands every call to the daemon's own
 dispatch (:meth:`~tether.daemon.rpc.server.Daemon.answer`: the method table, validation, caps
 and error codes a socket connection gets), so it adds no second code path for any verb and
 no second socket hop:
 
-- **Verbs from other hosts.** It answers NATS requests on ``tether.host.<NAME>.rpc``: the
+- **Verbs from other hosts.** It serves the requests on ``tether.host.<NAME>.rpc``: the
   payload is a request body exactly as on the socket (``{"id","method","params"}``), the
   reply a response body (``{"id","result"}`` or ``{"id","error"}``), with the daemon's own
   error codes. Each request is answered in a task of its own (a steer waiting for its ack
@@ -18,7 +20,7 @@ no second socket hop:
   "no responders" means this daemon is gone, ``pending: false`` that it restarted or
   never got the call, so the caller fails at once instead of waiting out its timeout.
 - **One registry every host sees.** Every ``sync_every_s`` it lists its agents and puts
-  each changed row into the KV bucket ``tether_agents`` under ``<host>.<name>`` (with a
+  each changed row into the registry ``tether_agents`` under ``<host>.<name>`` (with a
   ``host`` field), deletes rows of removed agents, and refreshes ``hosts.<NAME>``.
 - **The lines themselves.** For every agent it forwards ``control.jsonl``,
   ``events.jsonl`` and ``inbox.jsonl`` into the channels ``h.<host>.run.<id>.control`` /
@@ -70,12 +72,11 @@ from tether.daemon.rpc.protocol import (
     recover_id,
 )
 from tether.transports.channel import TransportError
+from tether.transports.cluster import ClusterSettings
 
 if TYPE_CHECKING:
-    from nats.aio.msg import Msg
-
     from tether.daemon.rpc.server import Daemon
-    from tether.transports.jetstream import JetStreamChannel
+    from tether.transports.cluster import Cluster, Incoming, Registry, Service
     from tether.transports.watch import FileWatcher
 
 __all__ = [
@@ -91,7 +92,6 @@ __all__ = [
     "inbox_channel",
     "init_cluster",
     "open_host_link",
-    "open_registry",
     "rpc_subject",
     "run_channels",
 ]
@@ -134,10 +134,15 @@ class ClusterOptions:
         ca: str | None = None,
     ) -> ClusterOptions | None:
         """Flags first, then ``TETHER_NATS_URL``, ``TETHER_HOST``, ``TETHER_NATS_REPLICAS``,
-        ``TETHER_NATS_CREDS``, ``TETHER_NATS_CA``; ``None`` when no URL is given."""
+        ``TETHER_NATS_CREDS``, ``TETHER_NATS_CA``; ``None`` when no URL is given. A URL no
+        transport takes is :class:`~tether.transports.cluster.BadClusterURL` (a
+        ``ValueError``), as is a bad host name."""
+        from tether.transports.opener import check_url
+
         url = url or env.get("TETHER_NATS_URL")
         if not url:
             return None
+        check_url(url)
         host = host or env.get("TETHER_HOST") or socket.gethostname().split(".")[0]
         replicas = replicas or int(env.get("TETHER_NATS_REPLICAS", "1"))
         return cls(
@@ -148,23 +153,21 @@ class ClusterOptions:
             ca=ca or env.get("TETHER_NATS_CA") or None,
         )
 
-    def connect_options(self) -> dict[str, Any]:
-        from tether.transports.jetstream import connect_options
-
-        options = connect_options(creds=self.creds, ca=self.ca)
-        options["inbox_prefix"] = host_inbox(self.host)
-        return options
+    def settings(self) -> ClusterSettings:
+        """This host's connection: its credentials and its own reply prefix."""
+        return ClusterSettings(creds=self.creds, ca=self.ca, reply_prefix=host_inbox(self.host))
 
 
 async def open_host_link(options: ClusterOptions, daemon: Daemon) -> HostLink:
     """Connect to the cluster and make sure its registry exists (raises ``TransportError``
-    if NATS is away); :meth:`HostLink.start` once the daemon has recovered its agents."""
-    from tether.transports.jetstream import open_jetstream
+    if the cluster is away); :meth:`HostLink.start` once the daemon has recovered its
+    agents."""
+    from tether.transports.opener import open_cluster
 
-    channel = await open_jetstream(
-        options.url, replicas=options.replicas, connect_options=options.connect_options()
+    cluster = await open_cluster(
+        options.url, settings=options.settings(), replicas=options.replicas
     )
-    link = HostLink(host=options.host, channel=channel, daemon=daemon, replicas=options.replicas)
+    link = HostLink(host=options.host, cluster=cluster, daemon=daemon)
     try:
         await link.prepare()
     except BaseException:
@@ -173,41 +176,20 @@ async def open_host_link(options: ClusterOptions, daemon: Daemon) -> HostLink:
     return link
 
 
-async def open_registry(channel: JetStreamChannel, replicas: int) -> Any:
-    """The registry bucket, created if missing (and the credentials may)."""
-    from nats.errors import Error as NatsError
-    from nats.js.api import KeyValueConfig
-    from nats.js.errors import BucketNotFoundError
-
-    from tether.transports.jetstream import created, looked_up
-
-    js = channel.js
-    try:
-        try:
-            return await looked_up(
-                lambda: js.key_value(REGISTRY_BUCKET), f"the registry {REGISTRY_BUCKET}"
-            )
-        except BucketNotFoundError:
-            config = KeyValueConfig(bucket=REGISTRY_BUCKET, history=1, replicas=replicas)
-            return await created(js.create_key_value(config), f"KV_{REGISTRY_BUCKET}")
-    except (NatsError, TimeoutError) as error:
-        raise TransportError(f"cannot open the registry {REGISTRY_BUCKET}: {error}") from None
-
-
 async def init_cluster(
-    url: str, *, replicas: int = 1, connect_options: dict[str, Any] | None = None
+    url: str, *, replicas: int = 1, settings: ClusterSettings | None = None
 ) -> list[str]:
-    """Create the cluster's stream and its two buckets if missing (``tether daemon --nats
-    URL init-cluster``), with credentials that may: then the hosts' credentials need no
-    right to create, change or delete a stream. Returns their names."""
-    from tether.transports.jetstream import open_jetstream
+    """Create the cluster's stream and its two registries if missing (``tether daemon
+    --nats URL init-cluster``), with credentials that may: then the hosts' credentials need
+    no right to create, change or delete a stream. Returns their names."""
+    from tether.transports.opener import open_cluster
 
-    channel = await open_jetstream(url, replicas=replicas, connect_options=connect_options)
+    cluster = await open_cluster(url, settings=settings, replicas=replicas)
     try:
-        await open_registry(channel, replicas)
+        await cluster.open_registry(REGISTRY_BUCKET)
+        return cluster.stores()
     finally:
-        await channel.aclose()
-    return [channel.stream, f"KV_{channel.prefix}_offsets", f"KV_{REGISTRY_BUCKET}"]
+        await cluster.aclose()
 
 
 def check_host(name: str) -> str:
@@ -223,8 +205,8 @@ def host_inbox(host: str) -> str:
     return f"_INBOX_{check_host(host)}"
 
 
-def rpc_subject(host: str, prefix: str = "tether") -> str:
-    return f"{prefix}.host.{check_host(host)}.rpc"
+def rpc_subject(host: str) -> str:
+    return f"tether.host.{check_host(host)}.rpc"
 
 
 def events_channel(host: str, run_id: str) -> str:
@@ -261,18 +243,12 @@ class HostLink:
     """See the module docstring. ``start`` after the daemon serves; ``aclose`` to leave."""
 
     def __init__(
-        self,
-        *,
-        host: str,
-        channel: JetStreamChannel,
-        daemon: Daemon,
-        replicas: int = 1,
-        sync_every_s: float = 0.5,
+        self, *, host: str, cluster: Cluster, daemon: Daemon, sync_every_s: float = 0.5
     ) -> None:
         self.host = check_host(host)
-        self.channel = channel
+        self.cluster = cluster
+        self.channel = cluster.channel
         self.daemon = daemon
-        self.replicas = replicas
         self.sync_every_s = sync_every_s
         self._tasks: set[asyncio.Task[Any]] = set()
         self._bridges: dict[str, list[Outbound]] = {}
@@ -280,25 +256,23 @@ class HostLink:
         self._uncommitted: dict[Outbound, float] = {}  # bridge -> since when
         self._rows: dict[str, bytes] = {}
         self._watcher: FileWatcher | None = None
-        self._subscription: Any = None
-        self._kv: Any = None
+        self._service: Service | None = None
+        self._registry: Registry | None = None
         self._in_flight: dict[int, int] = {}  # request id -> calls of that id being answered
 
     async def prepare(self) -> None:
-        """Open (or create) the registry bucket."""
-        self._kv = await open_registry(self.channel, self.replicas)
+        """Open (or create) the registry."""
+        self._registry = await self.cluster.open_registry(REGISTRY_BUCKET)
 
     async def start(self) -> None:
         """Answer this host's verbs and start publishing and forwarding (the daemon's
         ``on_start`` hook, after its agents are recovered)."""
         from tether.transports.watch import FileWatcher
 
-        if self._kv is None:
+        if self._registry is None:
             await self.prepare()
         self._watcher = FileWatcher(poll_interval=0.3)
-        self._subscription = await self.channel.client.subscribe(
-            rpc_subject(self.host, self.channel.prefix), cb=self._on_request
-        )
+        self._service = await self.cluster.serve(rpc_subject(self.host), self._on_request)
         self._spawn(self._sync_loop())
         self._spawn(self._forward_loop())
 
@@ -309,16 +283,14 @@ class HostLink:
 
     # -- verbs from other hosts ---------------------------------------------------------
 
-    async def _on_request(self, message: Msg) -> None:
-        # nats-py runs a subscription's callbacks one after another, in the order the
-        # requests came: a call is counted in flight here, before any probe sent after it
-        # is answered (inline, below), and then answered in a task of its own (the
-        # daemon's in-flight cap bounds them, answering busy).
+    async def _on_request(self, message: Incoming) -> None:
+        # The cluster serves a subject's requests one after another, in the order they
+        # came: a call is counted in flight here, before any probe sent after it is
+        # answered (inline, below), and then answered in a task of its own (the daemon's
+        # in-flight cap bounds them, answering busy).
         request = decode_request(message.data)
         if isinstance(request, Request) and request.method == PENDING_METHOD:
-            if message.reply:
-                with contextlib.suppress(Exception):  # the connection went away meanwhile
-                    await message.respond(self._pending(request))
+            await message.respond(self._pending(request))
             return
         key = request.id if isinstance(request, Request) else None
         if key is not None:
@@ -326,13 +298,10 @@ class HostLink:
         self._spawn(self._respond(message, request, key))
 
     async def _respond(
-        self, message: Msg, request: Request | ProtocolError, key: int | None
+        self, message: Incoming, request: Request | ProtocolError, key: int | None
     ) -> None:
         try:
-            reply = await self.answer(message.data, request)
-            if message.reply:
-                with contextlib.suppress(Exception):  # the connection went away meanwhile
-                    await message.respond(reply)
+            await message.respond(await self.answer(message.data, request))
         finally:
             # after the reply is published: a probe answered "not pending" from here on
             # reaches the caller behind it (one connection's messages keep their order)
@@ -359,9 +328,11 @@ class HostLink:
         if isinstance(request, ProtocolError):
             return failure(recover_id(body), ErrorCode.MALFORMED_FRAME, request.message)
         reply = await self.daemon.answer(request)
-        limit = self.channel.client.max_payload
+        limit = self.cluster.max_payload
         if len(reply) > limit:
-            message = f"the answer ({len(reply)} bytes) is over NATS's max_payload {limit}; page it"
+            message = (
+                f"the answer ({len(reply)} bytes) is over the cluster's limit {limit}; page it"
+            )
             return failure(request.id, ErrorCode.INTERNAL, message)
         return reply
 
@@ -375,13 +346,11 @@ class HostLink:
     # -- the registry every host sees ---------------------------------------------------
 
     async def _sync_loop(self) -> None:
-        from nats.errors import Error as NatsError
-
         while True:
             try:
                 await self.sync_once()
-            except (NatsError, TransportError, TimeoutError) as error:
-                # NATS away or its stream not up yet (a cluster starting, a node lost):
+            except (TransportError, TimeoutError) as error:
+                # the cluster away or its stream not up yet (starting, a node lost):
                 # expected, said in one line, retried
                 log.warning("host %s: registry sync failed (%r); retrying", self.host, error)
             except Exception:
@@ -390,6 +359,7 @@ class HostLink:
 
     async def sync_once(self) -> None:
         """Publish changed agent rows, drop removed ones, attach forwarders to new runs."""
+        assert self._registry is not None, "prepare() first"
         listed = await self.call("agent.list", {})
         agents = listed.get("agents", []) if isinstance(listed, dict) else []
         seen: set[str] = set()
@@ -398,16 +368,16 @@ class HostLink:
             seen.add(name)
             row = msgspec.json.encode({**agent, "host": self.host})
             if self._rows.get(name) != row:
-                await self._kv.put(f"{self.host}.{name}", row)
+                await self._registry.put(f"{self.host}.{name}", row)
                 self._rows[name] = row
             self._attach(agent)
         for name in set(self._rows) - seen:
-            with contextlib.suppress(Exception):
-                await self._kv.delete(f"{self.host}.{name}")
+            with contextlib.suppress(TransportError):
+                await self._registry.delete(f"{self.host}.{name}")
             del self._rows[name]
             self._detach(name)
         beat = {"host": self.host, "agents": len(seen), "at": time.time()}
-        await self._kv.put(f"hosts.{self.host}", msgspec.json.encode(beat))
+        await self._registry.put(f"hosts.{self.host}", msgspec.json.encode(beat))
 
     # -- forwarding the lines -----------------------------------------------------------
 
@@ -527,11 +497,10 @@ class HostLink:
         with contextlib.suppress(Exception):  # leave the progress for the next daemon
             async with asyncio.timeout(CLOSE_COMMIT_S):
                 await self._commit_due(math.inf)
-        if self._subscription is not None:
-            with contextlib.suppress(Exception):
-                await self._subscription.unsubscribe()
+        if self._service is not None:
+            await self._service.stop()
         for name in list(self._bridges):
             self._detach(name)
         if self._watcher is not None:
             self._watcher.close()
-        await self.channel.aclose()
+        await self.cluster.aclose()

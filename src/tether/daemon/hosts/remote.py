@@ -1,11 +1,13 @@
-"""Calling another host's daemon over NATS, and the cluster-wide agent list.
+"""Calling another host's daemon through the cluster, and the cluster-wide agent list.
 
 :func:`call_host` sends a request body exactly as on the socket to
-``tether.host.<HOST>.rpc`` and returns the result, raising the same errors as the socket
-client (:class:`~tether.daemon.rpc.client.DaemonCallError` with the daemon's code, or
+``tether.host.<HOST>.rpc`` (a :class:`~tether.transports.cluster.Cluster` request) and
+returns the result, raising the same errors as the socket client
+(:class:`~tether.daemon.rpc.client.DaemonCallError` with the daemon's code,
 :class:`~tether.daemon.rpc.client.DaemonUnavailable` when no daemon of that host is in the
-cluster). :class:`RemoteClient` wraps it in the sync client's shape for the CLI.
-:func:`cluster_agents` reads every host's rows from the registry bucket.
+cluster, :class:`~tether.daemon.rpc.client.DaemonConnectionLost` when the connection to the
+cluster failed). :class:`RemoteClient` wraps it in the sync client's shape for the CLI.
+:func:`cluster_agents` reads every host's rows from the registry.
 """
 
 from __future__ import annotations
@@ -14,20 +16,29 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from tether import jsondepth
 from tether.daemon.hosts.link import PENDING_METHOD, REGISTRY_BUCKET, rpc_subject
-from tether.daemon.rpc.client import DaemonCallError, DaemonUnavailable, result_of
+from tether.daemon.rpc.client import (
+    DaemonCallError,
+    DaemonConnectionLost,
+    DaemonUnavailable,
+    result_of,
+)
 from tether.daemon.rpc.protocol import ErrorCode, ProtocolError, Request, decode_response
-from tether.wire.limits import MAX_LINE_BYTES
+from tether.transports.channel import TransportError
+from tether.transports.cluster import (
+    BadClusterURL,
+    ClusterSettings,
+    NoResponders,
+    RequestTimedOut,
+)
 
 if TYPE_CHECKING:
-    from nats.aio.client import Client
-
-    from tether.transports.jetstream import JetStreamChannel
+    from tether.transports.cluster import Cluster, ClusterChannel
 
 __all__ = ["RemoteClient", "call_host", "cluster_agents", "connect"]
 
@@ -47,38 +58,27 @@ REPLY_GRACE_S = 0.5  # a reply that came before "not pending" is handed on withi
 PENDING, NOT_PENDING, GONE, SILENT = "pending", "not pending", "gone", "silent"
 
 
-async def connect(url: str, connect_options: dict[str, Any] | None = None) -> Client:
-    import nats
+async def connect(url: str, settings: ClusterSettings | None = None) -> Cluster:
+    """A caller's connection to the cluster (it opens no stream: it calls and tails);
+    :class:`DaemonUnavailable` when the cluster cannot be reached,
+    :class:`~tether.transports.cluster.BadClusterURL` for a URL no transport takes."""
+    from tether.transports.opener import open_cluster
 
-    from tether.transports.jetstream import (
-        CONNECT_TIMEOUT_S,
-        on_nats_error,
-        redacted,
-        server_list,
-    )
-
-    options: dict[str, Any] = {
-        "connect_timeout": 5,
-        "max_reconnect_attempts": 3,
-        "error_cb": on_nats_error,
-    }
-    options.update(connect_options or {})
     try:
-        return await asyncio.wait_for(nats.connect(server_list(url), **options), CONNECT_TIMEOUT_S)
-    except TimeoutError:
-        raise DaemonUnavailable(f"cannot reach NATS at {redacted(url)}: timed out") from None
-    except Exception as error:  # nats raises many unrelated types here
-        raise DaemonUnavailable(f"cannot reach NATS at {redacted(url)}: {error}") from error
+        return await open_cluster(url, settings=settings, streams=False)
+    except BadClusterURL:
+        raise
+    except TransportError as error:
+        raise DaemonUnavailable(str(error)) from None
 
 
 async def call_host(
-    client: Client,
+    cluster: Cluster,
     host: str,
     method: str,
     params: Any = None,
     *,
     wait_s: float | None = DEFAULT_TIMEOUT_S,
-    prefix: str = "tether",
 ) -> Any:
     """``method`` on ``host``'s daemon: its result, or the error the socket client raises.
 
@@ -89,29 +89,26 @@ async def call_host(
     answers the calls it cuts, while a verb that takes long (a steer waiting for its ack
     on a busy host, an ask) waits on: its host answers the probes.
     """
-    from nats.errors import NoRespondersError
-    from nats.errors import TimeoutError as NatsTimeout
-
     call_id = _call_id()
-    subject = rpc_subject(host, prefix)
+    subject = rpc_subject(host)
     body = msgspec.json.encode(Request(call_id, method, params))
-    # nats-py hands the timeout to asyncio.wait_for, where None waits for ever
-    timeout = cast(float, wait_s)
-    watch = _Watch(client, subject, call_id)
+    watch = _Watch(cluster, subject, call_id)
     try:
-        reply = await client.request(subject, body, timeout=timeout)
+        reply = await cluster.request(subject, body, wait_s=wait_s)
     except asyncio.CancelledError:
         lost = watch.taken_back(host)
         if lost is not None:
             raise lost from None
         raise
-    except NoRespondersError:
+    except NoResponders:
         raise DaemonUnavailable(f"no daemon of host {host!r} is in the cluster") from None
-    except NatsTimeout:
+    except RequestTimedOut:
         raise DaemonCallError(ErrorCode.BUSY, f"host {host!r} did not answer in time") from None
+    except TransportError as error:  # the connection to the cluster failed meanwhile
+        raise DaemonConnectionLost(f"host {host!r}: {error}") from None
     finally:
         watch.stop()
-    response = decode_response(reply.data)
+    response = decode_response(reply)
     if isinstance(response, ProtocolError):
         raise DaemonCallError(
             ErrorCode.INTERNAL, f"unreadable answer from {host}: {response.message}"
@@ -134,9 +131,9 @@ class _Watch:
     connection). The cancel is the one ``asyncio.timeout`` makes: a call answered at
     once pays for one timer, not for a task and a wait."""
 
-    def __init__(self, client: Client, subject: str, call_id: int | None) -> None:
+    def __init__(self, cluster: Cluster, subject: str, call_id: int | None) -> None:
         # call_id None: no call to ask about, only whether the host is there (a follow)
-        self.client = client
+        self.cluster = cluster
         self.subject = subject
         self.call_id = call_id
         self.lost: str | None = None
@@ -182,7 +179,7 @@ class _Watch:
         heard = loop.time()  # when the host last said it has the call
         gone_since: float | None = None
         while self.lost is None:
-            state = await _probe(self.client, self.subject, self.call_id or 0)
+            state = await _probe(self.cluster, self.subject, self.call_id or 0)
             if self.call_id is None and state is NOT_PENDING:
                 state = PENDING  # it answered: it is there
             now = loop.time()
@@ -208,55 +205,47 @@ class _Watch:
             self._caller.cancel()
 
 
-async def _probe(client: Client, subject: str, call_id: int) -> str:
+async def _probe(cluster: Cluster, subject: str, call_id: int) -> str:
     """``host.pending`` for ``call_id``: PENDING, NOT_PENDING, GONE or SILENT."""
-    from nats.errors import Error as NatsError
-    from nats.errors import NoRespondersError
-
     body = msgspec.json.encode(Request(call_id, PENDING_METHOD, {"id": call_id}))
     try:
-        answer = await client.request(subject, body, timeout=PROBE_TIMEOUT_S)
-    except NoRespondersError:
+        answer = await cluster.request(subject, body, wait_s=PROBE_TIMEOUT_S)
+    except NoResponders:
         return GONE
-    except (NatsError, TimeoutError):
+    except TransportError:  # timed out, or the connection is away
         return SILENT
-    response = decode_response(answer.data)
+    response = decode_response(answer)
     if isinstance(response, ProtocolError) or not isinstance(response.result, dict):
         return PENDING  # alive, but cannot tell (an older host): its answer may yet come
     return PENDING if response.result.get("pending") else NOT_PENDING
 
 
-async def cluster_agents(client: Client) -> list[dict[str, Any]]:
+async def cluster_agents(cluster: Cluster) -> list[dict[str, Any]]:
     """Every host's agents (each row has a ``host`` field), sorted by host and name."""
-    from nats.js.errors import BucketNotFoundError, NoKeysError
-
-    try:
-        kv = await client.jetstream().key_value(REGISTRY_BUCKET)
-        keys = await kv.keys()
-    except (BucketNotFoundError, NoKeysError):
+    registry = await cluster.find_registry(REGISTRY_BUCKET)
+    if registry is None:
         return []
     rows: list[dict[str, Any]] = []
-    for key in keys:
+    for key in await registry.keys():
         if key.startswith("hosts."):
             continue
-        with contextlib.suppress(Exception):
-            entry = await kv.get(key)
-            if entry.value:
-                row = jsondepth.decode_any(entry.value)
-                if isinstance(row, dict):
-                    rows.append(row)
+        with contextlib.suppress(TransportError, ValueError):
+            value = await registry.get(key)
+            row = None if value is None else jsondepth.decode_any(value)
+            if isinstance(row, dict):
+                rows.append(row)
     return sorted(rows, key=lambda row: (str(row.get("host")), str(row.get("name"))))
 
 
 class RemoteClient:
     """The CLI's sync client shape (``call``, ``settimeout``, a context manager) over NATS."""
 
-    def __init__(self, url: str, host: str, connect_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, url: str, host: str, settings: ClusterSettings | None = None) -> None:
         self.host = host
         self._timeout: float | None = DEFAULT_TIMEOUT_S
         self._loop = asyncio.new_event_loop()
         try:
-            self._client = self._loop.run_until_complete(connect(url, connect_options))
+            self._cluster = self._loop.run_until_complete(connect(url, settings))
         except BaseException:
             self._loop.close()
             raise
@@ -266,8 +255,8 @@ class RemoteClient:
 
     def call(self, method: str, params: Any = None) -> Any:
         if method == "agent.list":
-            return {"agents": self._loop.run_until_complete(cluster_agents(self._client))}
-        call = call_host(self._client, self.host, method, params, wait_s=self._timeout)
+            return {"agents": self._loop.run_until_complete(cluster_agents(self._cluster))}
+        call = call_host(self._cluster, self.host, method, params, wait_s=self._timeout)
         return self._loop.run_until_complete(call)
 
     def follow_events(
@@ -281,14 +270,13 @@ class RemoteClient:
     async def _follow(
         self, name: str, after_seq: int, on_event: Callable[[dict[str, Any]], None]
     ) -> dict[str, Any]:
-        from tether.transports.jetstream import JetStreamChannel
-
-        status = await call_host(self._client, self.host, "agent.status", {"name": name})
-        channel = JetStreamChannel(self._client, prefix="tether", max_line_bytes=MAX_LINE_BYTES)
+        status = await call_host(self._cluster, self.host, "agent.status", {"name": name})
         # ends as a socket follow ends when its daemon dies (new events would not come)
-        watch = _Watch(self._client, rpc_subject(self.host), None)
+        watch = _Watch(self._cluster, rpc_subject(self.host), None)
         try:
-            return await self._read(channel, str(status["run_id"]), after_seq, on_event, status)
+            return await self._read(
+                self._cluster.channel, str(status["run_id"]), after_seq, on_event, status
+            )
         except asyncio.CancelledError:
             lost = watch.taken_back(self.host)
             if lost is not None:
@@ -299,7 +287,7 @@ class RemoteClient:
 
     async def _read(
         self,
-        channel: JetStreamChannel,
+        channel: ClusterChannel,
         run_id: str,
         after_seq: int,
         on_event: Callable[[dict[str, Any]], None],
@@ -327,7 +315,7 @@ class RemoteClient:
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self._loop.run_until_complete(self._client.close())
+            self._loop.run_until_complete(self._cluster.aclose())
         self._loop.close()
 
     def __enter__(self) -> RemoteClient:

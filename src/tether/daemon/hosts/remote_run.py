@@ -7,7 +7,7 @@ and inbox lines into JetStream (:mod:`tether.daemon.hosts.link`). Here we
 - send controls through the host's verbs over NATS (``agent.steer`` and friends answer
   with the control's ``seq`` once the child has acknowledged it);
 - follow the run's control, event and inbox channels through one consumer
-  (``h.<host>.run.<id>.*``, :meth:`~tether.transports.jetstream.JetStreamChannel.tail_matching`)
+  (``h.<host>.run.<id>.*``, :meth:`~tether.transports.cluster.ClusterChannel.tail_matching`)
   and mirror them with the same :class:`~tether.runtime.parent.mirror.RunMirror` a local parent
   uses. The host forwards each file on its own, so an ack can be stored before its
   control line: it is held until its control has been read;
@@ -49,9 +49,7 @@ from tether.wire import AnyEvent, ControlAck
 from tether.wire.session import ControlKind
 
 if TYPE_CHECKING:
-    from nats.aio.client import Client
-
-    from tether.transports.jetstream import JetStreamChannel
+    from tether.transports.cluster import Cluster, ClusterSettings
 
 __all__ = ["RemoteRunHandle", "spawn_remote"]
 
@@ -82,7 +80,7 @@ async def spawn_remote(
     host: str,
     nats_url: str | None = None,
     name: str | None = None,
-    connect_options: dict[str, Any] | None = None,
+    settings: ClusterSettings | None = None,
     **fields: Any,
 ) -> RemoteRunHandle:
     """Start ``task`` on ``host``'s daemon and return a handle to drive it from here.
@@ -90,12 +88,12 @@ async def spawn_remote(
     ``options`` and ``fields`` are :func:`tether.spawn`'s :class:`SpawnOptions` (sent to the
     host's ``agent.spawn``; ``cwd`` and ``script`` are paths on that host); what only a
     local parent decides (its index, timeouts, watcher) does not apply. ``nats_url``
-    defaults to ``$TETHER_NATS_URL``. Raises :class:`~tether.daemon.rpc.client.DaemonCallError`
-    with the host's code when it refuses, :class:`~tether.daemon.rpc.client.DaemonUnavailable`
-    when it is away.
+    defaults to ``$TETHER_NATS_URL``, ``settings`` (credentials, CA) to
+    ``$TETHER_NATS_CREDS`` and ``$TETHER_NATS_CA``. Raises
+    :class:`~tether.daemon.rpc.client.DaemonCallError` with the host's code when it refuses,
+    :class:`~tether.daemon.rpc.client.DaemonUnavailable` when it is away.
     """
-    from tether.transports.jetstream import connect_options as options_from_env
-    from tether.transports.jetstream import open_jetstream
+    from tether.transports.cluster import ClusterSettings
 
     opts = options or SpawnOptions()
     if fields:
@@ -103,22 +101,18 @@ async def spawn_remote(
     url = nats_url or os.environ.get("TETHER_NATS_URL")
     if not url:
         raise ValueError("spawn_remote needs nats_url or $TETHER_NATS_URL")
-    nats_options = (
-        connect_options if connect_options is not None else options_from_env(env=os.environ)
-    )
-    client = await connect(url, nats_options)
+    cluster = await connect(url, settings or ClusterSettings.from_env(os.environ))
     params = {
         **msgspec.to_builtins(opts),
         "name": name or f"r-{os.urandom(4).hex()}",
         "task": task,
     }
     try:
-        spawned = await call_host(client, host, "agent.spawn", params)
-        channel = await open_jetstream(url, connect_options=nats_options)
+        spawned = await call_host(cluster, host, "agent.spawn", params)
     except BaseException:
-        await client.close()
+        await cluster.aclose()
         raise
-    handle = RemoteRunHandle(client, channel, host, spawned["name"], spawned["run_id"])
+    handle = RemoteRunHandle(cluster, host, spawned["name"], spawned["run_id"])
     handle.start()
     return handle
 
@@ -126,12 +120,10 @@ async def spawn_remote(
 class RemoteRunHandle(RunHandle):
     """See the module docstring. Make one with :func:`spawn_remote`."""
 
-    def __init__(
-        self, client: Client, channel: JetStreamChannel, host: str, name: str, run_id: str
-    ) -> None:
+    def __init__(self, cluster: Cluster, host: str, name: str, run_id: str) -> None:
         super().__init__(run_id, RunMirror(run_id))
-        self.client = client
-        self.channel = channel
+        self.cluster = cluster
+        self.channel = cluster.channel
         self.host = host
         self.name = name
         self._created = time.time()
@@ -157,7 +149,7 @@ class RemoteRunHandle(RunHandle):
         """End the run through its host now (``agent.rm`` with force)."""
         self._notes.append(reason)
         task = asyncio.ensure_future(
-            call_host(self.client, self.host, "agent.rm", {"name": self.name, "force": True})
+            call_host(self.cluster, self.host, "agent.rm", {"name": self.name, "force": True})
         )
         self._tasks.append(task)
 
@@ -165,7 +157,7 @@ class RemoteRunHandle(RunHandle):
         if self._ended:
             raise RunEnded(f"run {self.run_id} has ended")
         try:
-            answer = await call_host(self.client, self.host, verb, {"name": self.name, **fields})
+            answer = await call_host(self.cluster, self.host, verb, {"name": self.name, **fields})
         except DaemonCallError as error:
             if error.code in ENDED:  # nothing left to send it to
                 raise RunEnded(f"{self.host}/{self.name}: {error}") from None
@@ -277,9 +269,9 @@ class RemoteRunHandle(RunHandle):
         while time.monotonic() < deadline:  # the host reads the file when the run ends
             try:
                 status = await call_host(
-                    self.client, self.host, "agent.status", {"name": self.name}
+                    self.cluster, self.host, "agent.status", {"name": self.name}
                 )
-            except DaemonCallError as error:  # e.g. a text over NATS's max_payload
+            except DaemonCallError as error:  # e.g. a text over the cluster's payload limit
                 self._notes.append(f"the full text could not be fetched: {error}")
                 break
             full = status.get("final_text") if isinstance(status, dict) else None
@@ -297,9 +289,8 @@ class RemoteRunHandle(RunHandle):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.channel.aclose()
         with contextlib.suppress(Exception):
-            await self.client.close()
+            await self.cluster.aclose()
 
 
 def _ack_in(answer: dict[str, Any], run_id: str, seq: int) -> ControlAck | None:
