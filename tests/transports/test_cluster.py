@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -191,3 +194,28 @@ def test_a_client_that_only_calls_opens_no_streams(nats_server: object) -> None:
             await host.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["agent", "--nats", "http://op:hunter2@x:1", "--host", "B", "status", "w1"],
+        ["daemon", "--nats", "http://op:hunter2@x:1", "--foreground"],
+        ["daemon", "--nats", "redis://op:hunter2@x:1", "init-cluster"],
+    ],
+)
+def test_the_cli_refuses_a_bad_cluster_url_as_usage(argv: list[str], tmp_path: Path) -> None:
+    env = {**os.environ, "TETHER_SOCKET": str(tmp_path / "none.sock")}
+    env.pop("TETHER_NATS_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "nats://HOST:PORT" in done.stderr
+    assert "hunter2" not in done.stderr
+    assert "Traceback" not in done.stderr

@@ -218,9 +218,13 @@ def _connect(args: argparse.Namespace) -> DaemonClient | RemoteClient:
 
         if not nats_url:
             raise DaemonUnavailable("--host needs the cluster: give --nats URL or $TETHER_NATS_URL")
-        from tether.transports.cluster import ClusterSettings
+        from tether.transports.cluster import BadClusterURL, ClusterSettings
 
-        remote = RemoteClient(nats_url, args.host or "", ClusterSettings.from_env(os.environ))
+        try:
+            remote = RemoteClient(nats_url, args.host or "", ClusterSettings.from_env(os.environ))
+        except BadClusterURL as exc:  # a usage error, said before anything connected
+            print(f"tether agent: {exc}", file=sys.stderr)
+            raise SystemExit(exits.USAGE) from None
         remote.settimeout(CALL_TIMEOUT_S)
         return remote
     from tether.daemon.rpc.client import DaemonClient
