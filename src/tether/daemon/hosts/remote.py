@@ -19,8 +19,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from msgspec import UNSET
 
 from tether import jsondepth
+from tether.daemon.fleet.fno_shapes import FIELDS_OMITTED
+from tether.daemon.fleet.replies import AgentStatus, ListReply
 from tether.daemon.hosts.link import PENDING_METHOD, REGISTRY_BUCKET, rpc_subject
 from tether.daemon.rpc.client import (
     DaemonCallError,
@@ -40,7 +43,7 @@ from tether.transports.cluster import (
 if TYPE_CHECKING:
     from tether.transports.cluster import Cluster, ClusterChannel
 
-__all__ = ["RemoteClient", "call_host", "cluster_agents", "connect"]
+__all__ = ["RemoteClient", "call_host", "cluster_agents", "connect", "decode_row"]
 
 DEFAULT_TIMEOUT_S = 60.0
 # A call in flight is probed (call_host) from PROBE_AFTER_S on, every PROBE_EVERY_S, each
@@ -220,21 +223,33 @@ async def _probe(cluster: Cluster, subject: str, call_id: int) -> str:
     return PENDING if response.result.get("pending") else NOT_PENDING
 
 
-async def cluster_agents(cluster: Cluster) -> list[dict[str, Any]]:
-    """Every host's agents (each row has a ``host`` field), sorted by host and name."""
+_decode_row = msgspec.json.Decoder(AgentStatus)
+
+
+def decode_row(value: bytes) -> AgentStatus | None:
+    """A registry row (another host wrote it: checked as any input is), or None when it
+    is not one."""
+    try:
+        return jsondepth.decode(_decode_row, value)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+async def cluster_agents(cluster: Cluster) -> list[AgentStatus]:
+    """Every host's agents (each row has its ``host``), sorted by host and name."""
     registry = await cluster.find_registry(REGISTRY_BUCKET)
     if registry is None:
         return []
-    rows: list[dict[str, Any]] = []
+    rows: list[AgentStatus] = []
     for key in await registry.keys():
         if key.startswith("hosts."):
             continue
-        with contextlib.suppress(TransportError, ValueError):
+        with contextlib.suppress(TransportError):
             value = await registry.get(key)
-            row = None if value is None else jsondepth.decode_any(value)
-            if isinstance(row, dict):
+            row = None if value is None else decode_row(value)
+            if row is not None and row.host is not UNSET:
                 rows.append(row)
-    return sorted(rows, key=lambda row: (str(row.get("host")), str(row.get("name"))))
+    return sorted(rows, key=lambda row: (str(row.host), row.name))
 
 
 class RemoteClient:
@@ -255,7 +270,9 @@ class RemoteClient:
 
     def call(self, method: str, params: Any = None) -> Any:
         if method == "agent.list":
-            return {"agents": self._loop.run_until_complete(cluster_agents(self._cluster))}
+            rows = self._loop.run_until_complete(cluster_agents(self._cluster))
+            filters: dict[str, str | None] = {"cwd": None, "provider": None, "status": None}
+            return msgspec.to_builtins(ListReply(rows, filters, list(FIELDS_OMITTED)))
         call = call_host(self._cluster, self.host, method, params, wait_s=self._timeout)
         return self._loop.run_until_complete(call)
 
