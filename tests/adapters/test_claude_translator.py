@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from tether.agent.runner import Injection
-from tether.runtime.child.adapters.claude import ClaudeTranslator, command, final_args
+from tether.runtime.child.adapters.claude import (
+    ClaudeTranslator,
+    command,
+    final_args,
+    final_command,
+)
 from tether.runtime.child.adapters.translate import Ask, Broken, Ended, Send, Show, Started
 
 TEXT_BLOCK = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
@@ -36,6 +41,18 @@ def test_the_command_asks_permissions_on_stdio_unless_the_user_chose() -> None:
     assert "stdio" not in command(["c"], ["--dangerously-skip-permissions"])
     assert final_args("s1") == ["--resume", "s1", "--tools", ""]
     assert final_args(None) == ["--tools", ""]
+    resumed = ["claude", "-p", "--resume", "/h/old.jsonl", "--fork-session", "--model", "m"]
+    assert final_command(resumed, "new") == [
+        "claude",
+        "-p",
+        "--model",
+        "m",
+        "--resume",
+        "new",
+        "--tools",
+        "",
+    ]
+    assert final_command(["claude", "--resume=x", "-c"], None) == ["claude", "--tools", ""]
 
 
 def test_a_turn_streams_and_ends_at_its_result() -> None:

@@ -156,7 +156,7 @@ def codex_ready() -> CodexTranslator:
     assert [m.get("method") for m in opening] == ["initialize", "initialized", "thread/start"]
     assert "jsonrpc" not in opening[0]
     assert opening[2]["params"] == {"cwd": "/work"}
-    assert opening == HANDSHAKES["codex"]("/work", None)  # what `tether child` writes early
+    assert opening == HANDSHAKES["codex"]("/work", None, None)  # what `tether child` writes
     assert codex.receive({"id": 1, "result": {"userAgent": "x"}}) == []
     started = codex.receive({"id": 2, "result": {"thread": {"id": "thr"}}})
     assert started == [Started("thr")]

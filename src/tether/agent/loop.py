@@ -1,7 +1,9 @@
 """The built-in agent loop: history, streaming model calls, tools, display events.
 
-Theory of operation: :class:`Agent` keeps the conversation for the whole run and runs
-one turn at a time for the presenter (it is a :class:`tether.agent.runner.TurnRunner`).
+Theory of operation: :class:`Agent` keeps the conversation for the whole run (saved
+item by item when given a :class:`~tether.agent.conversation.ConversationLog`, and
+started from a saved one to resume) and runs one turn at a time for the presenter (it
+is a :class:`tether.agent.runner.TurnRunner`).
 A turn adds its opening message, then loops: inject queued steering, call the model
 (streaming deltas out as they arrive), run the tool calls it asked for, and go round
 again; when the model stops without tool calls, queued steering or follow-ups keep the
@@ -25,6 +27,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
+from tether.agent.conversation import ConversationLog
 from tether.agent.provider import (
     AssistantTurn,
     BlockEnd,
@@ -109,6 +112,8 @@ class Agent:
         system: str | None = None,
         max_tokens: int = 8192,
         meta: Mapping[str, str] | None = None,
+        history: Sequence[ConversationItem] = (),
+        log: ConversationLog | None = None,
     ) -> None:
         self.provider = provider
         self.model = model or getattr(provider, "model", None) or provider.name
@@ -119,8 +124,15 @@ class Agent:
         self.system = template.replace("{cwd}", str(context.cwd))
         self.max_tokens = max_tokens
         self.meta = dict(meta or {})
-        self.history: list[ConversationItem] = []
+        self.history: list[ConversationItem] = list(history)  # a resumed conversation
+        self.log = log  # where each item is saved as it is added (see agent.conversation)
         self._final_text = ""
+
+    def remember(self, item: ConversationItem) -> None:
+        """Add ``item`` to the conversation, and save it."""
+        self.history.append(item)
+        if self.log is not None:
+            self.log.append(item)
 
     def final_text(self) -> str:
         return self._final_text
@@ -129,6 +141,8 @@ class Agent:
         return None
 
     async def aclose(self) -> None:
+        if self.log is not None:
+            self.log.close()
         await self.provider.aclose()
 
     async def run_turn(self, request: TurnRequest, control: TurnControl) -> TurnOutcome:
@@ -193,7 +207,7 @@ class _Turn:
 
     def _inject(self, items: Sequence[Injection]) -> None:
         for item in items:
-            self.agent.history.append(UserTurn(item.text))
+            self.agent.remember(UserTurn(item.text))
             self.emit(item.event())
 
     def _complete(self, status: str, error: str | None) -> None:
@@ -286,7 +300,7 @@ class _Turn:
         if call.error is not None:
             self.emit({"type": "error", "error": call.error, "source": "provider"})
         if blocks:
-            self.agent.history.append(AssistantTurn(tuple(blocks)))
+            self.agent.remember(AssistantTurn(tuple(blocks)))
             self.agent._final_text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
         if not interrupted and call.error is None:
             self.stop = stop
@@ -317,7 +331,7 @@ class _Turn:
         return False
 
     def _answer(self, use: ToolUse, content: str, is_error: bool, started: float | None) -> None:
-        self.agent.history.append(ToolOutcome(use.id, use.name, content, is_error))
+        self.agent.remember(ToolOutcome(use.id, use.name, content, is_error))
         event: dict[str, Any] = {
             "type": "tool-result",
             "name": use.name,

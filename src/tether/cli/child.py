@@ -30,10 +30,12 @@ if TYPE_CHECKING:
     import asyncio
     from pathlib import Path
 
+    from tether.agent.conversation import ConversationLog
     from tether.agent.desk import Desk
     from tether.agent.provider import Provider
     from tether.agent.runner import EmitFn, TurnControl, TurnOutcome, TurnRequest, TurnRunner
     from tether.policy.config import DeskConfig
+    from tether.runtime.child.adapters.commands import Resume
     from tether.runtime.child.adapters.early import Early
     from tether.runtime.child.files import EventLog
     from tether.runtime.parent.spawn import RunHandle
@@ -97,6 +99,17 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
         help="an extra argument for the agent's CLI (repeatable; it may start with -)",
     )
     parser.add_argument("--adapter", choices=("resp",), help="the same as --agent resp")
+    parser.add_argument(
+        "--resume",
+        metavar="SESSION",
+        help="continue a saved session: the agent CLI's session id (pi: its session file), "
+        "or the built-in agent's saved conversation (an earlier run's conversation.jsonl)",
+    )
+    parser.add_argument(
+        "--fork",
+        action="store_true",
+        help="with --resume: start a new session from it, leaving the saved one as it was",
+    )
 
 
 def add_approval_flags(parser: argparse.ArgumentParser) -> None:
@@ -256,6 +269,15 @@ def _adopt_env(env: dict[str, str]) -> str | None:
     return env.pop("TETHER_ADOPT", None)
 
 
+def resume_of(args: argparse.Namespace) -> Resume | None:
+    """The session ``--resume`` / ``--fork`` name (None without ``--resume``)."""
+    if not args.resume:
+        return None
+    from tether.runtime.child.adapters.commands import Resume
+
+    return Resume(args.resume, fork=bool(args.fork))
+
+
 def _start_early(
     args: argparse.Namespace, command: list[str], env: dict[str, str], adopt: str | None
 ) -> list[Early]:
@@ -288,6 +310,7 @@ def _start_early(
         env=env,
         model=args.model,
         adopted=adopted,
+        resume=resume_of(args),
     )
     return [] if early is None else [early]
 
@@ -413,6 +436,8 @@ def _main(
         return _fail_early(events, run, str(exc))
     if command and agent in (None, "builtin"):
         return _fail_early(events, run, ADAPTER_USAGE)
+    if args.fork and not args.resume:
+        return _fail_early(events, run, "--fork goes with --resume SESSION")
     if agent is not None and not command and not _default_command(agent):
         return _fail_early(events, run, f"--agent {agent} needs the agent's command after --")
     cwd = Path(args.cwd or os.getcwd()).resolve()
@@ -455,11 +480,20 @@ def _main(
                     start_s=start_s,
                     started_at=started,
                     desk=desk,
+                    resume=resume_of(args),
                 )
             except BaseException:
                 stop_early(handed)
                 raise
-        return _LazyAgent(args, emit, cwd=cwd, env=env, options=options, desk=desk)
+        return _LazyAgent(
+            args,
+            emit,
+            cwd=cwd,
+            env=env,
+            options=options,
+            desk=desk,
+            run_dir=Path(events).parent,
+        )
 
     child = ChildOptions(
         control_path=Path(control),
@@ -510,9 +544,11 @@ class _LazyAgent:
     Before ``ready`` only the cheap checks run (a known provider, a script for
     ``scripted``). :meth:`prepare`, right after ``ready``, does everything that can fail:
     the tool names checked and the provider built (importing it, httpx for the HTTP ones,
-    off the event loop), so a bad configuration still ends the run at its start. The
-    tools and the agent, which cannot fail, are built at the first turn: an idle forked
-    child never touches them (~0.3 MiB less private memory each).
+    off the event loop), the conversation it resumes read (``--resume FILE``) and the
+    run's own ``conversation.jsonl`` made (with the resumed items in it), so a bad
+    configuration or a bad saved conversation still ends the run at its start. The tools
+    and the agent, which cannot fail, are built at the first turn: an idle forked child
+    never touches them (~0.3 MiB less private memory each).
     """
 
     def __init__(
@@ -524,12 +560,15 @@ class _LazyAgent:
         env: dict[str, str],
         options: dict[str, str],
         desk: Desk | None = None,
+        run_dir: Path,
     ) -> None:
         from tether.agent.registry import check_provider
 
         check_provider(args.provider)
         self._build = (args, emit, cwd, env, options)
         self._desk = desk
+        self._run_dir = run_dir
+        self._log: ConversationLog | None = None
         self._provider: Provider | None = None
         self._agent: TurnRunner | None = None
         self._task: asyncio.Task[None] | None = None
@@ -547,6 +586,7 @@ class _LazyAgent:
         from tether.agent.runner import RunnerSetupError
 
         args, _emit, _cwd, env, options = self._build
+        self._log = await _open_log(self._run_dir, args.resume)
         if _imported(args.provider):  # forked from the fork server: ~1 ms, and no thread
             try:
                 self._provider = _build_provider(args, env=env, options=options)
@@ -569,7 +609,7 @@ class _LazyAgent:
             assert self._provider is not None
             args, emit, cwd, env, _options = self._build
             self._agent = _build_agent(
-                args, emit, self._provider, cwd=cwd, env=env, desk=self._desk
+                args, emit, self._provider, cwd=cwd, env=env, desk=self._desk, log=self._log
             )
         return await self._agent.run_turn(request, control)
 
@@ -581,6 +621,33 @@ class _LazyAgent:
             await self._agent.aclose()
         elif self._provider is not None:
             await self._provider.aclose()
+        if self._log is not None:
+            self._log.close()
+
+
+async def _open_log(run_dir: Path, resume: str | None) -> ConversationLog:
+    """The run's ``conversation.jsonl``, holding the conversation it resumes (if any)
+    first; ``RunnerSetupError`` when that cannot be read or the file cannot be made."""
+    import asyncio
+
+    from tether.agent.conversation import (
+        CONVERSATION_FILE,
+        ConversationLog,
+        load_conversation,
+        repaired,
+    )
+    from tether.agent.runner import RunnerSetupError
+
+    def made() -> ConversationLog:
+        items = load_conversation(resume) if resume else []
+        if isinstance(items, str):
+            raise RunnerSetupError(f"cannot resume: {items}")
+        return ConversationLog(run_dir / CONVERSATION_FILE, repaired(items))
+
+    try:
+        return made() if not resume else await asyncio.to_thread(made)
+    except OSError as exc:
+        raise RunnerSetupError(f"cannot save the conversation in {run_dir}: {exc}") from exc
 
 
 def _imported(provider: str) -> bool:
@@ -626,8 +693,10 @@ def _build_agent(
     cwd: Path,
     env: dict[str, str],
     desk: Desk | None = None,
+    log: ConversationLog | None,
 ) -> TurnRunner:
-    """The built-in agent around ``provider`` (:func:`_build_provider` checked the rest)."""
+    """The built-in agent around ``provider`` (:func:`_build_provider` checked the rest),
+    its conversation started from ``log``'s (a resumed one) and saved there."""
     from tether.agent.loop import Agent
     from tether.agent.tools import ToolContext
     from tether.agent.toolset import select_tools
@@ -640,4 +709,6 @@ def _build_agent(
         model=args.model,
         system=args.system,
         max_tokens=args.max_tokens,
+        history=() if log is None else log.items,
+        log=log,
     )

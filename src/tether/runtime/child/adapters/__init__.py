@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pathlib's import is ~8 ms, before the CLI starts (early.py)
 
     from tether.agent.desk import Desk
     from tether.agent.runner import EmitFn, TurnRunner
+    from tether.runtime.child.adapters.commands import Resume
     from tether.runtime.child.adapters.early import Early
 
 __all__ = ["START_TIMEOUT_ENV", "AdapterOptions", "open_runner"]
@@ -54,6 +55,7 @@ class AdapterOptions(NamedTuple):
     start_s: float | None = None  # the run's start timeout: the hand-shake's bound
     started_at: float | None = None  # time.monotonic() when the child started
     desk: Desk | None = None  # where the CLI's approval requests are decided
+    resume: Resume | None = None  # the saved session this run continues (or forks)
 
 
 class _AdapterClass(Protocol):
@@ -74,17 +76,22 @@ def open_runner(
     start_s: float | None = None,
     started_at: float | None = None,
     desk: Desk | None = None,
+    resume: Resume | None = None,
 ) -> TurnRunner:
     """The turn runner for ``agent``; raises ``RunnerSetupError`` when it cannot be built.
 
     ``early`` is the CLI :func:`~tether.runtime.child.adapters.early.start_early` started with
     the same arguments: the runner adopts it. The caller ends it if this raises."""
     from tether.agent.runner import RunnerSetupError
-    from tether.runtime.child.adapters.commands import cli_launch
+    from tether.runtime.child.adapters.commands import cli_launch, resume_refusal
 
     kind = get_agent(agent)
     if agent == DEFAULT_AGENT or not kind.runner:
         raise RunnerSetupError(f"agent {agent!r} has no adapter")
+    if resume is not None:
+        refused = resume_refusal(agent, resume)
+        if refused is not None:
+            raise RunnerSetupError(f"agent {agent}: cannot resume: {refused}")
     argv = early.launch.argv if early is not None else find_command(kind, command, env)
     if argv is None:
         raise RunnerSetupError(missing_cli(agent, command, env) or f"agent {agent}: no command")
@@ -98,7 +105,7 @@ def open_runner(
         cli_env = early.launch.env
     else:
         try:
-            launch = cli_launch(agent, argv, agent_args, env, model)
+            launch = cli_launch(agent, argv, agent_args, env, model, resume=resume)
         except ValueError as exc:  # the model given twice
             raise RunnerSetupError(f"agent {agent}: {exc}") from exc
         if launch is not None:
@@ -116,6 +123,7 @@ def open_runner(
         start_s=start_s,
         started_at=started_at,
         desk=desk,
+        resume=resume,
     )
     return cls.for_agent(options, emit)
 

@@ -9,6 +9,13 @@ claude-code-acp); the argument is the adapter's and is not passed to the agent. 
 run's model it then sends ``session/set_model {modelId}`` (unstable in the spec; Gemini
 CLI and claude-code-acp have it). A refused setting fails the run's set-up.
 
+A run that resumes a session (``tether child --resume SESSION``) sends ``session/load
+{sessionId, cwd, mcpServers: []}`` instead of ``session/new`` when the agent advertises
+``loadSession`` (the history the agent replays as ``session/update`` notifications
+before it answers is not shown again), and fails ``not resumable`` when it does not;
+one that forks it sends ``session/fork`` (unstable in the spec) when the agent
+advertises ``sessionCapabilities.fork``, else fails ``not forkable``.
+
 A tether turn is one or more ``session/prompt {sessionId, prompt: [{type: text, text}]}``
 requests; the response's ``stopReason`` ends each (``end_turn`` -> ``stop``,
 ``max_tokens`` -> ``length``, ``cancelled`` -> ``aborted``, others kebab-cased) and its
@@ -43,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tether.agent.runner import EmitFn, Injection, TurnRunner
 from tether.agent.usage import Usage
-from tether.runtime.child.adapters.commands import MODE_ARG, split_mode_arg
+from tether.runtime.child.adapters.commands import MODE_ARG, Resume, split_mode_arg
 from tether.runtime.child.adapters.jsonrpc import (
     METHOD_NOT_FOUND,
     Notification,
@@ -82,6 +89,12 @@ __all__ = [
 PROTOCOL_VERSION: Final = 1
 _STOPS: Final = {"end_turn": "stop", "max_tokens": "length", "cancelled": "aborted"}
 _DONE: Final = frozenset({"completed", "failed"})
+# The requests that open the run's session, and what each does (for the error message).
+_OPENERS: Final = {
+    "session/new": "start a session",
+    "session/load": "load the session (session/load)",
+    "session/fork": "fork the session (session/fork)",
+}
 # The requests that follow session/new, and what each sets (for the error message).
 _SETTINGS: Final = {"session/set_mode": "session mode", "session/set_model": "model"}
 _CHUNKS: Final = {
@@ -110,9 +123,17 @@ class AcpTranslator:
     """ACP client side <-> wire (see the module docstring)."""
 
     def __init__(
-        self, cwd: str, *, mode: str | None = None, model: str | None = None, version: str = "0"
+        self,
+        cwd: str,
+        *,
+        mode: str | None = None,
+        model: str | None = None,
+        version: str = "0",
+        resume: Resume | None = None,
     ) -> None:
         self.cwd = cwd
+        self.resume = resume  # the session it loads (session/load) or forks (session/fork)
+        self._loading = False  # session/load asked: its replayed history is not shown
         self.mode = mode
         self.model = model
         self._setup: list[tuple[str, dict[str, Any]]] = []  # settings still to send
@@ -162,7 +183,7 @@ class AcpTranslator:
         if isinstance(got, Response):
             return self._response(got, self.rpc.settle(got))
         if isinstance(got, Notification):
-            if got.method == "session/update":
+            if got.method == "session/update" and not self._loading:
                 return self._update(mapping(got.params.get("update")))
             return []
         if isinstance(got, Request):
@@ -176,14 +197,9 @@ class AcpTranslator:
                 return [Broken(f"the ACP agent refused initialize: {failure}")]
             name = text_of(field(got.result, "agentInfo", "name"))
             self.agent_name = name or self.agent_name
-            params = {"cwd": self.cwd, "mcpServers": []}
-            return [Send(self.rpc.request("session/new", params))]
-        if method == "session/new":
-            self.session = text_of(field(got.result, "sessionId")) or None
-            if failure is not None or self.session is None:
-                return [Broken(f"the ACP agent could not start a session: {failure or 'no id'}")]
-            self._setup = self._settings()
-            return self._next_setting()
+            return self._open_session(mapping(field(got.result, "agentCapabilities")))
+        if method in _OPENERS:
+            return self._session_opened(method, got, failure)
         if method in _SETTINGS:
             if failure is not None:
                 what, value = _SETTINGS[method], self._asked.get(method)
@@ -194,6 +210,37 @@ class AcpTranslator:
         if failure is not None and method is not None:
             return [Show({"type": "error", "error": f"the ACP agent refused {method}: {failure}"})]
         return []
+
+    def _open_session(self, capabilities: Mapping[str, Any]) -> list[Action]:
+        """``session/new``; to resume ``session/load``, to fork ``session/fork``, when the
+        agent advertises them (else the set-up fails, saying which it lacks)."""
+        params: dict[str, Any] = {"cwd": self.cwd, "mcpServers": []}
+        resume = self.resume
+        if resume is None:
+            return [Send(self.rpc.request("session/new", params))]
+        params = {"sessionId": resume.session, **params}
+        if resume.fork:
+            if not isinstance(field(capabilities, "sessionCapabilities", "fork"), dict):
+                why = "it does not advertise session forking (sessionCapabilities.fork)"
+                return [Broken(f"not forkable: the ACP agent {self.agent_name}: {why}")]
+            return [Send(self.rpc.request("session/fork", params))]
+        if capabilities.get("loadSession") is not True:
+            why = "it does not advertise loadSession"
+            return [Broken(f"not resumable: the ACP agent {self.agent_name}: {why}")]
+        self._loading = True
+        return [Send(self.rpc.request("session/load", params))]
+
+    def _session_opened(self, method: str, got: Response, failure: str | None) -> list[Action]:
+        self._loading = False
+        given = text_of(field(got.result, "sessionId"))
+        if method == "session/load" and self.resume is not None:
+            given = self.resume.session  # the loaded session keeps its id
+        self.session = given or None
+        if failure is not None or self.session is None:
+            what = _OPENERS[method]
+            return [Broken(f"the ACP agent could not {what}: {failure or 'no session id'}")]
+        self._setup = self._settings()
+        return self._next_setting()
 
     def _settings(self) -> list[tuple[str, dict[str, Any]]]:
         """What follows session/new: the session mode, then the run's model."""
@@ -392,7 +439,9 @@ class AcpRunner:
 
         mode, _ = split_mode_arg(options.agent_args)
         traits = Traits(options.agent, steer=False, follow_up=False)
-        translator = AcpTranslator(options.cwd, mode=mode, model=options.model)
+        translator = AcpTranslator(
+            options.cwd, mode=mode, model=options.model, resume=options.resume
+        )
         return TranslatingRunner(translator, traits, emit, options)
 
 

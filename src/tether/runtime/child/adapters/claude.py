@@ -27,7 +27,7 @@ batch of taken-in messages ends with one ``result`` line. So:
 - interrupt (finalize, cancel, the deadline) is Claude Code's ``interrupt`` control
   request; its ``result`` (``error_during_execution``) ends the turn ``aborted``;
 - finalize's last turn runs in a new Claude Code resumed from the session with
-  ``--tools ""``: no tools at all (:func:`final_args`, used by the driver);
+  ``--tools ""``: no tools at all (:func:`final_command`, used by the driver);
 - permission prompts (``can_use_tool`` control requests, asked because the adapter
   passes ``--permission-prompt-tool stdio`` unless the user chose their own prompt tool
   or ``--dangerously-skip-permissions``) become inbox ``approval_request`` messages and
@@ -35,7 +35,9 @@ batch of taken-in messages ends with one ``result`` line. So:
   with ``--agent-arg=--permission-mode=MODE`` or ``--agent-arg=--allowedTools=TOOLS``.
 
 Stream events map as the built-in agent's do (:mod:`.claude_stream`). The session id
-from ``system/init`` is recorded (``claude --resume ID`` continues it).
+from ``system/init`` is recorded (``claude --resume ID`` continues it): a later run
+resumes it with ``--resume`` (``tether child --resume ID``), or forks it with
+``--fork-session`` too; both are on its command line (:mod:`.commands`).
 
 Unless already set, the CLI's environment gets ``DISABLE_NON_ESSENTIAL_MODEL_CALLS=1``
 and ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` (no title-generation model call, no
@@ -46,7 +48,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from tether.agent.runner import Injection
@@ -79,6 +81,7 @@ __all__ = [
     "ClaudeTranslator",
     "command",
     "final_args",
+    "final_command",
 ]
 
 NO_ANSWER_PATH: Final = (
@@ -100,6 +103,27 @@ def final_args(session: str | None) -> list[str]:
     """What the final turn's Claude Code adds: the session resumed, no tools."""
     resume = ["--resume", session] if session else []
     return [*resume, "--tools", ""]
+
+
+# The flags that choose the session Claude Code starts from (with their value, if any).
+_SESSION_FLAGS: Final = {"--resume": True, "-r": True, "--session-id": True}
+_SESSION_SWITCHES: Final = frozenset({"--fork-session", "--continue", "-c"})
+
+
+def final_command(argv: Sequence[str], session: str | None) -> list[str]:
+    """The final turn's Claude Code: ``argv`` without the flags that chose its session
+    (the run may have resumed or forked one), then :func:`final_args`: the run's own
+    session resumed, no tools."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _SESSION_FLAGS:
+            skip = True
+        elif arg not in _SESSION_SWITCHES and arg.split("=", 1)[0] not in _SESSION_FLAGS:
+            out.append(arg)
+    return [*out, *final_args(session)]
 
 
 def _user_line(text: str) -> dict[str, Any]:
@@ -272,7 +296,7 @@ class ClaudeRunner:
     def for_agent(options: AdapterOptions, emit: EmitFn) -> TurnRunner:
         from tether.runtime.child.adapters.driver import Traits, TranslatingRunner
 
-        traits = Traits("claude", steer=True, follow_up=False, final_args=final_args)
+        traits = Traits("claude", steer=True, follow_up=False, final_command=final_command)
         return TranslatingRunner(ClaudeTranslator(), traits, emit, options)
 
 

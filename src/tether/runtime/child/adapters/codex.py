@@ -3,8 +3,10 @@
 Theory of operation (:class:`CodexTranslator`). The hand-shake is ``initialize``, the
 ``initialized`` notification and ``thread/start {cwd, model?}`` (the run's model, when
 one is given), all three at once (:func:`~.commands.codex_handshake`: ``tether child``
-writes them as soon as Codex starts); the thread id is the CLI's session id
-(``thread/resume`` takes it).
+writes them as soon as Codex starts); the thread id is the CLI's session id. A run that
+resumes a thread (``tether child --resume THREAD``) sends ``thread/resume {threadId}``
+instead of ``thread/start``, one that forks it ``thread/fork {threadId}`` (a new thread
+with the same history; Codex reads both from its rollout under ``CODEX_HOME``).
 A tether turn is one or more Codex turns:
 
 - the opening message: ``turn/start {threadId, input: [{type: text, text}]}``;
@@ -46,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tether.agent.runner import EmitFn, Injection, TurnRunner
 from tether.agent.usage import Usage
-from tether.runtime.child.adapters.commands import approval_args, codex_handshake
+from tether.runtime.child.adapters.commands import Resume, approval_args, codex_handshake
 from tether.runtime.child.adapters.jsonrpc import (
     METHOD_NOT_FOUND,
     Notification,
@@ -75,6 +77,11 @@ if TYPE_CHECKING:
 
 __all__ = ["CodexRunner", "CodexTranslator", "approval_args"]
 
+_THREAD_OPENERS: Final = {
+    "thread/start": "start a thread",
+    "thread/resume": "resume the thread (thread/resume)",
+    "thread/fork": "fork the thread (thread/fork)",
+}
 _STATUS_STOPS: Final = {"completed": "stop", "interrupted": "aborted", "failed": "error"}
 _TEXT_ITEMS: Final = frozenset({"agentMessage", "reasoning", "plan"})
 _SILENT_ITEMS: Final = frozenset({"userMessage", "hookPrompt", "contextCompaction"})
@@ -100,9 +107,10 @@ class _Call:
 class CodexTranslator:
     """Codex app-server <-> wire (see the module docstring)."""
 
-    def __init__(self, cwd: str, *, model: str | None = None) -> None:
+    def __init__(self, cwd: str, *, model: str | None = None, resume: Resume | None = None) -> None:
         self.cwd = cwd
         self.model = model  # the run's model: thread/start {model}
+        self.resume = resume  # the thread it resumes or forks (thread/resume, thread/fork)
         self.rpc = Outbox(jsonrpc=False)
         self.thread: str | None = None
         self.turn: str | None = None  # the Codex turn in progress
@@ -121,7 +129,7 @@ class CodexTranslator:
     # -- commands -----------------------------------------------------------------------
 
     def handshake(self) -> list[Action]:
-        return [Send(m) for m in codex_handshake(self.rpc, self.cwd, self.model)]
+        return [Send(m) for m in codex_handshake(self.rpc, self.cwd, self.model, self.resume)]
 
     def start_turn(self, opening: Injection) -> list[Action]:
         """Open a Codex turn with ``opening`` (announced by the driver)."""
@@ -176,10 +184,11 @@ class CodexTranslator:
         failure = error_message(got.error) if got.error is not None else None
         if method == "initialize":
             return [] if failure is None else [Broken(f"codex refused initialize: {failure}")]
-        if method == "thread/start":
+        if method in _THREAD_OPENERS:
             self.thread = text_of(field(got.result, "thread", "id")) or None
             if failure is not None or self.thread is None:
-                return [Broken(f"codex could not start a thread: {failure or 'no thread id'}")]
+                what = _THREAD_OPENERS[method]
+                return [Broken(f"codex could not {what}: {failure or 'no thread id'}")]
             return [Started(self.thread)]
         if method == "turn/start":
             return self._turn_started_reply(got, failure)
@@ -435,5 +444,5 @@ class CodexRunner:
         from tether.runtime.child.adapters.driver import Traits, TranslatingRunner
 
         traits = Traits("codex", steer=True, follow_up=False)
-        translator = CodexTranslator(options.cwd, model=options.model)
+        translator = CodexTranslator(options.cwd, model=options.model, resume=options.resume)
         return TranslatingRunner(translator, traits, emit, options)

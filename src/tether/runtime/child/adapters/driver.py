@@ -19,8 +19,8 @@ end of the CLI's turn, or fail the set-up.
   ``interrupt`` once. When the CLI's turn ends, queued follow-ups (and the steers of a
   CLI that takes none mid-turn: ACP) open the next CLI turn of the same tether turn
   (unless the turn was interrupted); usage is summed across them.
-- finalize's last turn: with ``Traits.final_args`` the CLI is closed and started again
-  with those arguments (Claude Code: ``--resume SESSION --tools ""``, the same
+- finalize's last turn: with ``Traits.final_command`` the CLI is closed and started
+  again with that command (Claude Code: ``--resume SESSION --tools ""``, the same
   conversation with no tools), hand-shake included; without, it runs in the same CLI.
 - Abort (cancel, the deadline, a fatal error: the turn task is cancelled): the CLI's own
   interrupt is written, then the CLI's process group and every process it started in
@@ -90,9 +90,9 @@ class Traits(NamedTuple):
     name: str  # the agent's name, for messages and agent-started
     steer: bool  # steers go to inject() (else they wait for the next turn)
     follow_up: bool  # follow-ups go to inject() (else they open the next CLI turn)
-    # When set, finalize's last turn runs in a new CLI whose command gets these arguments
-    # (given the session id), e.g. Claude Code's `--resume ID --tools ""` (no tools).
-    final_args: Callable[[str | None], Sequence[str]] | None = None
+    # When set, finalize's last turn runs in a new CLI with this command (given the CLI's
+    # command and the session id), e.g. Claude Code's with `--resume ID --tools ""`.
+    final_command: Callable[[Sequence[str], str | None], list[str]] | None = None
 
 
 class _Turn:
@@ -183,10 +183,10 @@ class TranslatingRunner:
         )
         return process
 
-    async def _restart(self, extra: Sequence[str]) -> None:
-        """Finalize's last turn: the CLI again, with ``extra`` arguments (Traits.final_args)."""
+    async def _restart(self, argv: Sequence[str]) -> None:
+        """Finalize's last turn: the CLI again, with ``argv`` (Traits.final_command)."""
         await self.aclose()
-        self.process = self._new_process([*self._command[0], *extra])
+        self.process = self._new_process(argv)
         self._dead = self._problem = self._setup_error = None
         self._started.clear()
         self._prepared.clear()
@@ -207,8 +207,8 @@ class TranslatingRunner:
 
     async def run_turn(self, request: TurnRequest, control: TurnControl) -> TurnOutcome:
         await self._wait_prepared()
-        if request.final and self.traits.final_args is not None:
-            await self._restart(self.traits.final_args(self.session))
+        if request.final and self.traits.final_command is not None:
+            await self._restart(self.traits.final_command(self._command[0], self.session))
         self.emit({"type": "agent-started", "provider": self.traits.name})
         turn = self._turn = _Turn()
         try:

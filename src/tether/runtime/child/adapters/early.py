@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from tether import reaper
-from tether.runtime.child.adapters.commands import HANDSHAKES, CliLaunch, cli_launch
+from tether.runtime.child.adapters.commands import HANDSHAKES, CliLaunch, Resume, cli_launch
 from tether.runtime.child.adapters.prestart_stage import ADOPT_ENV
 from tether.runtime.child.adapters.registry import find_command, get_agent
 
@@ -139,12 +139,15 @@ def start_early(
     env: Mapping[str, str],
     model: str | None,
     adopted: Adopted | None = None,
+    resume: Resume | None = None,
 ) -> Early | None:
     """``agent``'s CLI, started now (or ``adopted``, when it is that command); None when
     it is not started early (see above). ``adopted`` is ended when it is not used."""
     try:
         argv = find_command(get_agent(agent), command, env)
-        launch = None if argv is None else cli_launch(agent, argv, agent_args, env, model)
+        launch = (
+            None if argv is None else cli_launch(agent, argv, agent_args, env, model, resume=resume)
+        )
     except ValueError:
         launch = None
     if adopted is not None and (launch is None or adopted.args not in ([], launch.argv)):
@@ -157,7 +160,7 @@ def start_early(
     except OSError:
         return None
     opening = HANDSHAKES.get(agent)
-    sent = () if opening is None else tuple(opening(cwd, model))
+    sent = () if opening is None else tuple(opening(cwd, model, resume))
     if sent:
         _write_lines(popen, sent)
     return Early(agent, launch, popen, sent)

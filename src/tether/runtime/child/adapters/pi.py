@@ -36,6 +36,11 @@ response -> ``error``. Extension dialogs (``extension_ui_request`` with a ``sele
 an inbox ``approval_request``: there is no answer path yet.
 
 pi exits on stdin EOF, even mid-prompt: the driver keeps stdin open for the whole run.
+
+pi saves its session to a file under its HOME (``~/.pi/agent/sessions``); ``get_state``
+names it (``sessionFile``), and that path is the run's session: a later run resumes it
+with ``pi --session FILE`` or forks it with ``pi --fork FILE``
+(:mod:`~tether.runtime.child.adapters.commands`).
 """
 
 from __future__ import annotations
@@ -146,7 +151,10 @@ class PiTranslator:
             self._expect_run = item in self._waiting and item.text not in self._queue
         if ident == STATE_ID and not self.started:
             self.started = True
-            self.session = text_of(field(msg, "data", "sessionId")) or None
+            # its session file is what `pi --session FILE` resumes (and `--fork FILE` forks)
+            data = field(msg, "data")
+            found = text_of(field(data, "sessionFile")) or text_of(field(data, "sessionId"))
+            self.session = found or None
             return [Started(self.session)]
         if msg.get("success") is False:
             error = text_of(msg.get("error")) or "(no reason given)"

@@ -29,7 +29,7 @@ from typing import Final, NamedTuple
 
 from tether import reaper
 from tether.runtime.child.adapters import START_TIMEOUT_ENV
-from tether.runtime.child.adapters.commands import cli_launch
+from tether.runtime.child.adapters.commands import Resume, cli_launch
 from tether.runtime.child.adapters.registry import find_command, get_agent
 
 __all__ = ["CHILD_ONLY_ENV", "ENV", "CliRequest", "Prestart", "enabled", "plan"]
@@ -49,6 +49,7 @@ class CliRequest(NamedTuple):
     command: list[str]  # the agent's own command ([]: its CLI on PATH)
     agent_args: list[str]
     model: str | None
+    resume: Resume | None = None  # the session it continues (``tether child --resume``)
 
 
 class Prestart(NamedTuple):
@@ -73,7 +74,8 @@ def plan(
     try:
         agent, args, model = request.agent, request.agent_args, request.model
         argv = find_command(get_agent(agent), request.command, base)
-        launch = None if argv is None else cli_launch(agent, argv, args, base, model)
+        resume = request.resume
+        launch = None if argv is None else cli_launch(agent, argv, args, base, model, resume=resume)
     except ValueError:
         return None  # the child reports it
     if launch is None or os.sep not in launch.argv[0]:

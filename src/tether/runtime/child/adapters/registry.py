@@ -74,6 +74,11 @@ class AgentKind(NamedTuple):
     # how the run's model (`tether run --model`, spawn(model=), agent.spawn {model})
     # reaches it (see tether.runtime.child.adapters.commands)
     model: str = "not passed on"
+    # how a later run continues its conversation (`tether run --resume RUN`), and how a
+    # new one starts from it (fork); "" when it cannot, and then `not_resumable` says why
+    resume: str = ""
+    fork: str = ""
+    not_resumable: str = "tether keeps no session of it"
     # How long finalize may take here before the last turn's model call: the adapter's own
     # wait for its agent to stop, plus a new process when the last turn starts one. A
     # parent's automatic finalize comes at least this much (and a last turn) before the
@@ -131,6 +136,9 @@ AGENTS: Final[dict[str, AgentKind]] = {
             version_args=(),
             model="the provider's model (`--model`)",
             stop_s=0.5,  # its tools' groups are ended at once
+            resume="its conversation, saved in the run directory as the run goes "
+            "(conversation.jsonl), loaded by the new run",
+            fork="the saved conversation copied into the new run",
             controls=_caps(
                 steer=(N, "added as a user message before the next model call"),
                 follow_up=(N, "the next user message when the turn would end"),
@@ -149,6 +157,8 @@ AGENTS: Final[dict[str, AgentKind]] = {
             package="@anthropic-ai/claude-code@2.1.197",
             model="`--model NAME`",
             stop_s=4.0,  # the interrupt, then Claude Code started again for the last turn
+            resume="`--resume SESSION` (the session's file, found under the CLI's home)",
+            fork="`--resume SESSION --fork-session`",
             controls=_caps(
                 steer=(
                     N,
@@ -178,6 +188,8 @@ AGENTS: Final[dict[str, AgentKind]] = {
             command=("codex", "app-server"),
             package="@openai/codex@0.171.0",
             model="`thread/start {model}`",
+            resume="`thread/resume {threadId}` (its rollout under CODEX_HOME)",
+            fork="`thread/fork {threadId}`",
             controls=_caps(
                 steer=(
                     N,
@@ -217,6 +229,8 @@ AGENTS: Final[dict[str, AgentKind]] = {
             command=("pi", "--mode", "rpc"),
             package="@mariozechner/pi-coding-agent@0.73.1",
             model="`--model NAME` (a model of its --provider)",
+            resume="`--session FILE` (its session file, under its HOME)",
+            fork="`--fork FILE`",
             controls=_caps(
                 steer=(
                     N,
@@ -247,6 +261,8 @@ AGENTS: Final[dict[str, AgentKind]] = {
             command=("gemini", "--acp"),
             package="@google/gemini-cli@0.61.0",
             model="`--model NAME`",
+            resume="`session/load {sessionId}` (it advertises loadSession)",
+            fork="`session/fork` when it advertises it (Gemini CLI 0.61.0 does not)",
             controls=_caps(**_ACP_CONTROLS),
             notes="permission requests become inbox approval_request messages and are "
             "refused; choose a mode with --agent-arg=--yolo (or --approval-mode)",
@@ -259,6 +275,9 @@ AGENTS: Final[dict[str, AgentKind]] = {
             version_args=(),
             package="@zed-industries/claude-code-acp@0.16.2",
             model="`session/set_model {modelId}` after session/new; refused, the run fails",
+            resume="`session/load {sessionId}` when the agent advertises loadSession, "
+            "else the run fails `not resumable`",
+            fork="`session/fork` when the agent advertises sessionCapabilities.fork",
             controls=_caps(**_ACP_CONTROLS),
             notes="e.g. -- claude-code-acp, or -- gemini --acp; permission requests become "
             "inbox approval_request messages and are refused; --agent-arg=--session-mode=ID "
@@ -271,6 +290,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             runner="tether.runtime.child.resp_runner:RespRunner",
             version_args=(),
             model="not passed on: RESP frames name no model (the program chooses)",
+            not_resumable="RESP frames carry no session to continue",
             controls=_caps(
                 steer=(E, "written as a further USER_INPUT frame during the turn"),
                 follow_up=(N, "written as a USER_INPUT frame when every input is answered"),
@@ -294,6 +314,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
             command_env="TETHER_BASH_AGENT",
             version_args=(),
             model="not passed on (bash-agent reads its own configuration)",
+            not_resumable="tether does not resume bash-agent's --session yet",
             stop_s=BASH_AGENT_INTERRUPT_S + 1.0,  # its SIGINT wait, a process for the note
             controls=_caps(
                 steer=(
