@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import json
 import os
+import signal
 import stat
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ async def _a_sigkilled_run_resumes_with_its_unanswered_tool_call_answered(
         async for update in first.updates():
             if isinstance(update, RunEvent) and tag_of(type(update.event)) == "tool-call":
                 break
-        first.kill()  # SIGKILL to the child's process group, mid-tool
+        os.killpg(first.pid, signal.SIGKILL)  # the child's whole group, mid-tool
         assert (await first.wait()).status == "failed"
         second = await tether.spawn(
             "are you back?", child_args=["--resume", str(conversation(first))], **options
