@@ -69,7 +69,8 @@ def test_attack_a_trickling_request_is_closed_at_its_deadline(
                     assert (await other_reader.read()).startswith(b"HTTP/1.1 200")
                     other_writer.close()
             assert closed.done(), f"still open after {sent} trickled bytes"
-            assert closed.result() == b""  # closed without an answer
+            # closed without an answer (a reset when our last bytes were still unread)
+            assert isinstance(closed.exception(), ConnectionResetError) or closed.result() == b""
             writer.close()
             return sent
 
@@ -136,3 +137,64 @@ def wait_for_json(path: Path) -> Any:
             return json.loads(path.read_text())
         time.sleep(0.01)
     raise AssertionError(f"the browser double never ran ({path} missing)")
+
+
+def test_attack_pipelining_clients_that_never_read_cannot_lock_the_page_out(
+    agentd: AgentDaemon,
+) -> None:
+    """Clients without the token pipeline megabytes of requests and never read: each is
+    answered once and closed (and may be evicted while its answer drains), so the user's
+    request with the token is served (before: 503 for as long as they stayed)."""
+    burst = b"GET /api/agents HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 130_000  # ~6 MB
+    with start_dashboard(agentd, "--max-connections", "4") as dash:
+        clients = [socket.create_connection(("127.0.0.1", dash.port), timeout=5) for _ in range(4)]
+        try:
+            for sock in clients:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                with contextlib.suppress(OSError):  # the server may hang up mid-burst
+                    sock.sendall(burst)
+            status, _, body = request(dash, "GET", "/api/agents", headers=token(dash))
+            assert status == 200, body
+        finally:
+            for sock in clients:
+                sock.close()
+
+
+def test_attack_an_answer_nobody_reads_ends_the_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client with every right pipelines requests for big answers and never reads: the
+    write is bounded too (``WRITE_S``), so the connection ends instead of holding its slot
+    for ever."""
+    monkeypatch.setattr(http, "WRITE_S", 0.5)
+
+    async def handle(_request: http.Request) -> http.Response:
+        return http.Response(200, b"x" * (1 << 20), "text/plain")
+
+    async def no_socket(_request: http.Request, _socket: http.ServerSocket) -> None:
+        raise AssertionError("no WebSocket here")
+
+    async def main() -> None:
+        ended = asyncio.Event()
+
+        async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            try:
+                await http.serve_connection(
+                    r, w, gate=lambda _r: None, handle=handle, websocket=no_socket
+                )
+            finally:
+                ended.set()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            with contextlib.suppress(OSError):
+                sock.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 64)
+            # a hang guard (30 s), not a verdict: the deadline is 0.5 s
+            await asyncio.wait_for(ended.wait(), 30)
+            sock.close()
+
+    asyncio.run(main())

@@ -35,7 +35,7 @@ from tether.daemon.rpc.client import DaemonCallError, DaemonClientError
 from tether.daemon.rpc.protocol import ErrorCode, Request
 from tether.transports.ws import CLOSE_POLICY, WsBinary, WsClosed, WsText
 from tether.web.http import Request as HttpRequest
-from tether.web.http import Response, ServerSocket
+from tether.web.http import Response, ServerSocket, drain
 from tether.web.security import Policy
 
 log = logging.getLogger("tether.web")
@@ -245,7 +245,7 @@ async def _events(socket_path: Path, name: str, socket: ServerSocket) -> None:
                 display.event(event, run=event.run, raw=line)
             message = {"type": "event", "seq": raw.get("seq"), "kind": raw.get("type")}
             await socket.send_text(json.dumps({**message, "html": sink.take()}))
-        await socket.writer.drain()
+        await drain(socket.writer)  # a browser that does not read is let go
         return {}
 
     client.on_request = on_request

@@ -12,6 +12,12 @@ wait for it, however the bytes trickle in (a client sending one byte a minute is
 like a silent one), so an idle or stalled client costs one task for a bounded time. While
 a connection waits for a request it sits in :class:`Waiting`, oldest first, where a full
 server may close it to admit a newcomer (:func:`tether.web.server.serve`).
+
+Writing is bounded too: an answer (or a WebSocket frame) that the client does not read
+within ``WRITE_S`` aborts the connection, so a client that pipelines requests and never
+reads cannot hold its slot. A request the gate refuses (no token, a foreign Host or
+Origin) is answered and the connection closed, and it stays in :class:`Waiting` while its
+answer drains: a client that proved nothing never holds a slot a newcomer could need.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ _MIGHT_SWITCH: Final = h11.MIGHT_SWITCH_PROTOCOL  # type: ignore[attr-defined]
 MAX_HEAD_BYTES: Final = 16 * 1024
 MAX_BODY_BYTES: Final = 256 * 1024
 IDLE_S: Final = 60.0
+WRITE_S: Final = 30.0  # an answer the client does not take in this long: the connection goes
 READ_BYTES: Final = 65536
 MAX_SOCKET_BUFFER: Final = 4 * 1_048_576
 SECURITY_HEADERS: Final = (
@@ -116,7 +123,7 @@ class ServerSocket:
             return
         self.writer.write(data)
         if self.writer.transport.get_write_buffer_size() > MAX_SOCKET_BUFFER:
-            await self.writer.drain()
+            await drain(self.writer)
 
 
 class Waiting:
@@ -139,6 +146,17 @@ class Waiting:
             writer.transport.abort()
             return True
         return False
+
+
+async def drain(writer: asyncio.StreamWriter) -> None:
+    """``writer.drain()`` within :data:`WRITE_S`; a client that does not read its answer
+    in time has its connection aborted (``ConnectionError``)."""
+    try:
+        async with asyncio.timeout(WRITE_S):
+            await writer.drain()
+    except TimeoutError:
+        writer.transport.abort()
+        raise ConnectionAbortedError("the client did not read its answer in time") from None
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -169,13 +187,17 @@ async def serve_connection(
             if request is None:
                 return
             refusal = gate(request)
-            switching = conn.their_state is _MIGHT_SWITCH
-            if request.websocket and refusal is None and switching:
+            if refusal is not None:  # answered and closed, evictable while it drains
+                refusal.headers.append(("connection", "close"))
+                waiting.add(writer)
+                writer.write(_encode(conn, refusal))
+                await drain(writer)
+                return
+            if request.websocket and conn.their_state is _MIGHT_SWITCH:
                 await _upgrade(conn, request, reader, writer, websocket)
                 return
-            response = refusal or await handle(request)
-            writer.write(_encode(conn, response))
-            await writer.drain()
+            writer.write(_encode(conn, await handle(request)))
+            await drain(writer)
             if conn.our_state is h11.MUST_CLOSE or request.websocket:
                 return
             conn.start_next_cycle()
@@ -187,6 +209,7 @@ async def serve_connection(
     except (ConnectionError, TimeoutError):
         pass
     finally:
+        waiting.discard(writer)
         writer.close()
 
 
@@ -274,4 +297,4 @@ async def _upgrade(
         writer.close()
 
 
-__all__ = ["Request", "Response", "ServerSocket", "Waiting", "serve_connection"]
+__all__ = ["Request", "Response", "ServerSocket", "Waiting", "drain", "serve_connection"]
