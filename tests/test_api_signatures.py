@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 import tether
-from tether.daemon.fleet.supervisor import SpawnParams
+from tether.daemon.fleet.params import SpawnParams
 from tether.runtime.parent.options import SpawnOptions, Supervision, split_fields
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tether.daemon.fleet.supervisor import SpawnParams, Supervisor
+from tether.daemon.fleet.params import SpawnParams
+from tether.daemon.fleet.supervisor import Supervisor
 from tether.daemon.rpc.methods import RpcFailure
 from tether.daemon.rpc.protocol import ErrorCode
 from tether.runtime.parent.outcome import Timeouts

@@ -19,8 +19,9 @@ import pytest
 from tests.support.agentd import kill_agents
 from tests.support.daemon import DaemonProcess, probe
 
+from tether.daemon.fleet.params import SpawnParams
 from tether.daemon.fleet.registry import AgentRecord
-from tether.daemon.fleet.supervisor import SpawnParams, Supervisor
+from tether.daemon.fleet.supervisor import Supervisor
 from tether.daemon.rpc.client import DaemonCallError, DaemonClient
 from tether.daemon.rpc.protocol import ErrorCode
 

@@ -32,7 +32,8 @@ from tether.wire.session import ControlKind
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from tether.daemon.fleet.supervisor import SpawnParams, Supervisor
+    from tether.daemon.fleet.params import SpawnParams
+    from tether.daemon.fleet.supervisor import Supervisor
     from tether.daemon.fleet.wire_agent import WireAgent
     from tether.runtime.parent.outcome import RunResult
 

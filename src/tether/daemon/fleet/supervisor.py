@@ -26,20 +26,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import shlex
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
 from tether.daemon.fleet.admission import Admission
 from tether.daemon.fleet.followers import is_live_state, restore_mirror
+from tether.daemon.fleet.launch import check_descriptors, launch
+from tether.daemon.fleet.params import SpawnParams
 from tether.daemon.fleet.registry import (
     AgentExists,
     AgentNotFound,
@@ -48,29 +48,25 @@ from tether.daemon.fleet.registry import (
 )
 from tether.daemon.fleet.replies import ReconcileError, ReconcileReport, RmReply
 from tether.daemon.fleet.wire_agent import DAEMON_TIMEOUTS, WireAgent
-from tether.daemon.rpc.lifecycle import descriptors_free
 from tether.daemon.rpc.methods import RpcFailure
 from tether.daemon.rpc.protocol import ErrorCode
 from tether.errors import BadOptions, ControlRefused, SpawnError
-from tether.procs import Gate, find_program, nul_problem, proc_start_time, process_matches
+from tether.procs import proc_start_time, process_matches
 from tether.runtime.parent import forkserver
 from tether.runtime.parent.command import ChildCommand, child_command
 from tether.runtime.parent.driver import LocalRunHandle
-from tether.runtime.parent.forkserver import ForkedChild
 from tether.runtime.parent.hub import WatchHub, shared_hub
 from tether.runtime.parent.launch import (
     PreparedRun,
-    fork_child,
     make_inbox,
     monotonic_at,
     prepare_run,
 )
 from tether.runtime.parent.mirror import RunMirror
 from tether.runtime.parent.observer import Observer
-from tether.runtime.parent.options import SpawnOptions
 from tether.runtime.parent.outcome import RunResult, Timeouts
 from tether.runtime.parent.process import ChildProcess
-from tether.runtime.parent.rundir import RunDir, append_line
+from tether.runtime.parent.rundir import RunDir
 from tether.runtime.parent.sidecars import InboxTail, Recorder
 from tether.runtime.parent.supervise import RunWatch
 from tether.store.index import RunIndex, RunRecord
@@ -79,34 +75,6 @@ from tether.transports.wake import ControlWriter
 from tether.wire.session import State
 
 log = logging.getLogger("tether.daemon.fleet")
-
-# An agent holds about this many descriptors here: control file, wake-up pipe, event file,
-# pidfd, its inbox's database (file, WAL, shared memory), and one in flight while spawning.
-DESCRIPTORS_PER_AGENT: Final = 8
-DESCRIPTORS_RESERVED: Final = 64  # kept for clients' connections and the daemon's own files
-
-
-class SpawnParams(SpawnOptions, frozen=True, kw_only=True):
-    """``agent.spawn``'s parameters: the run's :class:`SpawnOptions` and the agent's own."""
-
-    name: str
-    task: str | None = None
-    channel_id: str | None = None
-    wait: bool = False
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        # Everything that reaches exec (the command, the environment, cwd): a NUL byte
-        # there is invalid_params, refused before the name is reserved.
-        for name in _EXEC_FIELDS:
-            problem = nul_problem(name, getattr(self, name))
-            if problem is not None:
-                raise ValueError(problem)
-
-    def options(self) -> SpawnOptions:
-        """The run's options alone."""
-        fields = {name: getattr(self, name) for name in SpawnOptions.__struct_fields__}
-        return SpawnOptions(**fields)
 
 
 class FleetExtension:
@@ -119,20 +87,6 @@ class FleetExtension:
     def observers(self, agent: WireAgent) -> list[Observer]:
         """Observers of ``agent``'s run (its driver tells them what happens)."""
         return []
-
-
-_EXEC_FIELDS: Final = (
-    "name",
-    "agent",
-    "agent_args",
-    "provider",
-    "model",
-    "cwd",
-    "argv",
-    "script",
-    "env",
-    "child_args",
-)
 
 
 def spawn_failed(message: str) -> RpcFailure:
@@ -288,7 +242,7 @@ class Supervisor:
         events.open()  # before the child exists: it cannot swap the file under our reader
         try:
             popen, gate = await asyncio.to_thread(
-                _launch, command.argv, run, cwd, prepared.env, control
+                launch, command.argv, run, cwd, prepared.env, control
             )
         except (OSError, ValueError) as exc:
             control.close()
@@ -397,7 +351,7 @@ class Supervisor:
         """The child's command and cwd, or the refusal: before anything exists."""
         for extension in self.extensions if extensions else ():
             extension.check_spawn(p)
-        _check_descriptors()
+        check_descriptors()
         try:
             command = await asyncio.to_thread(child_command, p.options())
         except BadOptions as exc:
@@ -676,78 +630,3 @@ def _restored(row: AgentRecord, run: RunDir) -> tuple[AgentRecord, RunMirror]:
             log.warning("agent %s: snapshot unusable (%s); replaying its log", row.name, exc)
     row = msgspec.structs.replace(row, event_offset=0, last_seq=0, usage=None, turn=0)
     return row, restore_mirror(run.run_id, None, 0, run.control)
-
-
-def _check_descriptors() -> None:
-    """Refuse a spawn that would leave the daemon too few descriptors to serve its clients
-    (it would otherwise fail halfway, or stop accepting connections: ``EMFILE``)."""
-    free, limit = descriptors_free()
-    if free < DESCRIPTORS_PER_AGENT + DESCRIPTORS_RESERVED:
-        raise spawn_failed(
-            f"the daemon is near its descriptor limit ({limit}; about {free} left, and each "
-            f"agent needs about {DESCRIPTORS_PER_AGENT} while {DESCRIPTORS_RESERVED} are kept "
-            "for connections): stop or remove agents, or start the daemon with a higher "
-            "limit (ulimit -n; it raises its soft limit to the hard one itself)"
-        )
-
-
-def _launch(
-    command: list[str], run: RunDir, cwd: str, env: dict[str, str], control: ControlWriter
-) -> tuple[subprocess.Popen[bytes] | ForkedChild, Gate]:
-    """Start the child in its own session, waiting at a :class:`~tether.procs.Gate`.
-
-    stdin /dev/null, stdout+stderr to ``stderr.log``. The caller opens the gate once the
-    pid is recorded: a daemon killed in between leaves no child running unrecorded. A
-    built-in child is forked from the fork server (:func:`~tether.runtime.parent.launch.fork_child`,
-    which waits at the same gate), others are exec'd.
-    (Not :func:`tether.runtime.parent.launch.start_child`: the daemon watches every child with a
-    pidfd, including those a previous daemon started, so it owns no asyncio child watcher.)
-    The child inherits ``control``'s wake-up pipe (``TETHER_WAKE_FD``).
-    """
-    fd = os.open(run.stderr, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-    gate = Gate()
-    env = {**env, **control.child_env()}
-    child: subprocess.Popen[bytes] | ForkedChild | None
-    try:
-        child = fork_child(
-            command,
-            cwd=cwd,
-            env=env,
-            output=fd,
-            pass_fds=control.pass_fds(),
-            gate_fd=gate.read_fd,
-        )
-        child = child or _exec(command, cwd, env, output=fd, gate=gate, pass_fds=control.pass_fds())
-    except OSError as exc:
-        gate.close()
-        append_line(run.stderr, f"tether: cannot start {shlex.join(command)}: {exc}".encode())
-        raise
-    finally:
-        os.close(fd)
-        control.started()
-    gate.started()
-    return child, gate
-
-
-def _exec(
-    command: list[str],
-    cwd: str,
-    env: dict[str, str],
-    *,
-    output: int,
-    gate: Gate,
-    pass_fds: tuple[int, ...],
-) -> subprocess.Popen[bytes]:
-    if find_program(command[0], cwd, env) is None:  # the gate's sh would say it less clearly
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command[0])
-    return subprocess.Popen(
-        Gate.argv(command),
-        stdin=gate.read_fd,
-        stdout=output,
-        stderr=output,
-        cwd=cwd,
-        env=env,
-        close_fds=True,
-        pass_fds=pass_fds,
-        start_new_session=True,
-    )

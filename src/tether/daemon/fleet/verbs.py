@@ -69,22 +69,32 @@ Verbs (params -> result; errors are ``RpcError`` codes):
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 from msgspec import UNSET
 
 from tether.daemon.fleet.answers import AnswerDesk, AnswerParams
+from tether.daemon.fleet.events import read_events, stream_events
 from tether.daemon.fleet.fleet import Fleet, FleetAgent
 from tether.daemon.fleet.fno_shapes import FIELDS_OMITTED, daemon_status
-from tether.daemon.fleet.followers import Follower
+from tether.daemon.fleet.params import (
+    AskParams,
+    EventsParams,
+    FinalizeParams,
+    ListParams,
+    NameParams,
+    RmParams,
+    SpawnRequest,
+    StatusParams,
+    StopParams,
+    TextParams,
+    check_name,
+)
 from tether.daemon.fleet.replies import (
     LANE,
-    PTY_MAX_SIZE,
-    PTY_MIN_SIZE,
     AgentStatus,
     AnswerReply,
     AskReply,
@@ -98,15 +108,12 @@ from tether.daemon.fleet.replies import (
     StopReply,
     StreamEnd,
 )
-from tether.daemon.fleet.supervisor import SpawnParams, Supervisor
+from tether.daemon.fleet.supervisor import Supervisor
 from tether.daemon.fleet.turns import AskFailed, Outcome
 from tether.daemon.fleet.wire_agent import ACK_TIMEOUT_S, WireAgent, send_control
 from tether.daemon.rpc.methods import RpcFailure, decode_params, invalid_status
 from tether.daemon.rpc.protocol import ErrorCode
 from tether.errors import RunEnded
-from tether.numbers import Seconds
-from tether.transports.tail import FileTail
-from tether.wire import Rejection, TooLarge, decode
 from tether.wire.session import ControlKind, State
 
 if TYPE_CHECKING:
@@ -114,7 +121,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACK_TIMEOUT_S",
-    "NAME_RULE",
     "AgentChannels",
     "AgentVerbs",
     "PtySpawner",
@@ -123,103 +129,9 @@ __all__ = [
     "read_events",
 ]
 
-NAME_RULE: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
-MAX_EVENTS: Final = 10_000
-EVENTS_BYTES: Final = 8 * 1024 * 1024  # per response or streamed batch
-STREAM_BATCH: Final = 512
-EVENT_METHOD: Final = "agent.event"
 
-PtySize = Annotated[int, msgspec.Meta(ge=PTY_MIN_SIZE, le=PTY_MAX_SIZE)]
 StatusReply = AgentStatus | DaemonStatus | msgspec.Raw
 Reply = ListReply | Coroutine[Any, Any, ListReply]
-
-
-class NameParams(msgspec.Struct, frozen=True):
-    name: str
-
-
-class StatusParams(msgspec.Struct, frozen=True):
-    name: str | None = None  # none: the daemon's own status (fno-agents' agent.status {})
-
-
-class AskParams(msgspec.Struct, frozen=True):
-    """``text`` (or fno-agents' ``message``); ``provider``/``agent`` create the agent on first
-    contact; ``timeout`` is fno-agents' name for ``timeout_s``."""
-
-    name: str
-    text: str | None = None
-    message: str | None = None
-    timeout_s: Seconds | None = None
-    timeout: Seconds | None = None
-    provider: str | None = None
-    agent: str | None = None
-    cwd: str | None = None
-
-    def __post_init__(self) -> None:
-        if (self.text is None) == (self.message is None):
-            raise ValueError("give the message as text (or message), once")
-
-    @property
-    def body(self) -> str:
-        return self.text if self.text is not None else self.message or ""
-
-    @property
-    def wait_s(self) -> float | None:
-        return self.timeout_s if self.timeout_s is not None else self.timeout
-
-
-class ListParams(msgspec.Struct, frozen=True):
-    """fno-agents' filters (all optional; ``all`` and the rest are accepted and ignored)."""
-
-    cwd: str | None = None
-    provider: str | None = None
-    status: str | None = None
-
-
-class TextParams(msgspec.Struct, frozen=True):
-    name: str
-    text: str
-
-
-class FinalizeParams(msgspec.Struct, frozen=True):
-    name: str
-    note: str | None = None
-
-
-class StopParams(msgspec.Struct, frozen=True):
-    name: str
-    mode: Literal["close", "finalize", "cancel"] = "close"
-    timeout_s: Seconds = 10.0
-    note: str | None = None
-
-
-class RmParams(msgspec.Struct, frozen=True):
-    name: str
-    force: bool = False
-
-
-class EventsParams(msgspec.Struct, frozen=True):
-    name: str
-    after_seq: Annotated[int, msgspec.Meta(ge=0)] = 0
-    follow: bool = False
-    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_EVENTS)] = 1000
-
-
-class SpawnRequest(SpawnParams, frozen=True, kw_only=True):
-    """``agent.spawn``: the wire agent's :class:`SpawnParams`, and the call's own."""
-
-    timeout_s: Seconds | None = None
-    message: str | None = None  # fno-agents' name for task
-    channel: bool = False  # agent "claude": load `tether mcp-channel` into its session
-    pty: bool = False
-    cols: PtySize = 80
-    rows: PtySize = 24
-
-    def spawn_params(self) -> SpawnRequest:
-        """With fno-agents' ``message`` read as ``task``."""
-        if self.message is None or self.task is not None:
-            return self
-        return msgspec.structs.replace(self, task=self.message, message=None)
 
 
 class AgentChannels(Protocol):
@@ -241,15 +153,6 @@ class PtySpawner(Protocol):
     """The PTY agents' spawn (:class:`tether.daemon.pty.agent.PtyFleet`)."""
 
     async def spawn_pty(self, args: SpawnRequest) -> FleetAgent: ...
-
-
-def check_name(name: str) -> str:
-    if not NAME_RULE.fullmatch(name):
-        raise RpcFailure(
-            ErrorCode.INVALID_PARAMS,
-            f"invalid agent name {name[:80]!r}: use 1-64 characters of A-Z a-z 0-9 _ -",
-        )
-    return name
 
 
 def _status_name(params: Any) -> str | None:
@@ -528,7 +431,7 @@ class AgentVerbs:
         args = decode_params(params, EventsParams)
         agent = self._wire(args.name)
         if args.follow:
-            return await _stream(context, agent, args.after_seq)
+            return await stream_events(context, agent, args.after_seq)
         batch, more = await asyncio.to_thread(
             read_events, agent.run.events, agent.run_id, args.after_seq, args.limit
         )
@@ -595,78 +498,3 @@ def _answer(agent: WireAgent, outcome: Outcome) -> AskReply:
         state=agent.state,
         timed_out=False,
     )
-
-
-def read_events(
-    path: Path, run_id: str, after_seq: int, limit: int, max_bytes: int = EVENTS_BYTES
-) -> tuple[list[tuple[int, bytes]], bool]:
-    """Valid events of ``run_id`` in ``path`` with increasing seq > ``after_seq``.
-
-    At most ``limit`` events and about ``max_bytes``; the bool says more are waiting.
-    """
-    out: list[tuple[int, bytes]] = []
-    size, last = 0, after_seq
-    with FileTail(path) as tail:
-        while (read := tail.read()).items:
-            for item in read.items:
-                if isinstance(item, TooLarge):
-                    continue
-                message = decode(item.data, "event")
-                if isinstance(message, Rejection) or message.run != run_id:
-                    continue
-                if message.seq <= last:
-                    continue
-                if len(out) >= limit or (out and size + len(item.data) > max_bytes):
-                    return out, True
-                out.append((message.seq, item.data))
-                size += len(item.data)
-                last = message.seq
-    return out, False
-
-
-async def _stream(context: CallContext, agent: WireAgent, after_seq: int) -> StreamEnd:
-    """``agent.events`` with ``follow``: see the module docstring."""
-    context.socket()  # a caller without a connection (another host) is refused up front
-    follower = agent.follow(after_seq)
-    count = 0
-    try:
-        while True:  # what the log holds
-            batch, more = await asyncio.to_thread(
-                read_events, agent.run.events, agent.run_id, follower.last_seq, STREAM_BATCH
-            )
-            if batch and not await _deliver(context, agent.name, batch):
-                return _stream_end(agent, follower, count + len(batch))
-            count += len(batch)
-            if batch:
-                follower.last_seq = batch[-1][0]
-            if not more:
-                break
-        while True:  # then live
-            batch = follower.take(STREAM_BATCH)
-            if batch:
-                if not await _deliver(context, agent.name, batch):
-                    return _stream_end(agent, follower, count + len(batch))
-                count += len(batch)
-                continue
-            if follower.ended and follower.drained:
-                break
-            await follower.wait()
-    finally:
-        agent.unfollow(follower)
-    if follower.overflowed:
-        raise RpcFailure(
-            ErrorCode.BUSY,
-            f"the client fell behind after seq {follower.last_seq}; reconnect with that after_seq",
-        )
-    return _stream_end(agent, follower, count)
-
-
-async def _deliver(context: CallContext, name: str, batch: list[tuple[int, bytes]]) -> bool:
-    """Send one batch; False when the client answered an error (stop streaming)."""
-    params = {"name": name, "events": [msgspec.Raw(raw) for _, raw in batch]}
-    response = await context.socket().call(EVENT_METHOD, params)
-    return not response.is_error
-
-
-def _stream_end(agent: WireAgent, follower: Follower, count: int) -> StreamEnd:
-    return StreamEnd(agent.name, follower.last_seq, count, agent.state, agent.ended)

@@ -65,7 +65,7 @@ from tether.wire.env import without_wire_env
 from tether.wire.needdata import NEED_DATA
 
 if TYPE_CHECKING:
-    from tether.daemon.fleet.verbs import SpawnRequest
+    from tether.daemon.fleet.params import SpawnRequest
     from tether.daemon.fleet.wire_agent import WireAgent
 
 log = logging.getLogger("tether.daemon.pty")
