@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from tests.support.waits import HANG_S, wait_until
 from tether.wire import Receiver, Rejection
 
 Event = dict[str, Any]
@@ -31,25 +29,22 @@ def read_events(path: Path) -> list[Event]:
 
 
 def wait_for_event(
-    events: Callable[[], list[Event]],
+    path: Path,
     predicate: Callable[[Event], bool],
     *,
     proc: subprocess.Popen[bytes] | None,
     describe: Callable[[], str],
     count: int = 1,
-    timeout: float,
+    timeout: float = HANG_S,
 ) -> Event:
-    """The ``count``-th matching event; fails once the deadline passes or the child exits."""
-    deadline = time.monotonic() + timeout
-    while True:
-        matches = [e for e in events() if predicate(e)]
-        if len(matches) >= count:
-            return matches[count - 1]
-        exited = proc is not None and proc.poll() is not None
-        if exited or time.monotonic() > deadline:
-            matches = [e for e in events() if predicate(e)]  # one last look
-            if len(matches) >= count:
-                return matches[count - 1]
-            why = "the child exited before the event" if exited else f"none within {timeout}s"
-            pytest.fail(f"no matching event: {why}\n{describe()}")
-        time.sleep(0.01)
+    """The ``count``-th matching event of the file at ``path``, re-read as it grows; fails
+    once the child has exited without it (or at the hang detector's bound)."""
+
+    def found() -> Event | None:
+        matches = [e for e in read_events(path) if predicate(e)]
+        return matches[count - 1] if len(matches) >= count else None
+
+    event: Event = wait_until(
+        found, "no matching event", files=[path], proc=proc, describe=describe, timeout=timeout
+    )
+    return event

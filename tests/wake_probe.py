@@ -4,8 +4,6 @@
   whose link reads ``anon_inode:inotify``);
 - :func:`blocked_without_timer`: its main thread sleeps in ``epoll_wait`` with no
   timeout, so nothing but a descriptor can wake it (no polling, no timer);
-- :func:`wait_until`: a state check repeated until it holds (bounded), for states
-  that follow an event the test caused;
 - :func:`parent_pid` and :func:`kill_and_wait`: who forked a process, and a SIGKILL that
   returns once the process is dead (its pidfd turns readable).
 """
@@ -13,11 +11,7 @@
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 # x86_64: epoll_wait, epoll_pwait, epoll_pwait2; aarch64 has only epoll_pwait (22)
 _EPOLL_WAITS = {"x86_64": {232, 281, 441}, "aarch64": {22, 441}}
@@ -54,21 +48,6 @@ def blocked_without_timer(pid: int) -> bool:
     if number == 441:  # epoll_pwait2(epfd, events, maxevents, timeout *)
         return int(fields[4], 16) == 0
     return int(fields[4], 16) in _NO_TIMEOUT
-
-
-# A hang detector, not a speed check: every state waited for follows an event the test
-# caused and needs milliseconds of CPU (no timer on the path). A niced suite beside other
-# work on 2 cores was measured starved for 100 s of wall clock with 3 s of CPU used
-# (the test itself: 0.3 s), so the bound leaves a minute; a lost wake-up still fails.
-WAIT_S = 60.0
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout} s")
-        time.sleep(0.01)
 
 
 def parent_pid(pid: int) -> int:

@@ -19,9 +19,11 @@ from typing import Any
 
 import pytest
 from tests.event_files import Event, read_events, wait_for_event
+from tests.support.waits import HANG_S, pid_alive
+
+__all__ = ["Child", "check_invariants", "gate", "index_of", "pid_alive", "types"]
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
-WAIT_S = 20.0
 
 
 class Child:
@@ -90,7 +92,7 @@ class Child:
             self.wait_for(lambda e: e["type"] == "ready")
         return self
 
-    def wait_exit(self, timeout: float = WAIT_S) -> int:
+    def wait_exit(self, timeout: float = HANG_S) -> int:
         assert self.proc is not None
         try:
             return self.proc.wait(timeout)
@@ -135,11 +137,11 @@ class Child:
         return read_events(self.events_path)
 
     def wait_for(
-        self, predicate: Callable[[Event], bool], *, count: int = 1, timeout: float = WAIT_S
+        self, predicate: Callable[[Event], bool], *, count: int = 1, timeout: float = HANG_S
     ) -> Event:
         """Wait for the ``count``-th event that matches; returns it."""
         return wait_for_event(
-            self.events,
+            self.events_path,
             predicate,
             proc=self.proc,
             describe=self.describe,
@@ -154,7 +156,7 @@ class Child:
         lines = [json.dumps(e)[:300] for e in self.events()]
         return "events:\n" + "\n".join(lines) + "\nstderr:\n" + self.stderr()
 
-    def finish(self, timeout: float = WAIT_S) -> tuple[int, list[Event]]:
+    def finish(self, timeout: float = HANG_S) -> tuple[int, list[Event]]:
         """Wait for the exit; check the invariants; return (exit code, events)."""
         code = self.wait_exit(timeout)
         events = self.events()
@@ -213,17 +215,3 @@ def _refs(event: Event) -> list[int]:
 def gate(root: Path, name: str = "go") -> str:
     """A bash command that blocks until ``touch <root>/<name>`` (a deterministic tool)."""
     return f"while [ ! -e {root / name} ]; do sleep 0.01; done; echo gated"
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False

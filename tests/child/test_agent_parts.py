@@ -7,12 +7,11 @@ import asyncio
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from child_helpers import pid_alive
+from tests.support.waits import loop_pass, pid_alive, wait_pid_file, wait_until_async
 
 from tether.agent.provider import (
     BlockEnd,
@@ -93,11 +92,9 @@ def test_cancelling_bash_kills_the_group_at_once(tmp_path: Path) -> None:
         # the pid file appears whole (renamed into place): `> bg.pid` alone creates it empty first
         command = "trap '' TERM; sleep 30 & echo $! > bg.tmp && mv bg.tmp bg.pid; wait"
         task = asyncio.ensure_future(registry.call("bash", {"command": command}, context))
-        for _ in range(2000):
-            if (tmp_path / "bg.pid").exists():
-                break
-            await asyncio.sleep(0.01)
-        pid = int((tmp_path / "bg.pid").read_text())
+        bg = tmp_path / "bg.pid"
+        await wait_until_async(bg.exists, "the tool's background pid", files=[bg])
+        pid = int(bg.read_text())
         group = os.getpgid(pid)
         assert group != os.getpgrp()  # the tool runs bash in a group of its own
         task.cancel()
@@ -199,8 +196,7 @@ def test_scripted_delay_is_cancellable() -> None:
     async def run() -> None:
         request = ModelRequest(model="m", messages=())
         task = asyncio.ensure_future(anext(aiter(provider.stream(request))))
-        for _ in range(3):  # let it enter its 60 s delay
-            await asyncio.sleep(0)
+        await loop_pass()  # the task ran to its first wait: the 60 s delay
         assert not task.done()
         task.cancel()
         # a delay that ignored the cancel would end in "late", not CancelledError
@@ -286,11 +282,10 @@ def test_terminate_group_sync_kills_a_term_ignoring_grandchild(tmp_path: Path) -
     pid_file = tmp_path / "bg.pid"
     command = f"trap '' TERM; sleep 30 & echo $! > {pid_file}; wait"
     proc = subprocess.Popen(["bash", "-c", command], **NEW_GROUP)
-    while not pid_file.exists() or not pid_file.read_text().strip():
-        time.sleep(0.01)
+    pid = wait_pid_file(pid_file, proc=proc)
     code = terminate_group_sync(proc, grace_s=0.2)
     assert code == -9
-    assert not pid_alive(int(pid_file.read_text()))
+    assert not pid_alive(pid)
 
 
 def test_terminate_group_async_and_gone_groups() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from child_helpers import Child, pid_alive, types
+from tests.support.waits import wait_pid_file
 
 MakeChild = Callable[..., Child]
 
@@ -78,13 +79,17 @@ def test_a_huge_line_split_across_writes_is_skipped_to_its_newline(make_child: M
 
 def test_partial_lines_wait_for_their_newline(make_child: MakeChild) -> None:
     child = make_child(script="hello.json").start()
-    child.send_raw(b'{"v":1,"seq":1,"type":')
-    time.sleep(0.1)
-    assert "control-ack" not in types(child.events())
+    # One write: a whole line (refused: another run's), then the start of the next. The
+    # whole line's ack says the child has read the write (a file grows by a whole small
+    # write at once): the partial line was in its hands, and must wait for its newline.
+    child.send_raw(b'{"v":1,"seq":1,"type":"close","run":"other"}\n{"v":1,"seq":2,"type":')
+    child.ack(1)
     child.send_raw(b'"close","run":"r"}\n')
     code, events = child.finish()
     assert code == 0
-    assert types(events) == ["ready", "control-ack", "result", "exit"]
+    acks = [(e["status"], e.get("ref")) for e in events if e["type"] == "control-ack"]
+    assert acks == [("rejected", 1), ("accepted", 2)]  # nothing for half a line
+    assert types(events) == ["ready", "control-ack", "control-ack", "result", "exit"]
 
 
 def test_version_mismatch_gets_no_ack_and_fails(make_child: MakeChild) -> None:
@@ -128,8 +133,8 @@ def test_truncated_control_file_is_fatal(make_child: MakeChild) -> None:
 
 
 def test_control_file_created_after_start(make_child: MakeChild) -> None:
-    child = make_child(script="hello.json", create_control=False).start()
-    time.sleep(0.05)
+    child = make_child(script="hello.json", create_control=False).start()  # ready: it waits
+    assert not child.control.exists()
     child.send("prompt", text="Hi.")
     child.wait_for(lambda e: e["type"] == "turn-complete")
     child.send("close")
@@ -171,10 +176,7 @@ def test_deadline_inside_a_sleeping_tool(make_child: MakeChild) -> None:
     child.start()
     child.send("prompt", text="Sleep.")
     child.wait_for(lambda e: e["type"] == "tool-call")
-    pid_file = child.root / "tool.pid"
-    while not (pid_file.exists() and pid_file.read_text().strip()):
-        time.sleep(0.01)
-    pid = int(pid_file.read_text())
+    pid = wait_pid_file(child.root / "tool.pid", proc=child.proc)
     code, events = child.finish()
     assert code == 5
     assert events[-1]["status"] == "timed-out"

@@ -7,12 +7,12 @@ lines already in the file when the run exits.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from child_helpers import Child, index_of, pid_alive, types
+from tests.support.waits import wait_pid_file
 
 MakeChild = Callable[..., Child]
 
@@ -293,9 +293,7 @@ def test_cancel_during_a_turn_kills_the_tool_group(make_child: MakeChild) -> Non
     child = make_child(script="sleep_tool.json").start()
     child.send("prompt", text="Sleep.")
     child.wait_for(lambda e: e["type"] == "tool-call")
-    pid_file = child.root / "tool.pid"
-    _wait_file(pid_file)
-    pid = int(pid_file.read_text())
+    pid = wait_pid_file(child.root / "tool.pid", proc=child.proc)
     c = child.send("cancel")
     code, events = child.finish()
     assert code == 3
@@ -304,10 +302,3 @@ def test_cancel_during_a_turn_kills_the_tool_group(make_child: MakeChild) -> Non
     assert types(events)[-2] == "turn-complete"
     assert events[-2]["stop-reason"] == "aborted"
     assert not pid_alive(pid), "the tool's sleep outlived the cancel"
-
-
-def _wait_file(path: Path) -> None:
-    deadline = time.monotonic() + 20
-    while not (path.exists() and path.read_text().strip()):
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.01)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from child_helpers import Child
-from tests.wake_probe import blocked_without_timer, inotify_instances, wait_until
+from tests.support.waits import wait_until
+from tests.wake_probe import blocked_without_timer, inotify_instances
 
 from tether.transports.wake import WAKE_ENV, WakePipe, open_wake_fifo
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.waits import loop_pass
 
 from tether.runtime.child.files import EventLog
 from tether.wire import ControlAck, Exit, TurnStarted
@@ -40,8 +41,7 @@ def test_display_lines_of_one_pass_go_out_in_one_write_after_the_pass(
         for text in ("a", "b", "c"):
             log.emit_display({"type": "assistant-text-delta", "content-index": 0, "delta": text})
         assert path.read_bytes() == b""  # held until the pass ends
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        await loop_pass()
         assert [e["delta"] for e in lines(path)] == ["a", "b", "c"]
 
     asyncio.run(main())
@@ -84,7 +84,7 @@ def test_close_writes_what_is_held(tmp_path: Path) -> None:
         log.emit_display({"type": "user", "text": "last words"})
         log.close()
         log.emit_display({"type": "user", "text": "after close"})  # dropped: closed
-        await asyncio.sleep(0)
+        await loop_pass()  # a flush held for the pass would run now
 
     asyncio.run(main())
     assert [e["text"] for e in lines(path)] == ["last words"]

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,11 @@ from typing import Any
 import pytest
 
 from tests.event_files import Event, read_events, wait_for_event
-from tether import procs
+from tests.support.waits import HANG_S, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT = ROOT / "examples" / "bash-agent" / "agent.sh"
 LIB = ROOT / "src" / "tether" / "framing" / "tether.sh"
-WAIT_S = 20.0
 
 
 # bash-agent's writer, verbatim from the spec (message-protocol-and-display.md).
@@ -109,11 +107,11 @@ class AdapterChild:
         return read_events(self.events_path)
 
     def wait_for(
-        self, predicate: Callable[[Event], bool], *, count: int = 1, timeout: float = WAIT_S
+        self, predicate: Callable[[Event], bool], *, count: int = 1, timeout: float = HANG_S
     ) -> Event:
         """Wait for the ``count``-th event that matches; returns it."""
         return wait_for_event(
-            self.events,
+            self.events_path,
             predicate,
             proc=self.proc,
             describe=self.describe,
@@ -124,7 +122,7 @@ class AdapterChild:
     def wait_type(self, kind: str, *, count: int = 1) -> Event:
         return self.wait_for(lambda e: e["type"] == kind, count=count)
 
-    def finish(self, timeout: float = WAIT_S) -> tuple[int, list[Event]]:
+    def finish(self, timeout: float = HANG_S) -> tuple[int, list[Event]]:
         """Wait for the exit; check that ``exit`` is last and matches the exit code."""
         assert self.proc is not None
         try:
@@ -142,17 +140,19 @@ class AdapterChild:
         return code, events
 
     def program_pid(self) -> int:
-        """The adapter's program: the child's own child (the leader of its group)."""
+        """The adapter's program: the child's own child (the leader of its group).
+
+        Not the run's reaper (tether.reaper), the child's other child: it outlives the child
+        by design, long under load (the group this test then waits for)."""
         assert self.proc is not None
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            # not the run's reaper (tether.reaper), the child's other child: it outlives
-            # the child by design, long under load (the group this test then waits for)
-            kids = [k for k in children_of(self.proc.pid) if not _is_reaper(k)]
-            if kids:
-                return kids[0]
-            time.sleep(0.01)
-        pytest.fail(f"the program never started\n{self.describe()}")
+        proc = self.proc
+
+        def program() -> int | None:
+            kids = [k for k in children_of(proc.pid) if not _is_reaper(k)]
+            return kids[0] if kids else None
+
+        pid: int = wait_until(program, "the program to start", proc=proc, describe=self.describe)
+        return pid
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -187,17 +187,6 @@ def children_of(pid: int) -> list[int]:
         if len(fields) > 1 and fields[1] == str(pid).encode():
             out.append(int(name))
     return sorted(out)
-
-
-def wait_group_gone(pgid: int, timeout: float = WAIT_S) -> bool:
-    """The SIGKILLed members still need the CPU to exit (a starved, niced suite): the
-    bound is a hang detector, as the other waits here; a group left alive still fails."""
-    deadline = time.monotonic() + timeout
-    while procs.group_has_live_members(pgid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def of_type(events: list[Event], kind: str) -> list[Event]:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import AdapterChild, of_type, wait_group_gone
+from tests.support.waits import wait_group_gone, wait_until
+
+from .helpers import AdapterChild, of_type
 
 Make = Callable[..., AdapterChild]
 Program = Callable[[str, str], list[str]]
@@ -116,7 +118,7 @@ def test_cancel_kills_the_programs_whole_group(make_child: Make) -> None:
     assert code != 0
     assert events[-1]["status"] == "cancelled"
     assert of_type(events, "turn-complete")[0]["stop-reason"] == "aborted"
-    assert wait_group_gone(pgid), "a process of the program's group survived the cancel"
+    wait_group_gone(pgid, "the program's group to end after the cancel")
 
 
 def test_deadline_times_out_and_ends_the_group(make_child: Make) -> None:
@@ -132,7 +134,7 @@ def test_deadline_times_out_and_ends_the_group(make_child: Make) -> None:
     code, events = child.finish()
     assert code != 0
     assert events[-1] == events[-1] | {"status": "timed-out", "error": "run deadline exceeded"}
-    assert wait_group_gone(pgid)
+    wait_group_gone(pgid)
 
 
 def test_a_crash_mid_turn_ends_the_turn_with_error(make_child: Make, program: Program) -> None:
@@ -248,11 +250,8 @@ util_write_msg STOP end_turn
 exec cat >/dev/null
 """
     child = make_child(program("early.sh", body)).start()
-    for _ in range(3000):  # the frames are in the pipe before the prompt (a hang guard)
-        if marker.exists():
-            break
-        time.sleep(0.01)
-    assert marker.exists()
+    # the frames are in the pipe before the prompt
+    wait_until(marker.exists, "the program's frames", files=[marker], proc=child.proc)
     child.send("prompt", text="go")
     child.wait_type("turn-complete")
     child.send("close")
@@ -339,7 +338,7 @@ sleep 30
     code, events = child.finish()
     assert events[-1]["status"] == "cancelled"
     assert code != 0
-    assert wait_group_gone(pgid), "SIGKILL did not follow the ignored SIGTERM"
+    wait_group_gone(pgid, "SIGKILL to follow the ignored SIGTERM")
 
 
 def test_an_exit_while_a_leftover_process_holds_stdout(make_child: Make, program: Program) -> None:
@@ -359,4 +358,4 @@ exit 7
     child.send("close")
     code, _ = child.finish()
     assert code == 0
-    assert wait_group_gone(pgid), "the leftover sleeper outlived the run"
+    wait_group_gone(pgid, "the leftover sleeper to end with the run")

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from tests.support.agentd import AgentDaemon, agent_pids, agentd, alive
 from tests.support.daemon import frame, read_frame
-from tests.wake_probe import blocked_without_timer, inotify_instances, wait_until
+from tests.support.waits import wait_until
+from tests.wake_probe import blocked_without_timer, inotify_instances
 
 from tether.daemon.rpc.client import DaemonClientError
 
