@@ -8,15 +8,32 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.support.waits import HANG_S
 from tether.runtime.parent.spawn import RunEvent, RunHandle, Timeouts, Update
 
 DOUBLE = Path(__file__).parent / "doubles" / "wire_child.py"
 FAST = Timeouts(start_s=5, ack_s=5, cancel_grace_s=0.5, kill_grace_s=0.5, exit_grace_s=0.5)
 
 
-def double(mode: str = "normal", turn_ms: int = 150) -> list[str]:
-    """argv of the TEST DOUBLE child in ``mode``."""
-    return [sys.executable, str(DOUBLE), "--mode", mode, "--turn-ms", str(turn_ms)]
+ENDLESS = -1  # turn_ms of a turn that only a control ends (cancel, finalize, a deadline)
+
+
+def double(mode: str = "normal", turn_ms: int = 150, gate: Gate | None = None) -> list[str]:
+    """argv of the TEST DOUBLE child in ``mode``; with a gate, its turns end when the test
+    opens the gate, not after ``turn_ms``."""
+    argv = [sys.executable, str(DOUBLE), "--mode", mode, "--turn-ms", str(turn_ms)]
+    return argv if gate is None else [*argv, "--gate", str(gate.path)]
+
+
+class Gate:
+    """What ends a gated double's turns: each :meth:`open` ends one turn (or follow-up)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def open(self) -> None:
+        with self.path.open("ab") as file:
+            file.write(b"open\n")
 
 
 class Collector:
@@ -34,7 +51,7 @@ class Collector:
             self._changed.set()
         self._changed.set()
 
-    async def until(self, predicate: Callable[[Update], bool], wait_s: float = 10.0) -> Update:
+    async def until(self, predicate: Callable[[Update], bool], wait_s: float = HANG_S) -> Update:
         async def scan() -> Update:
             seen = 0
             while True:
@@ -49,7 +66,7 @@ class Collector:
 
         return await asyncio.wait_for(scan(), wait_s)
 
-    async def until_type(self, tag: str, wait_s: float = 10.0) -> RunEvent:
+    async def until_type(self, tag: str, wait_s: float = HANG_S) -> RunEvent:
         item = await self.until(lambda u: isinstance(u, RunEvent) and _tag(u) == tag, wait_s)
         assert isinstance(item, RunEvent)
         return item
@@ -61,7 +78,7 @@ class Collector:
         return [_tag(i) for i in self.events()]
 
     async def done(self) -> None:
-        await asyncio.wait_for(self.task, 30)
+        await asyncio.wait_for(self.task, HANG_S)
 
 
 def _tag(item: RunEvent) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.doubles import hostile
+from tests.support.waits import wait_until
 from tether.runtime.parent.spawn import RunResult, spawn
 
 from .helpers import FAST
@@ -146,11 +147,7 @@ def test_events_replaced_before_the_parent_first_reads_them_are_still_read(
 
 
 def _wait_planted(events: Path) -> None:
-    """Until the child has put its FIFO in place of ``events`` (bounded)."""
+    """Until the child has put its FIFO in place of ``events`` (renamed there: inotify)."""
     import stat
-    import time
 
-    deadline = time.monotonic() + 30
-    while not stat.S_ISFIFO(os.lstat(events).st_mode):
-        assert time.monotonic() < deadline, "the child never planted its FIFO"
-        time.sleep(0.005)
+    wait_until(lambda: stat.S_ISFIFO(os.lstat(events).st_mode), "the child's FIFO", files=[events])

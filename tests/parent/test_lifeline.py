@@ -7,8 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.event_files import wait_for_event
 
 PARENT = """
 import asyncio, json, sys
@@ -17,7 +18,7 @@ from tether.runtime.parent.spawn import spawn
 async def main():
     handle = await spawn("wait", provider="scripted", child_args=["--script", sys.argv[1]])
     print(json.dumps({"pid": handle.pid, "events": str(handle.run_dir.events)}), flush=True)
-    await asyncio.sleep(3600)
+    await asyncio.Event().wait()  # until killed
 
 asyncio.run(main())
 """
@@ -36,15 +37,9 @@ def test_child_ends_its_run_when_the_parent_dies(tmp_path: Path) -> None:
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
         events = Path(info["events"])
-        deadline = time.monotonic() + 20
-        last: dict[str, object] = {}
-        while time.monotonic() < deadline:
-            lines = events.read_text().splitlines()
-            last = json.loads(lines[-1]) if lines else {}
-            if last.get("type") == "exit":
-                break
-            time.sleep(0.05)
-        assert last.get("type") == "exit", last
+        last = wait_for_event(
+            events, lambda e: e["type"] == "exit", proc=None, describe=events.read_text
+        )
         assert last["status"] == "failed"
         assert "parent went away" in str(last["error"])
     finally:

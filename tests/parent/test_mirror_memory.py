@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.controls import control_fields
+from tests.support.waits import HANG_S, loop_pass, wait_until_async
 from tether.agent.runner import EmitFn, TurnControl, TurnOutcome, TurnRequest
 from tether.runtime.child.files import EventLog
 from tether.runtime.child.presenter import ChildOptions, Presenter
@@ -38,7 +39,7 @@ from tether.wire.session import ControlKind, Internal, State, acks_of, decide
 RUN = "mem-run"
 TIMEOUTS = Timeouts(start_s=5, ack_s=5, cancel_grace_s=1, kill_grace_s=1, exit_grace_s=1)
 STEP_S = 1.0  # the fake clock moves this much per step (less than any grace)
-WAIT_S = 10.0  # a step the child does not finish by then is a hang: the test fails
+WAIT_S = HANG_S  # a step the child does not finish by then is a hang: the test fails
 
 
 class GatedRunner:
@@ -164,17 +165,19 @@ class Pair:
             pass
 
     async def _until(self, done: Any) -> None:
-        for _ in range(int(WAIT_S / 0.002)):
+        """Until ``done()`` holds, re-read each time the child writes an event line."""
+
+        def read_and_check() -> bool:
             self._read()
-            if done():
-                return
-            await asyncio.sleep(0.002)
-        raise AssertionError("the child did not get there")
+            return bool(done())
+
+        await wait_until_async(read_and_check, "the child's step", files=[self.events])
 
     async def _settle(self) -> None:
-        """Let the child finish what the step set off (a turn start, its exit)."""
+        """Let the child finish what the step set off (a turn start, its exit): the loop
+        passes its callbacks take, in the loop's own order (no clock)."""
         for _ in range(5):
-            await asyncio.sleep(0)
+            await loop_pass()
         if self.presenter.exiting:
             await asyncio.wait_for(asyncio.shield(self.task), WAIT_S)
         self._read()

@@ -7,27 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tether import procs
+from tests.support.waits import wait_group_gone
 from tether.runtime.parent.mirror import ChannelError
 from tether.runtime.parent.spawn import RunHandle, RunResult, Timeouts, spawn
 from tether.store.index import RunIndex
 
-from .helpers import FAST, Collector, double
-
-
-def _group_gone(pgid: int) -> bool:
-    """True once no process is left in the group (killed zombies take a moment to reap)."""
-    for _ in range(500):
-        if not procs.group_alive(pgid):
-            return True
-        time.sleep(0.01)
-    return False
+from .helpers import ENDLESS, FAST, Collector, double
 
 
 def _run(mode: str, *, turn_ms: int = 150, timeouts: Timeouts = FAST, **kw: object) -> RunResult:
@@ -62,7 +52,7 @@ def test_child_that_stops_answering_is_killed() -> None:
 
 def test_child_that_ignores_cancel_and_sigterm_has_its_group_killed() -> None:
     async def go() -> tuple[RunHandle, RunResult, object]:
-        handle = await spawn("task", argv=double("ignore-cancel", 5000), timeouts=FAST)
+        handle = await spawn("task", argv=double("ignore-cancel", ENDLESS), timeouts=FAST)
         seen = Collector(handle)
         await seen.until_type("turn-started")
         ack = await handle.cancel()
@@ -74,7 +64,7 @@ def test_child_that_ignores_cancel_and_sigterm_has_its_group_killed() -> None:
     assert result.error is not None
     assert "did not exit within 0.5 s of cancel" in result.error
     # the child and its grandchild (a `sleep` in the same group) are gone
-    assert _group_gone(handle.pid)
+    wait_group_gone(handle.pid)
 
 
 def test_child_exiting_without_exit_event_fails() -> None:
@@ -91,11 +81,11 @@ def test_child_lingering_after_exit_is_ended_and_the_run_is_done() -> None:
 
     handle, result = asyncio.run(go())
     assert result.status == "done"
-    assert _group_gone(handle.pid)
+    wait_group_gone(handle.pid)
 
 
 def test_deadline_the_child_honours() -> None:
-    result = _run("normal", turn_ms=20_000, deadline_s=1)
+    result = _run("normal", turn_ms=ENDLESS, deadline_s=1)
     assert result.status == "timed-out"
     assert result.error == "run deadline exceeded"
 
@@ -118,7 +108,7 @@ def test_deadline_the_child_ignores_is_enforced_by_the_parent() -> None:
 
 def test_truncated_event_file_is_a_channel_error() -> None:
     async def go() -> tuple[RunResult, list[object]]:
-        handle = await spawn("task", argv=double("truncate-events", 5000), timeouts=FAST)
+        handle = await spawn("task", argv=double("truncate-events", ENDLESS), timeouts=FAST)
         seen = Collector(handle)
         await seen.until_type("turn-started")
         handle.send_nowait("steer", text="now truncate")

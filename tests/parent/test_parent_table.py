@@ -10,6 +10,7 @@ The terminal row needs a child that has exited; it is covered in memory
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -17,13 +18,14 @@ from tests.support.controls import control_fields
 from tether.runtime.parent.spawn import RunEnded, RunHandle, spawn
 from tether.wire.session import ControlKind, State, acks_of, decide
 
-from .helpers import FAST, Collector, child_state, double
+from .helpers import ENDLESS, FAST, Collector, Gate, child_state, double
 
 
 async def _into(state: State) -> tuple[RunHandle, Collector]:
+    """A run in ``state``; but for READY, its turns end only by a control."""
     mode = "slow-start" if state is State.STARTING else "normal"
-    turn_ms = 100 if state is State.READY else 5000
-    handle = await spawn("task", argv=double(mode, turn_ms), timeouts=FAST, close_when_idle=False)
+    argv = double(mode, 100 if state is State.READY else ENDLESS)
+    handle = await spawn("task", argv=argv, timeouts=FAST, close_when_idle=False)
     seen = Collector(handle)
     if state is State.STARTING:
         return handle, seen
@@ -67,13 +69,19 @@ def test_state_table_row(state: State) -> None:
     asyncio.run(row())
 
 
-def test_a_whole_run_agrees_with_the_child_after_every_event() -> None:
+def test_a_whole_run_agrees_with_the_child_after_every_event(tmp_path: Path) -> None:
+    gate = Gate(tmp_path / "gate")
+
     async def go() -> None:
-        handle = await spawn("hello", argv=double("normal", 300), timeouts=FAST)
+        handle = await spawn("hello", argv=double(gate=gate), timeouts=FAST)
         seen = Collector(handle)
         await seen.until_type("turn-started")
         assert (await handle.steer("steered")).status == "accepted"
         assert (await handle.follow_up("followed")).status == "accepted"
+        await seen.until_type("steering-injected")
+        gate.open()  # the turn's work is done: the follow-up comes in
+        await seen.until_type("follow-up-injected")
+        gate.open()
         result = await handle.wait()
         await seen.done()
         assert result.status == "done"
@@ -94,7 +102,7 @@ def test_a_whole_run_agrees_with_the_child_after_every_event() -> None:
 
 def test_finalize_while_running_answers_from_a_tool_free_turn() -> None:
     async def go() -> None:
-        handle = await spawn("long job", argv=double("normal", 3000), timeouts=FAST)
+        handle = await spawn("long job", argv=double("normal", ENDLESS), timeouts=FAST)
         seen = Collector(handle)
         await seen.until_type("turn-started")
         ack = await handle.finalize("wrap up")
@@ -109,16 +117,24 @@ def test_finalize_while_running_answers_from_a_tool_free_turn() -> None:
     asyncio.run(go())
 
 
-def test_runs_started_by_a_run_are_followed_with_their_depth() -> None:
+def test_runs_started_by_a_run_are_followed_with_their_depth(tmp_path: Path) -> None:
     from tether.runtime.parent.spawn import RunEvent
 
+    gate = Gate(tmp_path / "gate")
+
     async def go() -> tuple[list[tuple[str, int, str]], str, str]:
-        top = await spawn("top", argv=double("normal", 1500), timeouts=FAST, follow_nested=True)
+        top = await spawn("top", argv=double(gate=gate), timeouts=FAST, follow_nested=True)
         seen = Collector(top)
         await seen.until_type("turn-started")
         # what the subagent tool does inside the child: a run whose parent is `top`
         sub = await spawn("sub", argv=double("normal", 100), timeouts=FAST, parent_run=top.run_id)
         await sub.wait()
+        await seen.until(
+            lambda u: (
+                isinstance(u, RunEvent) and u.run == sub.run_id and type(u.event).__name__ == "Exit"
+            )
+        )
+        gate.open()  # top's turn ends once it has seen the sub-run's end
         await top.wait()
         await seen.done()
         items = [
@@ -131,3 +147,9 @@ def test_runs_started_by_a_run_are_followed_with_their_depth() -> None:
     assert nested[0] == (1, "Ready")
     assert nested[-1] == (1, "Exit")
     assert all(depth == 0 for run, depth, _ in items if run == top_id)
+
+
+def _exit(item: object) -> bool:
+    from tether.runtime.parent.spawn import RunEvent
+
+    return isinstance(item, RunEvent) and type(item.event).__name__ == "Exit"

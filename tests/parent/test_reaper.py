@@ -7,14 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.event_files import wait_for_event
+from tests.support.waits import HANG_S, wait_gone, wait_until
 from tether import reaper
-
-ROOT_TIMEOUT_S = 20.0
 
 
 def processes_with(marker: bytes) -> list[int]:
@@ -31,15 +30,6 @@ def processes_with(marker: bytes) -> list[int]:
         if marker in environ.split(b"\0") and state != b"Z":
             found.append(int(name))
     return found
-
-
-def wait_for(check: object, what: str) -> None:
-    deadline = time.monotonic() + ROOT_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -67,16 +57,19 @@ def test_sigkill_of_the_child_mid_tool_leaves_no_process_of_the_run(
     )
     try:
         runs = tmp_path / "home" / "runs"
-        wait_for(lambda: list(runs.glob("*/events.jsonl")), "the run directory")
-        run_id = next(runs.glob("*/events.jsonl")).parent.name
-        marker = f"FEN_WIRE_RUN_ID={run_id}".encode()
+        events = wait_until(
+            lambda: next(runs.glob("*/events.jsonl"), None), "the run directory", proc=run
+        )
+        marker = f"FEN_WIRE_RUN_ID={events.parent.name}".encode()
+        wait_for_event(events, lambda e: e["type"] == "tool-call", proc=run, describe=str)
         sleeps = 2 if escape == "setsid" else 1
-        wait_for(lambda: len(_sleeps(marker)) >= sleeps, "the tool's sleep")
+        wait_until(lambda: len(_sleeps(marker)) >= sleeps, "the tool's sleep", proc=run)
         child = [p for p in processes_with(marker) if _is_child(p)]
         assert len(child) == 1, child
         os.kill(child[0], signal.SIGKILL)
-        wait_for(lambda: not processes_with(marker), "every process of the run to end")
-        _, stderr = run.communicate(timeout=ROOT_TIMEOUT_S)
+        wait_gone(processes_with(marker), "every process of the run to end")
+        assert not processes_with(marker)
+        _, stderr = run.communicate(timeout=HANG_S)
         assert run.returncode == 4, stderr
     finally:
         if run.poll() is None:
@@ -121,15 +114,7 @@ def test_a_reaper_ends_marked_processes_and_tracked_groups_when_its_owner_dies()
     owner.wait()
     owner.stdin.close()  # type: ignore[union-attr]
     owner.stdout.close()
-    wait_for(lambda: not _alive(int(marked)) and not _alive(int(bare)), "both sleeps to end")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != b"Z"
+    wait_gone([int(marked), int(bare)], "both sleeps to end")
 
 
 def test_while_its_owner_runs_the_reaper_is_a_shell_without_the_token() -> None:
@@ -161,7 +146,7 @@ def test_while_its_owner_runs_the_reaper_is_a_shell_without_the_token() -> None:
         owner.wait()
         owner.stdin.close()  # type: ignore[union-attr]
         owner.stdout.close()
-    wait_for(lambda: not _alive(found[0]), "the reaper to leave once its owner is gone")
+    wait_gone(found, "the reaper to leave once its owner is gone")
 
 
 def _children(pid: int) -> list[int]:

@@ -8,12 +8,13 @@ import json
 import os
 from pathlib import Path
 
+from tests.support.waits import wait_until_async
 from tether.agent.subagent import SubagentTool
 from tether.agent.tools import ToolContext
 from tether.runtime.parent.spawn import spawn
 from tether.store.index import RunIndex
 
-from .helpers import double
+from .helpers import ENDLESS, Gate, double
 
 
 def _context(tmp_path: Path, **env: str) -> ToolContext:
@@ -49,10 +50,14 @@ def test_several_subagents_run_at_once(tmp_path: Path) -> None:
 
 def test_fan_out_is_capped(tmp_path: Path) -> None:
     tool = SubagentTool(spawn=spawn, max_concurrent=2)
-    context = _context(tmp_path, TETHER_SUBAGENT_ARGV=json.dumps(double("normal", 1500)))
+    gate = Gate(tmp_path / "gate")  # the two admitted runs work until it opens
+    context = _context(tmp_path, TETHER_SUBAGENT_ARGV=json.dumps(double(gate=gate)))
 
     async def go() -> list[tuple[str, bool]]:
-        return list(await asyncio.gather(*(tool.run({"task": "t"}, context) for _ in range(3))))
+        runs = [asyncio.ensure_future(tool.run({"task": "t"}, context)) for _ in range(3)]
+        await asyncio.wait(runs, return_when=asyncio.FIRST_COMPLETED)  # the refused one
+        gate.open()
+        return [await run for run in runs]
 
     results = asyncio.run(go())
     refused = [r for r in results if r[1]]
@@ -103,16 +108,19 @@ def test_a_failing_child_is_an_error_result(tmp_path: Path) -> None:
 
 def test_cancelling_the_tool_cancels_the_sub_run(tmp_path: Path) -> None:
     tool = SubagentTool(spawn=spawn)
-    context = _context(tmp_path, TETHER_SUBAGENT_ARGV=json.dumps(double("normal", 10_000)))
+    context = _context(tmp_path, TETHER_SUBAGENT_ARGV=json.dumps(double("normal", ENDLESS)))
 
     async def go() -> None:
         task = asyncio.create_task(tool.run({"task": "t"}, context))
-        for _ in range(500):
-            records = RunIndex().recent()
-            if records and records[0].status == "running":
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.3)
+        index = RunIndex()
+        db = [index.path, Path(f"{index.path}-wal")]
+        records = await wait_until_async(index.recent, "the sub-run's row", files=db)
+        events = Path(records[0].run_dir, "events.jsonl")
+        await wait_until_async(
+            lambda: events.exists() and b'"type":"turn-started"' in events.read_bytes(),
+            "the sub-run's turn",
+            files=[events],
+        )
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

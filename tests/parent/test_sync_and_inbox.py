@@ -11,7 +11,7 @@ from pathlib import Path
 from tether.runtime.parent.spawn import InboxItem, RunEvent, spawn
 from tether.runtime.parent.sync import open_run, run
 
-from .helpers import FAST, Collector, double
+from .helpers import ENDLESS, FAST, Collector, Gate, double
 
 
 def test_run_blocks_and_returns_the_result() -> None:
@@ -21,13 +21,15 @@ def test_run_blocks_and_returns_the_result() -> None:
     assert result.run_id
 
 
-def test_open_run_steers_and_iterates_updates() -> None:
-    with open_run("hello", argv=double("normal", 400), timeouts=FAST) as handle:
+def test_open_run_steers_and_iterates_updates(tmp_path: Path) -> None:
+    gate = Gate(tmp_path / "gate")
+    with open_run("hello", argv=double(gate=gate), timeouts=FAST) as handle:
         updates = handle.updates()
         first = next(updates)
         assert isinstance(first, RunEvent)
         assert type(first.event).__name__ == "Ready"
-        assert handle.steer("more").status == "accepted"
+        assert handle.steer("more").status == "accepted"  # taken in the turn: still held
+        gate.open()
         rest = list(updates)
         result = handle.wait(timeout=30)
     assert result.final_text == "answer: hello + more"
@@ -36,7 +38,7 @@ def test_open_run_steers_and_iterates_updates() -> None:
 
 
 def test_leaving_open_run_early_cancels() -> None:
-    with open_run("hello", argv=double("normal", 10_000), timeouts=FAST) as handle:
+    with open_run("hello", argv=double("normal", ENDLESS), timeouts=FAST) as handle:
         run_id = handle.run_id
     assert run_id
     assert handle.wait().status == "cancelled"

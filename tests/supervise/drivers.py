@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from tests.support.waits import HANG_S, wait_until_async
 from tether.daemon.fleet.params import SpawnParams
 from tether.daemon.fleet.supervisor import Supervisor
 from tether.daemon.rpc.methods import RpcFailure
@@ -23,16 +23,10 @@ from tether.runtime.parent.outcome import Timeouts
 from tether.runtime.parent.spawn import spawn
 from tether.wire.session import ControlKind
 
-WIRE_CHILD = Path(__file__).parents[1] / "parent" / "doubles" / "wire_child.py"
 FAST = Timeouts(
     start_s=5, ack_s=5, cancel_grace_s=0.5, kill_grace_s=0.5, exit_grace_s=0.5, tick_s=1.0
 )
-WAIT_S = 120.0  # a run not over by then hangs: the test fails instead of waiting for ever
-
-
-def double(mode: str, turn_ms: int = 150) -> list[str]:
-    """argv of the wire TEST DOUBLE child (tests/parent/doubles/wire_child.py)."""
-    return [sys.executable, str(WIRE_CHILD), "--mode", mode, "--turn-ms", str(turn_ms)]
+WAIT_S = HANG_S  # a run not over by then hangs: the test fails instead of waiting for ever
 
 
 @dataclass
@@ -121,19 +115,15 @@ class DaemonDriver:
 
 
 async def _until_logged(events: Path, event_type: str) -> None:
-    """Until the run's own log has an event of ``event_type`` (the log is the truth)."""
+    """Until the run's own log has an event of ``event_type`` (the log is the truth),
+    re-read as the child appends to it."""
     needle = f'"type":"{event_type}"'.encode()
-    offset = 0
-    for _ in range(int(WAIT_S / 0.02)):
-        with events.open("rb") as handle:
-            handle.seek(offset)
-            data = handle.read()
-        cut = data.rfind(b"\n") + 1
-        if any(needle in line and _is_type(line, event_type) for line in data[:cut].split(b"\n")):
-            return
-        offset += cut
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"no {event_type} in {events}")
+
+    def logged() -> bool:
+        lines = events.read_bytes().split(b"\n")[:-1] if events.exists() else []
+        return any(needle in line and _is_type(line, event_type) for line in lines)
+
+    await wait_until_async(logged, f"{event_type} in {events}", files=[events])
 
 
 def _is_type(line: bytes, event_type: str) -> bool:

@@ -10,7 +10,6 @@ driver and checks the status, the reason and that no process of the run is left.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.doubles import hostile
-from tests.supervise.drivers import DRIVERS, FAST, Driver, Run, Step, Verdict, double
-from tether import procs
+from tests.parent.helpers import ENDLESS, double
+from tests.supervise.drivers import DRIVERS, FAST, Driver, Run, Step, Verdict
+from tests.support.waits import wait_group_gone
 from tether.runtime.parent.outcome import Timeouts
 from tether.wire.session import ControlKind
 
@@ -60,7 +60,7 @@ CASES = [
     ),
     Case(
         "ignores-cancel",
-        double("ignore-cancel", 5000),
+        double("ignore-cancel", ENDLESS),
         "failed",
         "child did not exit within 0.5 s of cancel",
         step=("turn-started", ControlKind.CANCEL),
@@ -105,13 +105,4 @@ def test_the_same_verdict_through_both_drivers(case: Case, driver: Driver, tmp_p
     if case.check is not None:
         case.check(verdict)
     if verdict.pid is not None:  # nothing of the run is left: the child, its grandchildren
-        assert _group_gone(verdict.pid), f"process group {verdict.pid} still alive"
-
-
-def _group_gone(pgid: int) -> bool:
-    deadline = time.monotonic() + 5.0  # killed processes take a moment to be reaped
-    while procs.group_has_live_members(pgid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+        wait_group_gone(verdict.pid)

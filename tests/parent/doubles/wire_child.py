@@ -1,8 +1,8 @@
 """TEST DOUBLE: a small wire child for the parent's tests (not the real ``tether child``).
 
 It follows the state table (``tether.wire.session``) with a simulated agent: a turn
-takes ``--turn-ms``, yields every 20 ms (where steering is injected and interrupts
-land), and answers "answer: <prompt text> [+ steer texts]". ``--mode`` makes it
+takes ``--turn-ms`` (steering is injected and interrupts land as their controls
+arrive), and answers "answer: <prompt text> [+ steer texts]". ``--mode`` makes it
 misbehave in the ways the parent must survive:
 
   normal             follow the protocol
@@ -18,9 +18,16 @@ misbehave in the ways the parent must survive:
   long-result-nofile a 100 KB answer cut, without final-text-path
   linger             write exit done, then keep running
   exit-code          exit 3 right after ready, without an exit event
-  slow-start         answer controls for 1 s before ready (the `starting` row)
+  slow-start         answer controls before ready, until one is answered (the `starting` row)
+
+With ``--turn-ms -1`` a turn never ends by itself (only a control ends it).
+With ``--gate PATH`` a turn's simulated work ends when the test appends a line to PATH
+(one line per turn or follow-up), not after ``--turn-ms``: a test that acts inside a
+turn decides by its own events, however slow the machine.
 
 Every event carries an extra ``child-state`` member: the double's state after it.
+It waits on its control file with tether's FileWatcher (inotify), bounded only by when its
+simulated turn or its deadline ends; a mode that hangs blocks in ``signal.pause``.
 """
 
 from __future__ import annotations
@@ -34,17 +41,24 @@ import sys
 import tempfile
 import time
 
+from tether.transports.watch import FileWatcher
 from tether.wire import Receiver, Rejection, Sender, rejection_ack, tag_of
 from tether.wire import messages as m
 from tether.wire.session import Effect, Internal, State, advance, decide_for_run, is_terminal
 
-TICK = 0.02
+
+def hang() -> None:
+    """Block for good (until a signal ends the process): a child that stopped working."""
+    while True:
+        signal.pause()
 
 
 class Child:
-    def __init__(self, mode: str, turn_ms: int) -> None:
+    def __init__(self, mode: str, turn_ms: int, gate: str | None = None) -> None:
         self.mode = mode
-        self.turn_s = turn_ms / 1000
+        self.turn_s = turn_ms / 1000 if turn_ms >= 0 else float("inf")  # -1: endless
+        self.gate = gate  # with a gate, a turn (or follow-up) ends when the test opens it
+        self.opened = 0  # gate lines used: one per turn or follow-up ended by the gate
         self.run = os.environ.get("FEN_WIRE_RUN_ID", "run")
         self.control_path = os.environ["FEN_WIRE_CONTROL_PATH"]
         self.event_path = os.environ["FEN_WIRE_EVENT_PATH"]
@@ -63,6 +77,11 @@ class Child:
         self.follow_ups: list[tuple[int, str]] = []
         self.answer = ""
         self.usage = {"input": 0, "output": 0}
+        self.watcher = FileWatcher()
+        self.watcher.watch(self.control_path)
+        if gate is not None:
+            self.watcher.watch(gate)
+        self.answered = 0  # controls answered
 
     # -- output ----------------------------------------------------------------------
 
@@ -112,7 +131,7 @@ class Child:
             return
         kind = tag_of(type(message))
         if self.mode == "ignore-cancel" and kind == "cancel":
-            time.sleep(3600)  # hang without acknowledging (SIGTERM is ignored too)
+            hang()  # without acknowledging (SIGTERM is ignored too)
         decision = decide_for_run(self.state, kind, message.run, self.run)
         fields: dict[str, object] = {"status": str(decision.ack), "ref": message.seq}
         if decision.reason:
@@ -120,9 +139,10 @@ class Child:
         if decision.ack == "accepted":
             self.state = decision.next_state
         self.emit(m.ControlAck, **fields)
+        self.answered += 1
         if self.mode == "truncate-events" and kind == "steer":
             os.truncate(self.event_path, 0)
-            time.sleep(3600)
+            hang()
         if decision.ack == "accepted":
             self.act(decision.effect, message)
 
@@ -174,7 +194,7 @@ class Child:
             self.emit(m.SteeringInjected, text=text, ref=seq)
             self.turn_text += f" + {text}"
         self.steering = []
-        if self.turn_end is not None and time.monotonic() >= self.turn_end:
+        if self.turn_end is not None and self.turn_over():
             if self.follow_ups and not self.final_turn:
                 seq, text = self.follow_ups.pop(0)
                 self.emit(m.FollowUpInjected, text=text, ref=seq)
@@ -182,6 +202,20 @@ class Child:
                 self.turn_end = time.monotonic() + self.turn_s
                 return
             self.end_turn("end_turn")
+
+    def turn_over(self) -> bool:
+        """The simulated work is done: ``--turn-ms`` passed, or the gate has a new line."""
+        if self.gate is None:
+            return self.turn_end is not None and time.monotonic() >= self.turn_end
+        try:
+            with open(self.gate, "rb") as handle:
+                lines = handle.read().count(b"\n")
+        except FileNotFoundError:
+            lines = 0
+        if lines <= self.opened:
+            return False
+        self.opened += 1
+        return True
 
     def end_turn(self, stop_reason: str) -> None:
         self.turn_end = None
@@ -223,22 +257,23 @@ class Child:
         fields = {} if error is None else {"error": error}
         self.emit(m.Exit, status=status, **fields)
         if self.mode == "linger":
-            time.sleep(3600)
+            hang()
         sys.exit(0 if status == "done" else 1)
 
     # -- main loop -------------------------------------------------------------------
 
     def starting_phase(self) -> None:
-        """Answer controls while still starting (every one but cancel is rejected)."""
-        until = time.monotonic() + 1.0
-        while time.monotonic() < until:
+        """Answer controls while still starting (every one but cancel is rejected), until
+        one has been answered."""
+        while not self.answered:
             for line in self.read_controls():
                 self.handle(line)
-            time.sleep(TICK)
+            if not self.answered:
+                self.watcher.wait_sync()
 
     def main(self) -> None:
         if self.mode == "no-ready":
-            time.sleep(3600)
+            hang()
         if self.mode == "foreign-run":
             other = Sender("someone-else").next(m.Info, summary="not yours")
             assert isinstance(other, bytes)
@@ -255,7 +290,7 @@ class Child:
         if self.mode == "version-mismatch":
             self.emit_line(b'{"v":2,"seq":99,"type":"ready","run":"' + self.run.encode() + b'"}')
         if self.mode == "silent":
-            time.sleep(3600)
+            hang()
         if self.mode == "ignore-cancel":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             subprocess.Popen(["sleep", "3600"])  # a grandchild in our process group
@@ -271,15 +306,26 @@ class Child:
                 self.handle(line)
             if self.turn_end is not None:
                 self.turn_yield()
-            time.sleep(TICK)
+            if not is_terminal(self.state):
+                self.watcher.wait_sync(self.next_due())
+
+    def next_due(self) -> float | None:
+        """Seconds until the turn or the deadline ends (None: only a control can wake us)."""
+        dues = []
+        if self.turn_end is not None and self.gate is None and self.turn_end != float("inf"):
+            dues.append(self.turn_end - time.monotonic())
+        if self.deadline is not None:
+            dues.append(self.deadline - time.time())
+        return max(0.0, min(dues)) if dues else None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", default="normal")
     parser.add_argument("--turn-ms", type=int, default=150)
+    parser.add_argument("--gate", help="a file: each line the test appends ends one turn")
     args = parser.parse_args()
-    Child(args.mode, args.turn_ms).main()
+    Child(args.mode, args.turn_ms, args.gate).main()
 
 
 if __name__ == "__main__":
