@@ -198,3 +198,30 @@ def test_attack_an_answer_nobody_reads_ends_the_connection(
             sock.close()
 
     asyncio.run(main())
+
+
+def test_attack_dropped_event_streams_leave_no_follow_in_the_daemon(agentd: AgentDaemon) -> None:
+    """A tab that reloads: WebSockets following an idle agent's events, dropped without a
+    close frame. The dashboard's daemon connections must all go (before: each stayed, its
+    follow waiting for events that never came after the client hung up, until the daemon
+    answered everyone `busy`)."""
+    from websockets.sync.client import connect
+
+    agentd.spawn("idle", [{"text": "hello"}], task="go")
+    agentd.wait_for("idle", lambda s: s["state"] == "ready")
+    with start_dashboard(agentd) as dash:
+        baseline = agentd.call("daemon.status")["connections"]
+        url = f"ws://127.0.0.1:{dash.port}/api/agents/idle/events?token={dash.token}"
+        origin = f"http://127.0.0.1:{dash.port}"
+        with contextlib.ExitStack() as stack:
+            for _ in range(20):
+                ws = stack.enter_context(connect(url, origin=origin, open_timeout=20))  # type: ignore[arg-type]
+                assert json.loads(ws.recv(timeout=20))["type"] == "event"  # its follow is live
+                stack.callback(ws.socket.close)  # dropped: no close frame
+            assert agentd.call("daemon.status")["connections"] >= baseline + 20
+            stack.pop_all().close()
+        for _ in range(1500):  # a hang guard (30 s), not a verdict: until they are gone
+            if agentd.call("daemon.status")["connections"] <= baseline:
+                break
+            time.sleep(0.02)
+        assert agentd.call("daemon.status")["connections"] <= baseline

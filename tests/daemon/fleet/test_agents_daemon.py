@@ -403,3 +403,38 @@ def test_a_recovered_agent_takes_pushes_to_its_own_channel_as_steers(
     ended = agentd.call("channel.push_to_channel", route)
     assert ended["delivered"] is False
     assert "own" in ended["reason"]
+
+
+def test_a_follow_whose_client_hung_up_ends(agentd: AgentDaemon) -> None:
+    """A client that follows an idle agent's events, acks the first batch, then closes
+    its end (as the dashboard does when a tab goes): the daemon ends the follow and the
+    connection at once (before: the follow waited for events that never came, and a
+    half-closed connection with a call in flight stayed open for ever)."""
+    agentd.spawn("quiet", [{"text": "hi"}], task="go")
+    agentd.wait_for("quiet", lambda s: s["state"] == "ready")
+    baseline = agentd.call("daemon.status")["connections"]
+
+    async def follow_then_hang_up() -> None:
+        client = await AsyncDaemonClient.open(agentd.process.socket)
+        first = asyncio.Event()
+
+        async def on_request(request: Request) -> Any:
+            first.set()
+            return {}
+
+        client.on_request = on_request
+        stream = asyncio.ensure_future(
+            client.call("agent.events", {"name": "quiet", "follow": True})
+        )
+        await asyncio.wait_for(first.wait(), 20)
+        # answered in order after our ack of the batch: the follow is live and waiting
+        await client.call("agent.status", {"name": "quiet"})
+        await client.close()
+        stream.cancel()
+
+    asyncio.run(follow_then_hang_up())
+    for _ in range(1500):  # a hang guard (30 s), not a verdict
+        if agentd.call("daemon.status")["connections"] <= baseline:
+            break
+        time.sleep(0.02)
+    assert agentd.call("daemon.status")["connections"] <= baseline

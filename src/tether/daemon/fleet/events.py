@@ -58,8 +58,9 @@ def read_events(
 
 async def stream_events(context: CallContext, agent: WireAgent, after_seq: int) -> StreamEnd:
     """``agent.events`` with ``follow``: see the module docstring."""
-    context.socket()  # a caller without a connection (another host) is refused up front
+    connection = context.socket()  # a caller without one (another host) is refused up front
     follower = agent.follow(after_seq)
+    connection.add_hangup_callback(lambda _: follower.end())  # the client can ack no more
     count = 0
     try:
         while True:  # what the log holds

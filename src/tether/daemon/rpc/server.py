@@ -155,6 +155,7 @@ class Connection(asyncio.Protocol):
         self._linger: asyncio.TimerHandle | None = None  # a refused connection's (_refuse)
         self._refused = False
         self._close_callbacks: list[Callable[[Connection], None]] = []
+        self._hangup_callbacks: list[Callable[[Connection], None]] = []
         self._upgrade: Callable[[asyncio.Transport], UpgradedProtocol] | None = None
         self._upgraded: UpgradedProtocol | None = None
 
@@ -214,7 +215,17 @@ class Connection(asyncio.Protocol):
         for future in self._pending.values():  # it can no longer answer our requests
             if not future.done():
                 future.set_exception(ConnectionClosed("the client closed its side"))
+        self._hang_up()
         return True if self._tasks else None
+
+    def _hang_up(self) -> None:
+        """The client can answer no more of our requests: what waits on it must stop."""
+        callbacks, self._hangup_callbacks = self._hangup_callbacks, []
+        for callback in callbacks:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("connection hang-up callback failed")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -230,6 +241,7 @@ class Connection(asyncio.Protocol):
             if not future.done():
                 future.set_exception(ConnectionClosed("connection closed"))
         self._pending.clear()
+        self._hang_up()
         for callback in self._close_callbacks:
             try:
                 callback(self)
@@ -265,12 +277,22 @@ class Connection(asyncio.Protocol):
         else:
             self._close_callbacks.append(callback)
 
+    def add_hangup_callback(self, callback: Callable[[Connection], None]) -> None:
+        """Run ``callback(connection)`` once when the client can answer no more of our
+        requests: it half-closed (EOF) or the connection went away. A handler that waits
+        on the client (a stream it must acknowledge) stops then, instead of holding the
+        connection open for ever."""
+        if self._closing or self._half_closed:
+            callback(self)
+        else:
+            self._hangup_callbacks.append(callback)
+
     async def call(self, method: str, params: Any) -> Response:
         """Send a request to the client and wait for its response (bound it with
         ``asyncio.timeout``). Raises :class:`ConnectionClosed` if the connection goes away
-        first.
+        first, or has (half-)closed already: the client could never answer.
         """
-        if self._closing or self._transport is None:
+        if self._closing or self._half_closed or self._transport is None:
             raise ConnectionClosed("connection closed")
         request_id = self._next_id
         self._next_id += 1
