@@ -5,10 +5,13 @@ re-attach. Programs are real: ``bash``, ``cat`` and a small full-screen Python p
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tests.support.agentd import AgentDaemon, agentd, alive
@@ -224,3 +227,25 @@ def test_a_late_viewer_gets_at_most_the_last_mebibyte(agentd: AgentDaemon) -> No
     assert len(ring) <= 1_048_576
     assert ring.rstrip().endswith(b"END-OF-FLOOD")
     assert agentd.status("flood")["pty"]["output_bytes"] > 2_500_000
+
+
+@pytest.mark.parametrize("how", ["stop", "exit"])
+def test_an_ended_agents_holder_is_reaped(agentd: AgentDaemon, how: str) -> None:
+    """Its holder exits once the program has ended (stopped, or on its own); the daemon
+    reaps it at once (before: a zombie of the daemon until `agent rm`). Seen from /proc:
+    the pid is gone, not a zombie left behind."""
+    status = spawn_pty(agentd, "z", BASH)
+    holder = status["pty"]["holder_pid"]
+    if how == "stop":
+        agentd.call("agent.stop", {"name": "z"})
+    else:
+        ws = drive(agentd, "z")
+        ws.type("exit\r")
+        agentd.wait_for("z", lambda s: s["state"] != "running")
+    for _ in range(1500):  # a hang guard (30 s), not a verdict: until it is reaped
+        if not os.path.exists(f"/proc/{holder}"):
+            break
+        time.sleep(0.02)
+    if os.path.exists(f"/proc/{holder}"):
+        raise AssertionError(f"holder {holder} left: {Path(f'/proc/{holder}/stat').read_text()}")
+    assert agentd.status("z")["state"] in ("cancelled", "done")

@@ -60,6 +60,7 @@ from tether.daemon.pty.holder import read_exit_file
 from tether.daemon.rpc.methods import RpcFailure, invalid_status
 from tether.daemon.rpc.protocol import ErrorCode, FrameDecoder
 from tether.procs import proc_start_time, process_matches
+from tether.runtime.parent.process import ChildProcess
 from tether.runtime.parent.rundir import RunDir, create_run_dir
 from tether.wire.env import without_wire_env
 from tether.wire.needdata import NEED_DATA
@@ -153,6 +154,7 @@ class PtyAgent:
         self.exit_code: int | None = record.exit_code
         self.ended_at: float | None = None
         self._popen = popen
+        self._reaper: asyncio.Task[None] | None = None
         self._link: _HolderLink | None = None
         self._stopping = False
         self._detached = False
@@ -364,8 +366,7 @@ class PtyAgent:
         elif holder_gone and self.error is None:
             self.error = "the PTY holder ended"
         self.ended_at = time.time()
-        if self._popen is not None:
-            self._popen.poll()
+        self._reap_holder()
         self._save(state=self.state, exit_code=self.exit_code, detail=self.error)
         self._ended.set_result(None)
         message = {"type": "exit", "state": self.state, "exit_code": self.exit_code}
@@ -374,6 +375,20 @@ class PtyAgent:
         self.viewers.clear()
         if self._link is not None:
             self._link.close()
+
+    def _reap_holder(self) -> None:
+        """Reap our holder once it has exited (it writes its exit frame first, so it is
+        usually still running here): a stopped agent left it a zombie of the daemon until
+        ``agent rm``. Woken by its exit (a pidfd), never polled."""
+        popen = self._popen
+        if popen is None or popen.poll() is not None or self._reaper is not None:
+            return
+
+        async def reap() -> None:
+            await ChildProcess(popen).wait()
+            popen.poll()
+
+        self._reaper = asyncio.get_running_loop().create_task(reap())
 
     def _save(self, **fields: Any) -> None:
         with contextlib.suppress(AgentNotFound):
