@@ -134,9 +134,12 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ListReply(msgspec.Struct, frozen=True):
+    """``agent.list``: every agent, oldest first (the cluster's list: of every host, each
+    row with its ``host``); the filters the reference client sent, and what it omits."""
+
     agents: list[AgentStatus]
-    filters_applied: dict[str, str | None]
-    fields_omitted: list[str]
+    filters_applied: dict[str, str | None] = msgspec.field(default_factory=dict)
+    fields_omitted: list[str] = msgspec.field(default_factory=list)
 
 
 class AskReply(msgspec.Struct, frozen=True, kw_only=True):

@@ -396,7 +396,8 @@ class LocalRunHandle(RunHandle):
         if self._inbox is not None:
             with contextlib.suppress(Exception):
                 await self._read_inbox()
-            await self._inbox.close()
+            if await self._inbox.close() and self._updates is not None:
+                self._updates.stored_unread()  # the reader gets them from the store
         if result.final_text:
             with contextlib.suppress(OSError):
                 write_private_text(self.run_dir.final, result.final_text)

@@ -138,6 +138,7 @@ class InboxTail:
         self._shared: _SharedStore | None = None
         self._broken = False
         self._unfinished: Any = None  # the inbox's drain.Unfinished, made at the first drain
+        self._stored_unread = 0  # lines close() stored without handing them out
 
     async def drain(self) -> list[tuple[dict[str, Any], int, int]]:
         """The next slice's messages, each with its size in bytes and its offset in the
@@ -166,10 +167,12 @@ class InboxTail:
                 unfinished=self._unfinished,
             )
         self.more = result.more
+        self._stored_unread += 0 if collect else result.new + result.rejected
         return [(*inbox_message(m), m.offset) for m in result.messages]
 
-    async def close(self) -> None:
-        """Store the rest of the inbox (slice by slice, nothing handed out), then close."""
+    async def close(self) -> int:
+        """Store the rest of the inbox (slice by slice, nothing handed out), then close.
+        Returns how many lines it stored that were not handed out."""
         with contextlib.suppress(Exception):
             while not self._broken:
                 await asyncio.to_thread(self._drain_sync, False)
@@ -179,6 +182,7 @@ class InboxTail:
             shared, self._shared = self._shared, None
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(shared.release)
+        return self._stored_unread
 
 
 def inbox_message(stored: Any) -> tuple[dict[str, Any], int]:

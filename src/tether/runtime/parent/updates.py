@@ -118,7 +118,7 @@ class UpdateQueue:
         self._seen_seq, self._seen_offset = 0, -1
         self._behind = False
         self._events: EventReplay | None = None
-        self._swept = False
+        self._swept = True  # nothing to sweep until the driver says so (stored_unread)
 
     def put(self, item: Update) -> None:
         durable = self._durable(item)
@@ -137,6 +137,11 @@ class UpdateQueue:
         if len(self._items) > self._limit or self._bytes > self._limit_bytes:
             self._overflow()
         self._ready.set()
+
+    def stored_unread(self) -> None:
+        """The run's inbox stored messages it did not hand out (its last lines, stored as
+        the run ended): the reader gets them from the store before the end."""
+        self._swept = self._source is None
 
     def close(self) -> None:
         """No more items: :meth:`get` returns None once everything is read (and ever after)."""
@@ -198,7 +203,13 @@ class UpdateQueue:
     async def _catch_up(self) -> None:
         """One batch from the logs; live again once the cursor reached what was published."""
         assert self._source is not None
-        batch = await asyncio.to_thread(self._read_batch)
+        try:
+            batch = await asyncio.to_thread(self._read_batch)
+        except Exception as exc:  # noqa: BLE001 (the logs must never break the reader)
+            self._behind = False  # live again; what could not be read back is said
+            reason = f"updates after seq {self._seq} could not be read back from the logs: {exc}"
+            self._items.append(ChannelError(reason, run=self._run))
+            return
         for item in batch:
             self._items.append(item)
             self._bytes += _size(item)
@@ -222,7 +233,10 @@ class UpdateQueue:
         rest the driver stored without handing it out). True when there was some."""
         if self._source is None or self._swept:
             return False
-        batch = await asyncio.to_thread(self._source.inbox_after, self._offset, CATCH_UP_BATCH)
+        try:
+            batch = await asyncio.to_thread(self._source.inbox_after, self._offset, CATCH_UP_BATCH)
+        except Exception:  # noqa: BLE001 (an unreadable store: the run's updates are over)
+            batch = []
         if not batch:
             self._swept = True
             return False
