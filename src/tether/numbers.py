@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Mapping
 from typing import Annotated, Final
 
 import msgspec
@@ -94,3 +95,18 @@ PORT: Final = Number(int, 0, MAX_PORT)
 def count(low: int = 1, high: int = MAX_COUNT) -> Number:
     """An argparse ``type=`` for a whole number from ``low`` to ``high``."""
     return Number(int, low, high)
+
+
+REPLICAS: Final = count(1, 5)  # of a NATS stream or bucket
+
+
+def from_env(env: Mapping[str, str], name: str, kind: Number, default: float) -> float:
+    """The number in environment variable ``name`` (``default`` when unset or empty), by
+    the rule of ``kind``; a ``ValueError`` naming the variable otherwise."""
+    text = env.get(name, "")
+    if not text:
+        return default
+    try:
+        return kind(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"${name}: {exc}") from None

@@ -161,6 +161,15 @@ def test_a_bad_number_is_a_usage_error_in_one_line(env: dict[str, str], argv: li
     assert not (Path(env["TETHER_HOME"]) / "runs").exists()
 
 
+@pytest.mark.parametrize("value", ["abc", "9", "nan"])
+def test_a_bad_number_in_the_environment_is_a_usage_error(env: dict[str, str], value: str) -> None:
+    done = tether(
+        {**env, "TETHER_NATS_REPLICAS": value}, "daemon", "--nats", "nats://x:1", "init-cluster"
+    )
+    assert_contract(done, 2)
+    assert f"$TETHER_NATS_REPLICAS: {value!r} is not" in done.stderr
+
+
 def test_rejected_input_lines_are_bad_input(env: dict[str, str]) -> None:
     assert_contract(tether(env, "wire", "validate", "-", stdin=b"not json\n"), 2)
     assert_contract(tether(env, "display", "--from", "wire", "-", stdin=b"[]\n"), 2)

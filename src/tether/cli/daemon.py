@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether import exits
-from tether.numbers import SECONDS, SECONDS_OR_ZERO, count
+from tether.numbers import REPLICAS, SECONDS, SECONDS_OR_ZERO, count, from_env
 
 if TYPE_CHECKING:
     from tether.daemon.hosts.link import ClusterOptions
@@ -43,7 +43,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     cluster.add_argument("--host", help="this host's name in it ($TETHER_HOST; default: hostname)")
     cluster.add_argument(
         "--replicas",
-        type=count(1, 5),
+        type=REPLICAS,
         help="replicas of the streams and buckets ($TETHER_NATS_REPLICAS)",
     )
     cluster.add_argument("--nats-creds", metavar="FILE", help="this host's NATS credentials")
@@ -171,7 +171,11 @@ def _init_cluster(args: argparse.Namespace) -> int:
     if not url:
         print("tether daemon: init-cluster needs --nats URL or $TETHER_NATS_URL", file=sys.stderr)
         return exits.USAGE
-    replicas = args.replicas or int(os.environ.get("TETHER_NATS_REPLICAS", "1"))
+    try:
+        replicas = args.replicas or int(from_env(os.environ, "TETHER_NATS_REPLICAS", REPLICAS, 1))
+    except ValueError as exc:
+        print(f"tether daemon: {exc}", file=sys.stderr)
+        return exits.USAGE
     settings = ClusterSettings.from_env(os.environ, creds=args.nats_creds, ca=args.nats_ca)
     try:
         names = asyncio.run(init_cluster(url, replicas=replicas, settings=settings))

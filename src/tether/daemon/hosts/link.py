@@ -71,6 +71,7 @@ from tether.daemon.rpc.protocol import (
     encode_ok,
     recover_id,
 )
+from tether.numbers import REPLICAS, from_env
 from tether.transports.channel import TransportError
 from tether.transports.cluster import ClusterSettings
 
@@ -144,7 +145,7 @@ class ClusterOptions:
             return None
         check_url(url)
         host = host or env.get("TETHER_HOST") or socket.gethostname().split(".")[0]
-        replicas = replicas or int(env.get("TETHER_NATS_REPLICAS", "1"))
+        replicas = replicas or int(from_env(env, "TETHER_NATS_REPLICAS", REPLICAS, 1))
         return cls(
             url=url,
             host=check_host(host),
