@@ -5,6 +5,7 @@ Asyncio::
     handle = await tether.spawn("summarise README.md", provider="scripted", ...)
     async for update in handle.updates(): ...
     result = await handle.wait()
+    again = await tether.resume(result.run_id, "and now the tests")  # the same conversation
 
 Blocking::
 
@@ -41,6 +42,7 @@ from tether.runtime.parent.spawn import (
     TetherError,
     Timeouts,
     Update,
+    resume,
     spawn,
 )
 from tether.runtime.parent.sync import SyncRunHandle, open_run, run
@@ -69,6 +71,7 @@ __all__ = [
     "Timeouts",
     "Update",
     "open_run",
+    "resume",
     "run",
     "spawn",
     "spawn_remote",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tether.runtime.parent.rundir import create_run_dir, is_run_id, new_run_id
-from tether.store.index import RunIndex, RunRecord
+from tether.store.index import _SCHEMA, RunIndex, RunRecord
 
 
 def _record(run_id: str, **kw: object) -> RunRecord:
@@ -159,3 +159,34 @@ def test_a_live_row_whose_owner_and_child_are_gone_reads_failed_lost(tmp_path: P
     mine = index.get(ours)
     assert mine is not None
     assert (mine.status, mine.owner_pid, mine.pid_start) == ("running", os.getpid(), started)
+
+
+def test_an_older_database_gains_the_new_columns_once_from_many_writers(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(_SCHEMA.replace(",\n    options     TEXT", ""))  # before options was
+    conn.execute(
+        "INSERT INTO runs_index (id, task, status, created_at, run_dir) "
+        "VALUES ('20261130T000001-aaaaaa', 't', 'done', 1.0, '/r')"
+    )
+    conn.commit()
+    conn.close()
+    failures: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            RunIndex(db).get("20261130T000001-aaaaaa")
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    index = RunIndex(db)
+    index.update("20261130T000001-aaaaaa", options={"agent": "claude"})
+    record = index.get("20261130T000001-aaaaaa")
+    assert record is not None
+    assert record.options == {"agent": "claude"}

@@ -87,6 +87,13 @@ def markdown() -> str:
             cap = AGENTS[name].controls[control]
             cells.append(f"**{cap.support.value}**: {cap.how}")
         lines.append(f"| {control} | " + " | ".join(cells) + " |")
+    for what in ("resume", "fork"):
+        cells = []
+        for name in names:
+            agent = AGENTS[name]
+            how = agent.resume if what == "resume" else agent.fork
+            cells.append(f"**yes**: {how}" if how else f"**no**: {agent.not_resumable}")
+        lines.append(f"| {what} | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(
         "| agent | what it is | protocol | command | npm package (pinned in CI) "

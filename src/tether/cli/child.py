@@ -69,6 +69,17 @@ def _build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--system", help="system prompt ({cwd} is replaced)")
     parser.add_argument("--max-tokens", type=count(), default=8192, help="per model call")
     add_agent_flags(parser)
+    parser.add_argument(
+        "--resume",
+        metavar="SESSION",
+        help="continue a saved session: the agent CLI's session id (pi: its session file), "
+        "or the built-in agent's saved conversation (an earlier run's conversation.jsonl)",
+    )
+    parser.add_argument(
+        "--fork",
+        action="store_true",
+        help="with --resume: start a new session from it, leaving the saved one as it was",
+    )
     add_approval_flags(parser)
     # The program may also follow the flags without `--` (what `tether run --child-arg`
     # can pass); everything from its first word on belongs to it.
@@ -99,17 +110,6 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
         help="an extra argument for the agent's CLI (repeatable; it may start with -)",
     )
     parser.add_argument("--adapter", choices=("resp",), help="the same as --agent resp")
-    parser.add_argument(
-        "--resume",
-        metavar="SESSION",
-        help="continue a saved session: the agent CLI's session id (pi: its session file), "
-        "or the built-in agent's saved conversation (an earlier run's conversation.jsonl)",
-    )
-    parser.add_argument(
-        "--fork",
-        action="store_true",
-        help="with --resume: start a new session from it, leaving the saved one as it was",
-    )
 
 
 def add_approval_flags(parser: argparse.ArgumentParser) -> None:

@@ -35,6 +35,15 @@ while it runs:
   Ctrl-C                 finalize (one last tool-free turn, then the answer);
                          again: cancel; a third time: kill the child
 
+worktrees and resume:
+  --worktree [--base REF] [--branch NAME]   the agent works in a git worktree of its own
+                         (branch tether/RUN_ID from HEAD of the repository --cwd is in),
+                         outside the repository's tree; see `git worktree list`
+  --resume RUN TASK      a new run that continues RUN's conversation (its agent, options,
+                         worktree); --fork: a new conversation from it, RUN unchanged
+  --base-url URL         point the agent at this model server (`tether model-server`):
+                         its CLI's configuration is written into its own private home
+
 exit status:
   0 done, 3 cancelled (also Ctrl-C, SIGTERM, SIGHUP, or a closed output pipe),
   4 failed (including a last turn that ended in an error), 5 timed-out, 2 usage error
@@ -85,7 +94,63 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     from tether.cli.child import add_agent_flags
 
     add_agent_flags(parser)
+    add_workspace_flags(parser)
     return parser
+
+
+def add_workspace_flags(parser: argparse.ArgumentParser) -> None:
+    """``--worktree``, ``--base``, ``--branch``, ``--resume``, ``--fork``, ``--base-url``."""
+    parser.add_argument(
+        "--worktree", action="store_true", help="work in a new git worktree of its own"
+    )
+    parser.add_argument("--base", metavar="REF", help="with --worktree: start from REF")
+    parser.add_argument(
+        "--branch", metavar="NAME", help="with --worktree: the new branch (default tether/RUN)"
+    )
+    parser.add_argument(
+        "--resume", metavar="RUN", help="continue RUN's conversation (an id, a prefix, latest)"
+    )
+    parser.add_argument(
+        "--fork", action="store_true", help="with --resume: a new conversation from RUN's"
+    )
+    parser.add_argument(
+        "--base-url", metavar="URL", help="point the agent at this model server (its config)"
+    )
+
+
+def workspace_problem(args: argparse.Namespace) -> str | None:
+    """Workspace flags that go together only with others."""
+    if (args.base or args.branch) and not args.worktree:
+        return "--base and --branch go with --worktree"
+    if args.fork and not args.resume:
+        return "--fork goes with --resume RUN"
+    return None
+
+
+def worktree_option(args: argparse.Namespace) -> Any:
+    """``SpawnOptions.worktree`` for the flags (None without ``--worktree``)."""
+    if not args.worktree:
+        return None
+    if args.base is None and args.branch is None:
+        return True
+    from tether.runtime.parent.options import WorktreeOption
+
+    return WorktreeOption(base=args.base, branch=args.branch)
+
+
+def resolve_run(ref: str) -> str:
+    """The id of the one run ``ref`` names (an id, a prefix or suffix, ``latest``);
+    ``ValueError`` saying why when it names none or several."""
+    from tether.paths import db_path
+    from tether.store.index import open_index
+
+    found = open_index().resolve(ref) if db_path().exists() else []
+    if not found:
+        raise ValueError(f"--resume: no run matches {ref!r} (see `tether runs`)")
+    if len(found) > 1:
+        some = ", ".join(r.id for r in found[:5])
+        raise ValueError(f"--resume: {ref!r} names {len(found)} runs ({some}); give more of it")
+    return found[0].id
 
 
 def main(argv: list[str], prog: str = "tether run") -> int:
@@ -103,9 +168,14 @@ def main(argv: list[str], prog: str = "tether run") -> int:
         task = " ".join(args.task).strip()
         if not task:
             parser.error("the task is empty")
-        problem = _input_problem(args)
+        problem = _input_problem(args) or workspace_problem(args)
         if problem is not None:
             parser.error(problem)
+        if args.resume is not None:
+            try:
+                args.resume = resolve_run(args.resume)
+            except ValueError as exc:
+                parser.error(str(exc))
     except SystemExit as exc:
         return exits.OK if exc.code in (0, None) else exits.USAGE
     try:
@@ -180,6 +250,10 @@ async def _main(args: argparse.Namespace, task: str) -> int:
             cwd=args.cwd,
             deadline_s=args.deadline,
             finalize_after_s=finalize_after(args.deadline, args.finalize_before, args.agent),
+            worktree=worktree_option(args),
+            resume=args.resume,
+            fork=args.fork,
+            base_url=args.base_url,
             follow_nested=True,
         )
     except BadOptions as exc:  # bad input: a usage error, nothing was made

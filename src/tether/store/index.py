@@ -61,7 +61,8 @@ CREATE TABLE IF NOT EXISTS runs_index (
     truncated   INTEGER NOT NULL DEFAULT 0,
     pid_start   INTEGER,
     owner_pid   INTEGER,
-    owner_start INTEGER
+    owner_start INTEGER,
+    options     TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_index_parent ON runs_index (parent_run);
 CREATE INDEX IF NOT EXISTS runs_index_created ON runs_index (created_at);
@@ -92,6 +93,9 @@ class RunRecord:
     pid_start: int | None = None
     owner_pid: int | None = None
     owner_start: int | None = None
+    # the options it ran with (tether.runtime.parent.options.SpawnOptions, resolved: its
+    # worktree's path, its agent's home), what a later run needs to resume it
+    options: dict[str, Any] | None = None
 
     @property
     def elapsed_s(self) -> float | None:
@@ -99,7 +103,7 @@ class RunRecord:
 
 
 _COLUMNS: Final = tuple(f.name for f in fields(RunRecord))
-_JSON_COLUMNS: Final = frozenset({"usage", "argv"})
+_JSON_COLUMNS: Final = frozenset({"usage", "argv", "options"})
 
 
 def _to_row(record: RunRecord) -> tuple[Any, ...]:
@@ -170,7 +174,11 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
     for name in _COLUMNS:
         if name not in present:
             kind = _COLUMN_TYPES.get(name, "TEXT")
-            conn.execute(f"ALTER TABLE runs_index ADD COLUMN {name} {kind}")
+            try:
+                conn.execute(f"ALTER TABLE runs_index ADD COLUMN {name} {kind}")
+            except sqlite3.OperationalError as exc:  # another process added it meanwhile
+                if "duplicate column" not in str(exc):
+                    raise
 
 
 class RunIndex:

@@ -45,6 +45,7 @@ from tether.workspace.snapshot import Author
 from tether.workspace.worktree import (
     BRANCH_PREFIX,
     Removed,
+    check_new,
     create_worktree,
     default_branch,
     fork_worktree,
@@ -70,6 +71,7 @@ __all__ = [
     "Worktree",
     "WorktreeDiff",
     "WorktreeTaken",
+    "check_new",
     "claim",
     "create_worktree",
     "default_branch",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -97,12 +97,17 @@ def _locked(home: Path) -> Iterator[None]:
         yield  # the lock goes with the descriptor
 
 
-def claim(worktree: Worktree, owner: str) -> Worktree:
+def _never(owner: str) -> bool:
+    return False
+
+
+def claim(worktree: Worktree, owner: str, *, stale: Callable[[str], bool] = _never) -> Worktree:
     """Give the worktree to ``owner`` (its record re-read under the lock); raises
-    :class:`WorktreeTaken` while someone else holds it."""
+    :class:`WorktreeTaken` while someone else holds it (``stale(holder)`` True: the
+    holder has let go of it without saying so, e.g. a run that ended)."""
     with _locked(worktree.home):
         current = load_worktree(worktree.path)
-        if current.owner not in ("", owner):
+        if current.owner not in ("", owner) and not stale(current.owner):
             raise WorktreeTaken(
                 f"the worktree {current.path} (branch {current.branch}) is given to "
                 f"{current.owner!r}; stop or remove that agent first"

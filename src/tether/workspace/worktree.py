@@ -44,6 +44,7 @@ from tether.workspace.snapshot import merge_tree, record, rev, snapshot
 __all__ = [
     "BRANCH_PREFIX",
     "Removed",
+    "check_new",
     "create_worktree",
     "default_branch",
     "fork_worktree",
@@ -97,6 +98,14 @@ def create_worktree(
     top = repository_of(cwd)
     commit, base_branch = _resolve_base(top, base)
     return _add(top, branch, commit, base=(base_branch, commit), owner=owner, root=root)
+
+
+def check_new(top: str, branch: str | None = None, base: str | None = None) -> None:
+    """Every check :func:`create_worktree` makes before it creates anything (``branch``
+    None: a name that cannot be taken yet, e.g. a new run's id)."""
+    _resolve_base(top, base)
+    if branch is not None:
+        _check_branch(top, branch)
 
 
 def fork_worktree(

@@ -52,6 +52,7 @@ from tether.daemon.rpc.methods import RpcFailure
 from tether.daemon.rpc.protocol import ErrorCode
 from tether.errors import BadOptions, ControlRefused, SpawnError
 from tether.procs import proc_start_time, process_matches
+from tether.runtime.child.adapters.config import write_config
 from tether.runtime.parent import forkserver
 from tether.runtime.parent.command import ChildCommand, child_command
 from tether.runtime.parent.driver import LocalRunHandle
@@ -351,6 +352,8 @@ class Supervisor:
         """The child's command and cwd, or the refusal: before anything exists."""
         for extension in self.extensions if extensions else ():
             extension.check_spawn(p)
+        if p.worktree or p.resume is not None or p.fork:
+            raise invalid("worktree, resume and fork are tether run's and the parent API's")
         check_descriptors()
         try:
             command = await asyncio.to_thread(child_command, p.options())
@@ -364,6 +367,8 @@ class Supervisor:
         return command, cwd
 
     async def _prepare(self, p: SpawnParams, command: ChildCommand) -> PreparedRun:
+        if command.config is not None:  # base_url: the agent's configuration, in its home
+            await asyncio.to_thread(write_config, command.config)
         try:
             return await asyncio.to_thread(
                 prepare_run,
@@ -372,7 +377,7 @@ class Supervisor:
                 argv=command.argv,
                 provider=p.provider,
                 model=p.model,
-                env=p.env,
+                env=command.child_env(p.env),
                 fixed_env={**command.env, "TETHER_AGENT_NAME": p.name},
                 deadline_s=p.deadline_s,
             )

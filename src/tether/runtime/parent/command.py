@@ -8,6 +8,12 @@ command). Options that contradict each other, an unknown agent or provider, or a
 that does not load are :class:`~tether.errors.BadOptions` (a usage error: nothing has
 been created yet); an agent CLI that is not installed is a
 :class:`~tether.errors.SpawnError` (nothing is started).
+
+A run that continues another gets ``--resume SESSION`` (``--fork``) on the child's
+command line (:mod:`tether.runtime.parent.continuation` finds the session); a run with
+``base_url`` gets its agent's configuration (:mod:`tether.runtime.child.adapters.config`:
+its environment, its ``--agent-arg`` values and the files the caller writes into the
+agent's home before the child starts, :attr:`ChildCommand.config`).
 """
 
 from __future__ import annotations
@@ -16,11 +22,15 @@ import os
 from dataclasses import dataclass, field
 
 from tether.errors import BadOptions, SpawnError
+from tether.paths import homes_dir
 from tether.runtime.child.adapters import START_TIMEOUT_ENV
+from tether.runtime.child.adapters.commands import Resume
+from tether.runtime.child.adapters.config import AgentConfig, plan_config
 from tether.runtime.child.adapters.prestart import CliRequest
 from tether.runtime.parent.launch import default_argv
 from tether.runtime.parent.options import SpawnOptions
 from tether.runtime.parent.outcome import Timeouts
+from tether.runtime.parent.rundir import new_run_id
 
 __all__ = ["ChildCommand", "child_command"]
 
@@ -29,25 +39,67 @@ __all__ = ["ChildCommand", "child_command"]
 class ChildCommand:
     """What to exec: ``argv``; ``agent``: the agent's name (``builtin`` for tether's own);
     ``cli``: an external agent's CLI, started before the child when the child is exec'd;
-    ``env``: variables the child must get (the CLI's hand-shake time)."""
+    ``env``: variables the child must get (the CLI's hand-shake time); ``config``: the
+    agent's configuration for ``base_url`` (write it, then give the child ``config.env``
+    under the run's own ``env``)."""
 
     argv: list[str]
     agent: str
     cli: CliRequest | None = None
     env: dict[str, str] = field(default_factory=dict)
+    config: AgentConfig | None = None
+
+    def child_env(self, env: dict[str, str] | None) -> dict[str, str] | None:
+        """The run's environment for the child: the agent's configuration, ``env`` over it."""
+        if self.config is None:
+            return env
+        return {**self.config.env, **(env or {})}
 
 
-def child_command(options: SpawnOptions, timeouts: Timeouts | None = None) -> ChildCommand:
-    """The command for ``options``; raises :class:`BadOptions`. Reads the script file."""
+def child_command(
+    options: SpawnOptions, timeouts: Timeouts | None = None, resume: Resume | None = None
+) -> ChildCommand:
+    """The command for ``options`` (continuing ``resume``'s session); raises
+    :class:`BadOptions`. Reads the script file."""
     from tether.runtime.child.adapters.registry import resolve_agent
 
     try:
         agent = resolve_agent(options.agent, options.provider)
     except ValueError as exc:
         raise BadOptions(str(exc)) from None
+    config = _config(options, agent)
     if agent == "builtin":
-        return ChildCommand(_builtin(options), agent)
-    return _external(options, agent, timeouts)
+        if resume is not None and options.argv is not None:
+            raise BadOptions("resume goes with tether's own child, not with argv")
+        return ChildCommand([*_builtin(options), *_resume_args(resume)], agent, config=config)
+    return _external(options, agent, timeouts, resume, config)
+
+
+def _resume_args(resume: Resume | None) -> list[str]:
+    """``tether child``'s flags for the session it resumes (forks)."""
+    if resume is None:
+        return []
+    return ["--resume", resume.session, *(["--fork"] if resume.fork else [])]
+
+
+def _config(options: SpawnOptions, agent: str) -> AgentConfig | None:
+    """The agent's configuration for ``base_url`` (None without one)."""
+    if options.base_url is None:
+        return None
+    home = options.home or str(homes_dir() / new_run_id())
+    if not os.path.isabs(home):
+        raise BadOptions(f"home {home!r} is not an absolute path")
+    try:
+        return plan_config(
+            agent,
+            options.base_url,
+            home,
+            model=options.model,
+            provider=options.provider,
+            command=options.argv or (),
+        )
+    except ValueError as exc:
+        raise BadOptions(str(exc)) from None
 
 
 def _builtin(options: SpawnOptions) -> list[str]:
@@ -72,7 +124,13 @@ def _builtin(options: SpawnOptions) -> list[str]:
     return [*command, "--script", script]
 
 
-def _external(options: SpawnOptions, agent: str, timeouts: Timeouts | None) -> ChildCommand:
+def _external(
+    options: SpawnOptions,
+    agent: str,
+    timeouts: Timeouts | None,
+    resume: Resume | None,
+    config: AgentConfig | None,
+) -> ChildCommand:
     from tether.runtime.child.adapters import missing_cli
     from tether.runtime.child.adapters.registry import agent_child_args
 
@@ -84,13 +142,15 @@ def _external(options: SpawnOptions, agent: str, timeouts: Timeouts | None) -> C
     problem = missing_cli(agent, own, {**os.environ, **(options.env or {})})
     if problem is not None:  # not installed: nothing is started (the daemon: spawn_failed)
         raise SpawnError(problem)
-    extra = agent_child_args(agent, list(options.agent_args), own)
-    argv = [*default_argv(None, options.model), *options.child_args, *extra]
+    agent_args = [*(config.args if config else ()), *options.agent_args]
+    extra = agent_child_args(agent, agent_args, own)
+    argv = [*default_argv(None, options.model), *options.child_args, *_resume_args(resume)]
+    argv += extra
     cli = None
     if not options.child_args:  # a plain adapter child: its CLI may start before it
-        cli = CliRequest(agent, own, list(options.agent_args), options.model)
+        cli = CliRequest(agent, own, agent_args, options.model, resume)
     env = {} if timeouts is None else {START_TIMEOUT_ENV: f"{timeouts.start_s:g}"}
-    return ChildCommand(argv, agent, cli, env)
+    return ChildCommand(argv, agent, cli, env, config)
 
 
 def _check_strings(name: str, values: tuple[str, ...] | list[str], *, empty_ok: bool) -> None:

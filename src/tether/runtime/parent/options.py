@@ -28,7 +28,18 @@ from tether.runtime.parent.outcome import Timeouts
 if TYPE_CHECKING:
     from tether.runtime.parent.hub import WatchHub
 
-__all__ = ["SpawnOptions", "Supervision", "split_fields"]
+__all__ = ["SpawnOptions", "Supervision", "WorktreeOption", "split_fields"]
+
+
+class WorktreeOption(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A run's git worktree (see :mod:`tether.workspace`): a new one on ``branch``
+    (default ``tether/NAME``, ``tether/RUN_ID`` for a run) from ``base`` (default HEAD)
+    of the repository ``cwd`` is in; or ``path``, one tether made already (a resumed
+    run's: it is given to this run)."""
+
+    base: str | None = None
+    branch: str | None = None
+    path: str | None = None
 
 
 class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -47,6 +58,14 @@ class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     - ``close_when_idle``: send ``close`` once the child is ready with nothing left to do
       (None: the driver's default, on for a run, off for a daemon's long-lived agent).
     - ``parent_run``: the run that started this one (its subagents), for the index.
+    - ``worktree``: run in a git worktree of its own (True, or a :class:`WorktreeOption`):
+      a new branch, outside the repository's tree; ``cwd`` says which repository.
+    - ``resume``: continue run ``RESUME``'s conversation (its agent, options, worktree and
+      home, with the fields given here changed); with ``fork`` a new conversation starts
+      from it (and a new worktree at its work) and the run goes on unchanged.
+    - ``base_url``: point the agent at this model server (``tether model-server``): its
+      CLI's configuration is written into its private ``home`` (a new one under the state
+      directory unless given); see :mod:`tether.runtime.child.adapters.config`.
     """
 
     agent: str | None = None
@@ -62,6 +81,11 @@ class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     finalize_after_s: PositiveSeconds | None = None
     close_when_idle: bool | None = None
     parent_run: str | None = None
+    worktree: bool | WorktreeOption | None = None
+    resume: str | None = None
+    fork: bool = False
+    base_url: str | None = None
+    home: str | None = None
 
     def __post_init__(self) -> None:
         # msgspec checks the bounds when it decodes; a Python caller's values, here

@@ -18,11 +18,17 @@ Errors: see :mod:`tether.errors`.
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import time
 from typing import Any
 
+import msgspec
+
 from tether.errors import ControlRefused, ParentError, RunEnded, SpawnError, TetherError
-from tether.runtime.parent.command import child_command
+from tether.runtime.child.adapters.config import write_config
+from tether.runtime.parent.command import ChildCommand, child_command
+from tether.runtime.parent.continuation import continued
 from tether.runtime.parent.driver import LocalRunHandle, Observer
 from tether.runtime.parent.handle import RunHandle
 from tether.runtime.parent.hub import shared_hub
@@ -40,7 +46,14 @@ from tether.runtime.parent.process import ChildProcess
 from tether.runtime.parent.sidecars import Recorder
 from tether.runtime.parent.supervise import RunWatch
 from tether.runtime.parent.updates import InboxItem, RunEvent, Update
-from tether.store.index import RunIndex, RunRecord
+from tether.runtime.parent.worktrees import (
+    WorktreeRelease,
+    check_worktree,
+    open_worktree,
+    run_owner,
+    worktree_of,
+)
+from tether.store.index import LIVE_STATUSES, RunIndex, RunRecord
 from tether.transports.tail import FileTail
 
 __all__ = [
@@ -58,6 +71,7 @@ __all__ = [
     "TetherError",
     "Timeouts",
     "Update",
+    "resume",
     "spawn",
 ]
 
@@ -75,10 +89,22 @@ async def spawn(task: str, options: SpawnOptions | None = None, /, **fields: Any
     return await spawn_run(task, opts, supervision)
 
 
+async def resume(
+    run_id: str, task: str, options: SpawnOptions | None = None, /, **fields: Any
+) -> LocalRunHandle:
+    """A new run on ``task`` that continues run ``run_id``'s conversation: the same agent
+    (and its options, worktree and home), the model seeing the earlier turns; ``fork=True``
+    starts a new conversation from it instead. ``options`` and ``fields`` change what they
+    name (see :func:`spawn`). Raises :class:`~tether.errors.BadOptions` when the run is
+    not resumable (with the reason)."""
+    opts, supervision = split_fields(options, fields)
+    return await spawn_run(task, opts.replace(resume=run_id), supervision)
+
+
 async def spawn_run(task: str, opts: SpawnOptions, supervision: Supervision) -> LocalRunHandle:
     """:func:`spawn` with its options sorted (the blocking faces call this too)."""
     timeouts = supervision.timeouts or Timeouts()
-    command = await asyncio.to_thread(child_command, opts, supervision.timeouts)
+    opts, command = await asyncio.to_thread(_checked, opts, supervision)
     prepared = await asyncio.to_thread(
         prepare_run,
         task,
@@ -86,11 +112,19 @@ async def spawn_run(task: str, opts: SpawnOptions, supervision: Supervision) -> 
         argv=command.argv,
         provider=opts.provider,
         model=opts.model,
-        env=opts.env,
+        env=command.child_env(opts.env),
         fixed_env=command.env,
         deadline_s=opts.deadline_s,
     )
-    run, started = prepared.run, time.monotonic()
+    run = prepared.run
+    try:
+        if worktree_of(opts) is not None or command.config is not None:
+            opts = await asyncio.to_thread(_workspace, opts, command, run.run_id, supervision)
+    except BaseException:
+        prepared.control.close()
+        await asyncio.to_thread(shutil.rmtree, run.path, True)  # nothing stays of it
+        raise
+    started = time.monotonic()
     watch = RunWatch(
         prepared.mirror,
         timeouts,
@@ -115,6 +149,7 @@ async def spawn_run(task: str, opts: SpawnOptions, supervision: Supervision) -> 
             parent_run=opts.parent_run,
             argv=prepared.command,
             deadline=prepared.deadline,
+            options=msgspec.to_builtins(opts, enc_hook=_path_text),
         )
     # The child starts before its row is written: the index write (tens of ms, a thread
     # and SQLite) then overlaps the child's own start-up instead of delaying it.
@@ -132,6 +167,8 @@ async def spawn_run(task: str, opts: SpawnOptions, supervision: Supervision) -> 
             await recorder.finish(RunResult("failed", error=str(exc), run_id=run.run_id))
         raise
     observers: list[Observer] = []
+    if worktree_of(opts) is not None:
+        observers.append(WorktreeRelease(opts, run_owner(run.run_id)))
     if recorder is not None:
         await recorder.start(row)
         await recorder.started(proc.pid)
@@ -156,3 +193,41 @@ async def spawn_run(task: str, opts: SpawnOptions, supervision: Supervision) -> 
     handle.observe(*observers)
     handle.start()
     return handle
+
+
+def _path_text(value: Any) -> str:
+    """A path a Python caller gave for a string field (``cwd=Path(...)``), as text."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)  # type: ignore[no-any-return]
+    raise TypeError(f"cannot keep a {type(value).__name__} in the run index")
+
+
+def _checked(opts: SpawnOptions, supervision: Supervision) -> tuple[SpawnOptions, ChildCommand]:
+    """The run's options (a resumed run's resolved) and its child's command, or the
+    refusal (:class:`~tether.errors.BadOptions`) before anything exists. Blocking."""
+    resumed = None
+    if opts.resume is not None:
+        opts, resumed = continued(opts, RunIndex(supervision.db))
+    check_worktree(opts)
+    return opts, child_command(opts, supervision.timeouts, resumed)
+
+
+def _workspace(
+    opts: SpawnOptions, command: ChildCommand, run_id: str, supervision: Supervision
+) -> SpawnOptions:
+    """The run's worktree (made, forked or given to it) and its agent's home (written):
+    the options the run goes on with and the index keeps. Blocking."""
+    index = RunIndex(supervision.db)
+
+    def ended(owner: str) -> bool:  # a run that held the worktree and is over
+        if not owner.startswith(run_owner("")):
+            return False
+        record = index.get(owner.removeprefix(run_owner("")))
+        return record is None or record.status not in LIVE_STATUSES
+
+    opts = open_worktree(opts, run_id, run_owner(run_id), stale=ended)
+    if command.config is not None:
+        write_config(command.config)
+        if command.config.home:
+            opts = opts.replace(home=command.config.home)
+    return opts
