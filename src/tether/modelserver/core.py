@@ -304,6 +304,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body, size = self._body()
         self.deadline = None  # read whole: answering may take the script's pauses
+        self.connection.settimeout(self.timeout)  # each write of the answer: IDLE_S at most
         api = next((a for a in owner.apis if a.handles(self.command, path)), None)
         exchange = Exchange(self, body, api.name if api is not None else "none", path)
         exchange.size = size
