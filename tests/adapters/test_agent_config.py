@@ -96,3 +96,12 @@ def test_a_base_url_that_is_no_url_is_refused(url: str) -> None:
     with pytest.raises(ValueError, match="base_url"):
         plan_config("claude", url, "/h")
     assert check_base_url("https://proxy.example/v") is None
+
+
+def test_the_runs_env_wins_but_not_over_the_home() -> None:
+    config = plan_config("codex", URL, "/h/a")
+    env = config.child_env({"HOME": "/elsewhere", "TETHER_MODEL_SERVER_KEY": "real", "X": "1"})
+    assert env["HOME"] == "/h/a"
+    assert env["CODEX_HOME"] == "/h/a/.codex"
+    assert env["TETHER_MODEL_SERVER_KEY"] == "real"
+    assert env["X"] == "1"

@@ -24,6 +24,7 @@ import pytest
 import tether
 from tether.display.boundary import tool_output
 from tether.modelserver import open_model_server
+from tether.runtime.child.adapters.config import plan_config, write_config
 from tether.runtime.child.adapters.registry import AGENTS, ack_notes
 
 from .agent_world import SETUPS, Setup, World, connect_daemon, of, shell, until
@@ -346,11 +347,8 @@ def without_model(args: list[str]) -> list[str]:
 def test_the_runs_model_reaches_the_model_request(make_world: Worlds) -> None:
     world = make_world([{"text": "Hi."}])
     world.agent_args = without_model(world.agent_args)
-    if make_world.name == "pi":  # pi knows only the models of its models.json
-        models = Path(world.env["HOME"], ".pi", "agent", "models.json")
-        config = json.loads(models.read_text())
-        config["providers"]["tether"]["models"].append({"id": MODEL, "reasoning": False})
-        models.write_text(json.dumps(config))
+    if make_world.name == "pi":  # pi knows only the models of its models.json: the run's
+        write_config(plan_config("pi", world.server.url, world.env["HOME"], model=MODEL))
 
     async def go() -> tether.Result:
         handle = await world.spawn("hello", model=MODEL)

@@ -40,8 +40,8 @@ class ChildCommand:
     """What to exec: ``argv``; ``agent``: the agent's name (``builtin`` for tether's own);
     ``cli``: an external agent's CLI, started before the child when the child is exec'd;
     ``env``: variables the child must get (the CLI's hand-shake time); ``config``: the
-    agent's configuration for ``base_url`` (write it, then give the child ``config.env``
-    under the run's own ``env``)."""
+    agent's configuration for ``base_url`` (write it, then give the child
+    :meth:`child_env`)."""
 
     argv: list[str]
     agent: str
@@ -50,10 +50,9 @@ class ChildCommand:
     config: AgentConfig | None = None
 
     def child_env(self, env: dict[str, str] | None) -> dict[str, str] | None:
-        """The run's environment for the child: the agent's configuration, ``env`` over it."""
-        if self.config is None:
-            return env
-        return {**self.config.env, **(env or {})}
+        """The run's environment for the child: with a configuration, its (see
+        :meth:`AgentConfig.child_env`), else ``env``."""
+        return env if self.config is None else self.config.child_env(env)
 
 
 def child_command(

@@ -21,7 +21,9 @@ pi's ``~/.pi``), so a run that resumes it uses the same home.
 - bash-agent: ``ANTHROPIC_BASE_URL=URL/v1``; the built-in agent: its ``anthropic`` or
   ``openai`` provider's base URL (no home: it keeps no files).
 
-Variables the caller sets itself win over these (an API key for a real server).
+Variables the run's own environment sets win over these (an API key for a real server),
+except the ones that say where the home is (``HOME``, ``CODEX_HOME``:
+:data:`HOME_VARIABLES`): the configuration is there and nowhere else.
 Permissions are not configuration: the run's own ``--agent-arg`` values choose them.
 """
 
@@ -36,12 +38,20 @@ from typing import Final, NamedTuple
 from tether import fsafe
 from tether.paths import ensure_private_dir
 
-__all__ = ["KEY", "AgentConfig", "check_base_url", "plan_config", "write_config"]
+__all__ = [
+    "HOME_VARIABLES",
+    "KEY",
+    "AgentConfig",
+    "check_base_url",
+    "plan_config",
+    "write_config",
+]
 
 KEY: Final = "no-key-needed"  # what a local model server takes as a key
 DEFAULT_MODEL: Final = "scripted"
 GEMINI_MODEL: Final = "gemini-2.5-flash"
 _URL_LIMIT: Final = 2048
+HOME_VARIABLES: Final = ("HOME", "CODEX_HOME")  # where the configuration is: never overridden
 
 
 class AgentConfig(NamedTuple):
@@ -51,6 +61,12 @@ class AgentConfig(NamedTuple):
     args: tuple[str, ...]  # --agent-arg values, before the run's own
     files: tuple[tuple[str, str], ...]  # (path under the home, text) to write
     home: str  # the agent's private home ("" when it needs none)
+
+    def child_env(self, env: dict[str, str] | None) -> dict[str, str]:
+        """The agent's environment: this configuration, ``env`` over it, the home's
+        variables over both."""
+        fixed = {k: v for k, v in self.env.items() if k in HOME_VARIABLES}
+        return {**self.env, **(env or {}), **fixed}
 
 
 class _Plan(NamedTuple):
