@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -12,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.agentd import AgentDaemon, agentd, alive
+from tests.support.agentd import AgentDaemon, agentd, alive, kill_agents
+from tests.support.daemon import DaemonProcess
 
 from tether.daemon.channels.hub import ENVELOPE_METHOD, META_KEY, envelope_problem
 from tether.daemon.rpc.aclient import AsyncDaemonClient
-from tether.daemon.rpc.client import DaemonClient
+from tether.daemon.rpc.client import DaemonCallError, DaemonClient
 from tether.daemon.rpc.protocol import ErrorCode, Request
 from tether.inbox import append_inbox
 from tether.inbox.store import InboxStore
@@ -403,6 +405,39 @@ def test_a_recovered_agent_takes_pushes_to_its_own_channel_as_steers(
     ended = agentd.call("channel.push_to_channel", route)
     assert ended["delivered"] is False
     assert "own" in ended["reason"]
+
+
+def test_a_follower_that_never_takes_a_batch_is_dropped(daemon_env: DaemonProcess) -> None:
+    """A client that follows and never answers a streamed batch (connected, not reading)
+    is answered busy once the delivery timeout passes, so the stream and what it holds go
+    (before: it was held with no limit)."""
+    daemon_env.start("--deliver-timeout", "0.5")
+    agentd = AgentDaemon(daemon_env)
+    agentd.spawn("quiet", [{"text": "hi"}], task="go")
+    agentd.wait_for("quiet", lambda s: s["state"] == "ready")
+
+    async def follow_without_reading() -> DaemonCallError:
+        client = await AsyncDaemonClient.open(agentd.process.socket)
+        never = asyncio.Event()
+
+        async def on_request(request: Request) -> Any:
+            await never.wait()  # takes the batch, never answers it
+
+        client.on_request = on_request
+        try:
+            with pytest.raises(DaemonCallError) as info:
+                await client.call("agent.events", {"name": "quiet", "follow": True})
+            return info.value
+        finally:
+            await client.close()
+
+    try:
+        error = asyncio.run(follow_without_reading())
+        assert error.code is E.BUSY
+        assert "did not take a batch" in error.message
+    finally:
+        daemon_env.stop(signal.SIGKILL)
+        kill_agents(Path(daemon_env.env["TETHER_HOME"]))
 
 
 def test_a_follow_whose_client_hung_up_ends(agentd: AgentDaemon) -> None:

@@ -95,9 +95,21 @@ async def stream_events(context: CallContext, agent: WireAgent, after_seq: int) 
 
 
 async def _deliver(context: CallContext, name: str, batch: list[tuple[int, bytes]]) -> bool:
-    """Send one batch; False when the client answered an error (stop streaming)."""
+    """Send one batch; False when the client answered an error (stop streaming). A client
+    that does not answer a batch within the daemon's delivery timeout (``--deliver-timeout``)
+    is ``busy``: a follower that stays connected but never reads must not hold the stream
+    (and its memory) for ever."""
     params = {"name": name, "events": [msgspec.Raw(raw) for _, raw in batch]}
-    response = await context.socket().call(EVENT_METHOD, params)
+    limit = context.daemon.config.deliver_timeout_s
+    try:
+        async with asyncio.timeout(limit):
+            response = await context.socket().call(EVENT_METHOD, params)
+    except TimeoutError:
+        raise RpcFailure(
+            ErrorCode.BUSY,
+            f"the client did not take a batch of events within {limit:g} s; "
+            "reconnect with after_seq to go on",
+        ) from None
     return not response.is_error
 
 
