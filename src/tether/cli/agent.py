@@ -1,14 +1,19 @@
 """``tether agent``: long-lived agents supervised by the tether daemon.
 
-    tether agent spawn NAME [--task T] [--provider P] [--model M] [--script F] [--cwd D]
-                            [--deadline S] [--channel-id C] [--env K=V] [--wait] [-- ARGV...]
+    tether agent spawn NAME [--task T] [--agent A [--agent-arg ARG]...] [--provider P]
+                            [--model M] [--script F] [--cwd D] [--base-url URL]
+                            [--worktree [--base REF] [--branch B]] [--deadline S]
+                            [--channel-id C] [--env K=V] [--wait] [-- ARGV...]
     tether agent spawn NAME --pty [--cols C] [--rows R] [--cwd D] [--env K=V] -- COMMAND...
     tether agent ask NAME TEXT [--timeout S]
     tether agent list | status NAME | reconcile
     tether agent stop NAME [--mode close|finalize|cancel] [--note N] [--timeout S]
-    tether agent rm NAME [--force]
+    tether agent rm NAME [--force] [--keep-branch]
+    tether agent diff NAME [--stat] | merge NAME [--squash] [--message M]
+    tether agent fork NAME NEW [--task T]
     tether agent events NAME [--after-seq N] [--follow] [--limit N]
     tether agent steer|follow-up NAME TEXT | finalize NAME [--note N] | cancel NAME
+                  (a follow-up to an agent whose run has ended resumes it: a new run)
     tether agent attach NAME      (a PTY agent's terminal; a wire agent's live view + steering)
     tether agent answer NAME MSG_KEY TEXT | --approve | --deny   (a question in its inbox)
 
@@ -123,6 +128,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     spawn.add_argument(
         "--rows", type=count(MIN_SIZE, MAX_SIZE), help="with --pty: terminal rows (default 24)"
     )
+    _add_spawn_agent_flags(spawn)
     ask = action("ask", "send a message and print the answer of the turn that reads it")
     ask.add_argument("text")
     ask.add_argument("--timeout", type=SECONDS_OR_ZERO, metavar="S", help="wait at most S seconds")
@@ -134,8 +140,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     stop.add_argument(
         "--timeout", type=SECONDS_OR_ZERO, default=10.0, metavar="S", help="wait for the end"
     )
-    rm = action("rm", "forget an ended agent (its run directory stays)")
-    rm.add_argument("--force", action="store_true", help="kill a live agent first")
+    from tether.cli.agent_work import add_work_actions
+
+    add_work_actions(action)  # rm, diff, merge, fork
     action("reconcile", "re-adopt agents left by a previous daemon", agent=False)
     events = action("events", "print an agent's events")
     events.add_argument("--after-seq", type=count(0), default=0, metavar="N")
@@ -156,6 +163,15 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _add_spawn_agent_flags(spawn: argparse.ArgumentParser) -> None:
+    """``--agent NAME [--agent-arg ARG]...`` and the worktree and base-URL flags."""
+    from tether.cli.child import add_agent_flags
+    from tether.cli.run import add_workspace_flags
+
+    add_agent_flags(spawn)
+    add_workspace_flags(spawn, resume=False)
+
+
 def _answer_args(answer: argparse.ArgumentParser) -> None:
     answer.add_argument("key", metavar="MSG_KEY", help="the question's key (agent list shows it)")
     answer.add_argument("text", nargs="?", default="", help="the answer (or a note)")
@@ -173,11 +189,18 @@ def _split_child_argv(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 
 def main(argv: list[str], prog: str) -> int:
+    from tether.cli.child import join_agent_args
+    from tether.cli.run import workspace_problem
+
     own, child_argv = _split_child_argv(list(argv))
     parser = _parser(prog)
-    args = parser.parse_args(own)
+    args = parser.parse_args(join_agent_args(own))
     if child_argv is not None and not child_argv:
         parser.error("-- must be followed by a program")
+    if args.action == "spawn":
+        problem = workspace_problem(args)
+        if problem is not None:
+            parser.error(problem)
     from tether.daemon.rpc.client import DaemonClientError
 
     try:
@@ -311,9 +334,21 @@ def _spawn_params(args: argparse.Namespace, child_argv: list[str] | None) -> dic
         "pty": args.pty or None,
         "cols": args.cols,
         "rows": args.rows,
+        "agent": args.agent or args.adapter,
+        "agent_args": args.agent_arg or None,
+        "base_url": args.base_url,
+        "worktree": _worktree(args),
     }
     params.update({key: value for key, value in optional.items() if value is not None})
     return params
+
+
+def _worktree(args: argparse.Namespace) -> bool | dict[str, str] | None:
+    """``agent.spawn``'s worktree for the flags (None without ``--worktree``)."""
+    if not args.worktree:
+        return None
+    wanted = {key: value for key in ("base", "branch") if (value := getattr(args, key))}
+    return wanted or True
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -352,14 +387,21 @@ def _simple(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> in
         _emit(args, result, f"{name}: {args.mode} {stopped.ack}; {stopped.state} ({ended})")
         return 0
     if args.action == "rm":
-        result, removed = _call(client, "agent.rm", {"name": name, "force": args.force}, RmReply)
+        params = {"name": name, "force": args.force, "keep_branch": args.keep_branch}
+        result, removed = _call(client, "agent.rm", params, RmReply)
         _emit(args, result, f"removed {name} (its run directory stays: {removed.run_dir})")
         return 0
+    if args.action in ("diff", "merge", "fork"):
+        from tether.cli.agent_work import work_action
+
+        return work_action(client, args, _call, _emit)
     if args.action == "answer":
         return _answer_question(client, args)
     method, params = _control(args)
     result, sent = _call(client, method, params, ControlReply)
     human = f"{name}: {args.action} {sent.ack} (seq {sent.seq}); {sent.state}"
+    if sent.resumed is not UNSET:
+        human = f"{name}: resumed from run {sent.resumed} with the follow-up; {sent.state}"
     if sent.ack == "rejected":
         print(
             _for_terminal(f"tether agent: {name} rejected {args.action}: {sent.reason}"),

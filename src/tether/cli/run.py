@@ -98,23 +98,26 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-def add_workspace_flags(parser: argparse.ArgumentParser) -> None:
-    """``--worktree``, ``--base``, ``--branch``, ``--resume``, ``--fork``, ``--base-url``."""
+def add_workspace_flags(parser: argparse.ArgumentParser, *, resume: bool = True) -> None:
+    """``--worktree``, ``--base``, ``--branch``, ``--base-url`` (and ``--resume``,
+    ``--fork``: ``tether run``'s)."""
     parser.add_argument(
         "--worktree", action="store_true", help="work in a new git worktree of its own"
     )
     parser.add_argument("--base", metavar="REF", help="with --worktree: start from REF")
     parser.add_argument(
-        "--branch", metavar="NAME", help="with --worktree: the new branch (default tether/RUN)"
+        "--branch", metavar="NAME", help="with --worktree: the new branch (default tether/NAME)"
     )
+    parser.add_argument(
+        "--base-url", metavar="URL", help="point the agent at this model server (its config)"
+    )
+    if not resume:
+        return
     parser.add_argument(
         "--resume", metavar="RUN", help="continue RUN's conversation (an id, a prefix, latest)"
     )
     parser.add_argument(
         "--fork", action="store_true", help="with --resume: a new conversation from RUN's"
-    )
-    parser.add_argument(
-        "--base-url", metavar="URL", help="point the agent at this model server (its config)"
     )
 
 
@@ -122,7 +125,7 @@ def workspace_problem(args: argparse.Namespace) -> str | None:
     """Workspace flags that go together only with others."""
     if (args.base or args.branch) and not args.worktree:
         return "--base and --branch go with --worktree"
-    if args.fork and not args.resume:
+    if getattr(args, "fork", False) and not getattr(args, "resume", None):
         return "--fork goes with --resume RUN"
     return None
 

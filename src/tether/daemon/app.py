@@ -9,6 +9,7 @@ Who installs what, read top to bottom in :func:`build_daemon`::
     PtyFleet(registry)                      PTY agents and their holders       pty/agent.py
     Fleet([supervisor, ptys])               every agent behind one interface   fleet/fleet.py
     AgentVerbs(fleet, ...).register(daemon) agent.*                            fleet/verbs.py
+    Workspaces(fleet, supervisor)           agent.diff|merge|fork, rm's worktree fleet/workspaces.py
     daemon.methods.register("agent.drive")  a PTY agent's terminal             pty/drive.py
     daemon.on_start(hub.start)              read the stored channels back
     daemon.on_start(supervisor.start)       recover agents before serving
@@ -42,6 +43,7 @@ from tether.daemon.channels.wiring import ChannelWiring
 from tether.daemon.fleet.fleet import Fleet
 from tether.daemon.fleet.supervisor import Supervisor
 from tether.daemon.fleet.verbs import AgentVerbs
+from tether.daemon.fleet.workspaces import Workspaces
 from tether.daemon.pty.agent import PtyFleet
 from tether.daemon.pty.drive import drive_handler
 from tether.daemon.rpc.lifecycle import (
@@ -86,7 +88,9 @@ def build_daemon(config: ServerConfig, fleet_options: FleetOptions | None = None
     supervisor = Supervisor(extensions=(wiring,), max_running=options.max_running)
     ptys = PtyFleet(lambda: supervisor.registry, supervisor.runs_root)
     fleet = Fleet([supervisor, ptys])
-    AgentVerbs(fleet, supervisor, ptys, channels=wiring).register(daemon)
+    workspaces = Workspaces(fleet, supervisor)
+    workspaces.register(daemon)
+    AgentVerbs(fleet, supervisor, ptys, channels=wiring, workspaces=workspaces).register(daemon)
     daemon.methods.register("agent.drive", drive_handler(ptys, fleet))
     daemon.on_start(hub.start)  # before the agents: a recovered agent may forward to one
 

@@ -199,7 +199,7 @@ def merge(
 def _merge_commit(
     worktree: Worktree, old: str, work: str, tree: str, *, squash: bool, message: str | None
 ) -> str:
-    name = worktree.owner or worktree.name
+    name = worktree.name
     text = message or (
         f"{worktree.branch}: the work of agent {name}"
         if squash

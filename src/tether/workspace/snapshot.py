@@ -53,8 +53,9 @@ class Merge(NamedTuple):
 
 
 def author_of(worktree: Worktree) -> Author:
-    """The author of an agent's commits: its owner (or branch name), as a tether agent."""
-    return Author(f"{worktree.owner or worktree.name} (tether agent)", AGENT_EMAIL)
+    """The author of an agent's commits: its name (its branch's last part, ``tether/NAME``),
+    as a tether agent."""
+    return Author(f"{worktree.name} (tether agent)", AGENT_EMAIL)
 
 
 def rev(cwd: str, what: str) -> str:
@@ -92,7 +93,7 @@ def snapshot(worktree: Worktree, author: Author | None = None) -> Snapshot:
         tree = git(path, "write-tree", env=index).out.strip()
     if tree == rev(path, "HEAD^{tree}"):
         return Snapshot(head, head)
-    message = f"tether: the uncommitted work of agent {worktree.owner or worktree.name}"
+    message = f"tether: the uncommitted work of agent {worktree.name}"
     env = identity_env(path, author or author_of(worktree))
     commit = git(path, "commit-tree", tree, "-p", head, "-m", message, env=env).out.strip()
     return Snapshot(head, commit)

@@ -147,7 +147,8 @@ class StopParams(msgspec.Struct, frozen=True):
 
 class RmParams(msgspec.Struct, frozen=True):
     name: str
-    force: bool = False
+    force: bool = False  # kill a live agent first; drop its worktree's unmerged work
+    keep_branch: bool = False  # keep its worktree's branch (its work committed on it)
 
 
 class EventsParams(msgspec.Struct, frozen=True):

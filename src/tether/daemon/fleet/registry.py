@@ -97,10 +97,11 @@ class AgentRecord(msgspec.Struct, kw_only=True):
     snapshot: dict[str, Any] | None = None
     pty: dict[str, Any] | None = None  # PTY agents: holder pid/start time, socket, size
     spawn: dict[str, Any] | None = None  # a queued agent: its agent.spawn parameters
+    worktree: dict[str, Any] | None = None  # its git worktree: {path, branch, base}
 
 
 COLUMNS: Final = tuple(AgentRecord.__struct_fields__)
-_JSON_COLUMNS: Final = frozenset({"argv", "usage", "snapshot", "pty", "spawn"})
+_JSON_COLUMNS: Final = frozenset({"argv", "usage", "snapshot", "pty", "spawn", "worktree"})
 # Columns added after the first schema: (name, type), added to older databases on open.
 _ADDED_COLUMNS: Final = (
     ("turn", "INTEGER NOT NULL DEFAULT 0"),
@@ -109,6 +110,7 @@ _ADDED_COLUMNS: Final = (
     ("snapshot", "TEXT"),
     ("pty", "TEXT"),
     ("spawn", "TEXT"),
+    ("worktree", "TEXT"),
 )
 _UPDATABLE: Final = frozenset(COLUMNS) - {"name", "created_at"}
 # Column names come from AgentRecord, never from callers.

@@ -131,6 +131,9 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
     host: str | UnsetType = UNSET  # the cluster's list: the host it runs on
     answer: AskReply | UnsetType = UNSET  # agent.spawn {wait}
     created: bool | UnsetType = UNSET  # the reference's agent.ask on first contact
+    worktree: str | UnsetType = UNSET  # its git worktree (agent.spawn {worktree})
+    branch: str | UnsetType = UNSET  # ... its branch
+    base: str | UnsetType = UNSET  # ... the branch its work merges into
 
 
 class ListReply(msgspec.Struct, frozen=True):
@@ -172,6 +175,7 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True):
     state: str
     reason: str | UnsetType = UNSET
     event: ControlAck | UnsetType = UNSET
+    resumed: str | UnsetType = UNSET  # a follow-up to an ended agent: the run it continues
 
 
 class StopReply(msgspec.Struct, frozen=True, kw_only=True):

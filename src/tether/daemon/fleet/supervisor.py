@@ -48,6 +48,7 @@ from tether.daemon.fleet.registry import (
 )
 from tether.daemon.fleet.replies import ReconcileError, ReconcileReport, RmReply
 from tether.daemon.fleet.wire_agent import DAEMON_TIMEOUTS, WireAgent
+from tether.daemon.fleet.worktrees import AGENT_OWNER, open_agent_worktree, resolve_spawn
 from tether.daemon.rpc.methods import RpcFailure
 from tether.daemon.rpc.protocol import ErrorCode
 from tether.errors import BadOptions, ControlRefused, SpawnError
@@ -65,12 +66,14 @@ from tether.runtime.parent.launch import (
 )
 from tether.runtime.parent.mirror import RunMirror
 from tether.runtime.parent.observer import Observer
+from tether.runtime.parent.options import SpawnOptions
 from tether.runtime.parent.outcome import RunResult, Timeouts
 from tether.runtime.parent.process import ChildProcess
 from tether.runtime.parent.rundir import RunDir
 from tether.runtime.parent.sidecars import InboxTail, Recorder
 from tether.runtime.parent.supervise import RunWatch
-from tether.store.index import RunIndex, RunRecord
+from tether.runtime.parent.worktrees import RUN_OWNER
+from tether.store.index import LIVE_STATUSES, RunIndex, RunRecord
 from tether.transports.tail import FileTail
 from tether.transports.wake import ControlWriter
 from tether.wire.session import State
@@ -217,7 +220,7 @@ class Supervisor:
         return self.agents.get(name)
 
     async def _spawn(self, p: SpawnParams) -> tuple[WireAgent, asyncio.Future[Any] | None]:
-        command, cwd = await self._checked(p)
+        p, command, cwd = await self._checked(p)
         if not self.admission.request(p.name):  # --max-running: it waits its turn
             return self._queue(p, command, cwd), None
         try:
@@ -239,6 +242,13 @@ class Supervisor:
         run, first_seq = prepared.run, prepared.first_seq
         control = prepared.control  # opened before the child exists: it cannot swap it
         record = self._reserve(p, prepared, command, cwd, queued)
+        try:  # its worktree, now that its name is taken
+            p, worktree = await asyncio.to_thread(open_agent_worktree, p, self._let_go)
+        except (BadOptions, SpawnError) as exc:
+            control.close()
+            self._forget_row(p.name)
+            raise spawn_failed(str(exc)) from None
+        cwd = p.cwd or cwd
         events = FileTail(run.events)
         events.open()  # before the child exists: it cannot swap the file under our reader
         try:
@@ -257,6 +267,8 @@ class Supervisor:
                 pid=popen.pid,
                 pid_start_time=proc_start_time(popen.pid),
                 started_at=time.time(),
+                cwd=cwd,
+                worktree=worktree or record.worktree,
             )
         except BaseException:
             gate.close()
@@ -267,7 +279,7 @@ class Supervisor:
         agent = self._agent(record, handle)
         answer = agent.expect_answer(first_seq) if p.wait and first_seq is not None else None
         self.agents[p.name] = agent
-        await self._record(agent, handle)
+        await self._record(agent, handle, p.options())
         agent.start()
         await handle.wait_started(self.timeouts.start_s + 1.0)
         if not handle.watch.was_ready:  # an agent that ended after `ready` was spawned
@@ -322,7 +334,7 @@ class Supervisor:
             return
         try:
             p = msgspec.convert(agent.record.spawn or {}, SpawnParams)
-            command, cwd = await self._checked(p, extensions=False)
+            p, command, cwd = await self._checked(p, extensions=False)
             await self._start(p, command, cwd, queued=agent.record)
         except (RpcFailure, msgspec.ValidationError) as exc:
             reason = exc.message if isinstance(exc, RpcFailure) else str(exc)
@@ -348,15 +360,15 @@ class Supervisor:
 
     async def _checked(
         self, p: SpawnParams, *, extensions: bool = True
-    ) -> tuple[ChildCommand, str]:
-        """The child's command and cwd, or the refusal: before anything exists."""
+    ) -> tuple[SpawnParams, ChildCommand, str]:
+        """The spawn's parameters (a resumed run's options filled in), the child's command
+        and cwd, or the refusal: before anything exists."""
         for extension in self.extensions if extensions else ():
             extension.check_spawn(p)
-        if p.worktree or p.resume is not None or p.fork:
-            raise invalid("worktree, resume and fork are tether run's and the parent API's")
         check_descriptors()
         try:
-            command = await asyncio.to_thread(child_command, p.options())
+            p, resumed = await asyncio.to_thread(resolve_spawn, p, RunIndex(self.db))
+            command = await asyncio.to_thread(child_command, p.options(), None, resumed)
         except BadOptions as exc:
             raise invalid(str(exc)) from None
         except SpawnError as exc:  # an agent CLI that is not installed
@@ -364,7 +376,7 @@ class Supervisor:
         cwd = p.cwd or os.getcwd()
         if not await asyncio.to_thread(os.path.isdir, cwd):
             raise spawn_failed(f"cwd {cwd} is not a directory")
-        return command, cwd
+        return p, command, cwd
 
     async def _prepare(self, p: SpawnParams, command: ChildCommand) -> PreparedRun:
         if command.config is not None:  # base_url: the agent's configuration, in its home
@@ -394,13 +406,27 @@ class Supervisor:
     ) -> AgentRecord:
         """The agent's row, inserted (or the queued one's, filled in): its name is taken
         from here on."""
-        if queued is not None:
+        if queued is not None:  # a queued agent, or an ended one that resumes
             return self.registry.update(
                 p.name,
                 run_dir=str(prepared.run.path),
                 state="starting",
                 deadline_at=prepared.deadline,
                 spawn=None,
+                task=p.task,
+                argv=command.argv,
+                cwd=cwd,
+                provider=p.provider,
+                model=p.model,
+                pid=None,
+                pid_start_time=None,
+                exit_code=None,
+                detail=None,
+                last_seq=0,
+                event_offset=0,
+                turn=0,
+                usage=None,
+                snapshot=None,
             )
         record = AgentRecord(
             name=p.name,
@@ -485,8 +511,11 @@ class Supervisor:
             handle.observe(_Release(lambda: self._released(record.name)))
         return agent
 
-    async def _record(self, agent: WireAgent, handle: LocalRunHandle) -> None:
-        """The run's row in the run index, kept current by its :class:`Recorder`."""
+    async def _record(
+        self, agent: WireAgent, handle: LocalRunHandle, options: SpawnOptions
+    ) -> None:
+        """The run's row in the run index (with its options: a later resume or fork reads
+        them), kept current by its :class:`Recorder`."""
         record = agent.record
         recorder = Recorder(RunIndex(self.db), agent.run_id)
         row = RunRecord(
@@ -501,6 +530,7 @@ class Supervisor:
             argv=record.argv,
             pid=agent.pid,
             deadline=record.deadline_at,
+            options=msgspec.to_builtins(options.replace(cwd=record.cwd)),
         )
         note = await recorder.start(row)
         if note:
@@ -518,6 +548,58 @@ class Supervisor:
     def _forget_row(self, name: str) -> None:
         with contextlib.suppress(AgentNotFound):
             self.registry.delete(name)
+
+    def _let_go(self, owner: str) -> bool:
+        """Whether a worktree's holder has let go of it: an agent this daemon no longer
+        has, a run that has ended."""
+        if owner.startswith(AGENT_OWNER):
+            name = owner.removeprefix(AGENT_OWNER)
+            return name not in self.agents and name not in self._spawning
+        if owner.startswith(RUN_OWNER):
+            record = RunIndex(self.db).get(owner.removeprefix(RUN_OWNER))
+            return record is None or record.status not in LIVE_STATUSES
+        return False
+
+    # -- resume -----------------------------------------------------------------------
+
+    async def resume(self, name: str, text: str) -> tuple[WireAgent, int | None]:
+        """A new run of the ended agent ``name`` that continues its conversation with
+        ``text`` (same name, same worktree); the agent and its first control's seq.
+        Refused (``invalid_params``) when its agent is not resumable, with the reason."""
+        agent = self.require(name)
+        if not agent.ended or agent.queued or name in self._spawning:
+            raise RpcFailure(ErrorCode.INVALID_STATUS, f"agent {name!r} is {agent.state}")
+        p = SpawnParams(name=name, task=text, resume=agent.run_id)
+        task = self._spawning[name] = asyncio.ensure_future(self._resume(agent, p))
+        task.add_done_callback(lambda _: self._spawned(name, task))
+        return await asyncio.shield(task)
+
+    async def _resume(self, old: WireAgent, p: SpawnParams) -> tuple[WireAgent, int | None]:
+        p, command, cwd = await self._checked(p, extensions=False)
+        if not self.admission.request(p.name):
+            record = self.registry.update(
+                p.name, state="queued", spawn=msgspec.to_builtins(p), detail=None
+            )
+            self.agents[p.name] = self._agent(record, None, queued=True)
+            return self.agents[p.name], None
+        try:
+            agent, _ = await self._start(p, command, cwd, queued=old.record)
+        except BaseException:
+            self._released(p.name)
+            self._restore(old)
+            raise
+        return agent, 1 if p.task is not None else None
+
+    def _restore(self, old: WireAgent) -> None:
+        """A resume that failed: the agent's row and entry as they were before it."""
+        fields = msgspec.structs.asdict(old.record)
+        for key in ("name", "created_at"):
+            fields.pop(key)
+        try:
+            self.registry.update(old.name, **fields)
+        except AgentNotFound:
+            self.registry.insert(old.record)
+        self.agents[old.name] = old
 
     # -- reconcile --------------------------------------------------------------------
 

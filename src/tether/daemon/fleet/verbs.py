@@ -35,8 +35,13 @@ Verbs (params -> result; errors are ``RpcError`` codes):
 - ``agent.stop {name, mode: close|finalize|cancel, timeout_s?=10, note?}`` sends that
   control, then waits up to ``timeout_s`` for the run to end -> ``{name, mode, seq, ack,
   state, ended}``. A cancelled child that does not exit within its grace is killed.
-- ``agent.rm {name, force?}`` removes the registry row (the run directory stays as
-  history); a live agent is ``invalid_status`` unless ``force``, which kills it first.
+- ``agent.rm {name, force?, keep_branch?}`` removes the registry row (the run directory
+  stays as history) and the agent's worktree with its branch; a live agent is
+  ``invalid_status`` unless ``force``, which kills it first; so is a worktree with work
+  merged nowhere, unless ``force`` (dropped) or ``keep_branch`` (kept on the branch).
+- ``agent.follow_up`` to an agent whose run has ended starts a new run of it that resumes
+  its conversation (same name, same worktree): ``{..., resumed: RUN_ID}``; see
+  :mod:`tether.daemon.fleet.workspaces` for that and ``agent.diff|merge|fork``.
 - ``agent.reconcile`` -> ``{scanned, recovered[], orphaned[], skipped[], errors[]}``; see
   :mod:`tether.daemon.fleet.supervisor` (it also runs when the daemon starts; idempotent).
 - ``agent.steer|follow_up {name, text}``, ``agent.finalize {name, note?}``,
@@ -117,6 +122,7 @@ from tether.errors import RunEnded
 from tether.wire.session import ControlKind, State
 
 if TYPE_CHECKING:
+    from tether.daemon.fleet.workspaces import Workspaces
     from tether.daemon.rpc.server import CallContext, Daemon
 
 __all__ = [
@@ -178,11 +184,13 @@ class AgentVerbs:
         ptys: PtySpawner,
         *,
         channels: AgentChannels | None = None,
+        workspaces: Workspaces | None = None,
     ) -> None:
         self.fleet = fleet
         self.sup = supervisor
         self.ptys = ptys
         self.channels = channels
+        self.workspaces = workspaces
         self.answers = AnswerDesk(supervisor.db)
 
     def register(self, daemon: Daemon) -> None:
@@ -395,7 +403,12 @@ class AgentVerbs:
     async def rm(self, context: CallContext, params: Any) -> RmReply:
         args = decode_params(params, RmParams)
         agent = self.fleet.require(check_name(args.name))
+        work = self.workspaces if isinstance(agent, WireAgent) else None
+        if work is not None:
+            await work.check_rm(agent.wire(), force=args.force, keep_branch=args.keep_branch)
         reply = await self.fleet.remove(args.name, force=args.force)
+        if work is not None:
+            await work.removed(agent.wire(), keep_branch=args.keep_branch)
         if isinstance(agent, WireAgent):
             self.answers.forget(agent.run_id)
             if self.channels is not None:
@@ -412,9 +425,16 @@ class AgentVerbs:
         return await send_control(self._wire(args.name), ControlKind.STEER, {"text": args.text})
 
     async def follow_up(self, context: CallContext, params: Any) -> ControlReply:
+        """A follow-up; to an agent whose run has ended, a new run that resumes it."""
         args = decode_params(params, TextParams)
-        kind = ControlKind.FOLLOW_UP
-        return await send_control(self._wire(args.name), kind, {"text": args.text})
+        agent = self._wire(args.name)
+        if agent.ended and not agent.queued:
+            resumed, seq = await self.sup.resume(agent.name, args.text)
+            state = resumed.state
+            return ControlReply(
+                name=agent.name, seq=seq or 0, ack="accepted", state=state, resumed=agent.run_id
+            )
+        return await send_control(agent, ControlKind.FOLLOW_UP, {"text": args.text})
 
     async def finalize(self, context: CallContext, params: Any) -> ControlReply:
         args = decode_params(params, FinalizeParams)

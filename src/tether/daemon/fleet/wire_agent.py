@@ -321,6 +321,7 @@ class WireAgent(Observer):
             exit_code=self.exit_code if ended else UNSET,
             error=self.error if ended else UNSET,
             notes=list(self.notes) if self.notes else UNSET,
+            **_worktree_fields(record.worktree),
         )
 
     def wire(self) -> WireAgent:
@@ -382,3 +383,15 @@ async def send_control(agent: WireAgent, kind: ControlKind, fields: dict[str, An
         reason=ack.reason if isinstance(ack.reason, str) else UNSET,
         event=ack,
     )
+
+
+def _worktree_fields(worktree: dict[str, Any] | None) -> dict[str, Any]:
+    """The status fields of an agent's worktree (none without one)."""
+    if not worktree:
+        return {}
+    fields = {key: worktree.get(key) for key in ("path", "branch", "base")}
+    return {
+        "worktree": fields["path"] if isinstance(fields["path"], str) else UNSET,
+        "branch": fields["branch"] if isinstance(fields["branch"], str) else UNSET,
+        "base": fields["base"] if isinstance(fields["base"], str) else UNSET,
+    }

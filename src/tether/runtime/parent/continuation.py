@@ -5,8 +5,8 @@ Theory of operation. The run index keeps each run's options as it ran, resolved 
 worktree's path, its agent's home: :attr:`tether.store.index.RunRecord.options`). To
 continue run R, :func:`continued`:
 
-1. reads R's row (none, one kept before options were, or one still running: a usage
-   error, :class:`~tether.errors.BadOptions`, naming what to do instead);
+1. reads R's row (none, one kept before options were, or, unless forking, one still
+   running: a usage error, :class:`~tether.errors.BadOptions`, naming what to do instead);
 2. finds what R's agent saved: the built-in agent's ``conversation.jsonl`` in R's run
    directory, an external agent's session id (``agent-session``, written by its
    adapter); an agent without resume, or a run that saved nothing (its agent never
@@ -38,7 +38,6 @@ __all__ = ["CONVERSATION_FILE", "continued", "options_of", "session_of"]
 
 CONVERSATION_FILE: Final = "conversation.jsonl"  # tether.agent.conversation's (a child's)
 _SESSION_LIMIT: Final = 8192
-_decoder = msgspec.convert
 
 
 def options_of(raw: dict[str, Any] | None) -> SpawnOptions | None:
@@ -86,7 +85,7 @@ def continued(options: SpawnOptions, index: RunIndex) -> tuple[SpawnOptions, Res
     record = index.get(run_id)
     if record is None:
         raise BadOptions(f"resume: no run {run_id!r} in the run index (see `tether runs`)")
-    if record.status in LIVE_STATUSES:
+    if record.status in LIVE_STATUSES and not options.fork:  # a fork may start from it
         raise BadOptions(
             f"resume: run {run_id} is still {record.status}; send it a follow-up instead"
         )

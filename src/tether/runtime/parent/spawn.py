@@ -225,7 +225,7 @@ def _workspace(
         record = index.get(owner.removeprefix(run_owner("")))
         return record is None or record.status not in LIVE_STATUSES
 
-    opts = open_worktree(opts, run_id, run_owner(run_id), stale=ended)
+    opts, _ = open_worktree(opts, run_id, run_owner(run_id), stale=ended)
     if command.config is not None:
         write_config(command.config)
         if command.config.home:

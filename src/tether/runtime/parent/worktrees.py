@@ -65,13 +65,13 @@ def check_worktree(options: SpawnOptions) -> None:
 
 def open_worktree(
     options: SpawnOptions, name: str, owner: str, *, stale: Callable[[str], bool]
-) -> SpawnOptions:
-    """The worktree made or given to ``owner`` (see the module docstring); the options
-    with ``cwd`` and ``worktree`` set to it. ``stale(owner)`` says whether a worktree's
-    holder has let go of it (a run that ended)."""
+) -> tuple[SpawnOptions, Worktree | None]:
+    """The worktree made or given to ``owner`` (see the module docstring), and the options
+    with ``cwd`` and ``worktree`` set to it (unchanged, and None, without one).
+    ``stale(owner)`` says whether a worktree's holder has let go of it (a run that ended)."""
     wanted = worktree_of(options)
     if wanted is None:
-        return options
+        return options, None
     cwd = os.path.abspath(options.cwd or os.getcwd())
     try:
         if wanted.path is not None and options.fork:
@@ -92,7 +92,7 @@ def open_worktree(
     except workspace.GitFailed as exc:
         raise SpawnError(f"worktree: {exc}") from None
     where = os.path.join(tree.path, inside) if inside else tree.path
-    return options.replace(cwd=where, worktree=WorktreeOption(path=tree.path))
+    return options.replace(cwd=where, worktree=WorktreeOption(path=tree.path)), tree
 
 
 def _inside(top: str, cwd: str) -> str:
