@@ -369,6 +369,8 @@ class Supervisor:
         try:
             p, resumed = await asyncio.to_thread(resolve_spawn, p, RunIndex(self.db))
             command = await asyncio.to_thread(child_command, p.options(), None, resumed)
+            if command.config is not None and command.config.home:  # kept for its resume
+                p = msgspec.structs.replace(p, home=command.config.home)
         except BadOptions as exc:
             raise invalid(str(exc)) from None
         except SpawnError as exc:  # an agent CLI that is not installed

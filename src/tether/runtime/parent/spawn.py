@@ -209,7 +209,10 @@ def _checked(opts: SpawnOptions, supervision: Supervision) -> tuple[SpawnOptions
     if opts.resume is not None:
         opts, resumed = continued(opts, RunIndex(supervision.db))
     check_worktree(opts)
-    return opts, child_command(opts, supervision.timeouts, resumed)
+    command = child_command(opts, supervision.timeouts, resumed)
+    if command.config is not None and command.config.home:  # the agent's home, kept
+        opts = opts.replace(home=command.config.home)
+    return opts, command
 
 
 def _workspace(
@@ -228,6 +231,4 @@ def _workspace(
     opts, _ = open_worktree(opts, run_id, run_owner(run_id), stale=ended)
     if command.config is not None:
         write_config(command.config)
-        if command.config.home:
-            opts = opts.replace(home=command.config.home)
     return opts
