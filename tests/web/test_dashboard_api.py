@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -183,3 +184,30 @@ def test_connections_over_the_cap_are_answered_503(agentd: AgentDaemon) -> None:
             if status != 503:
                 break
         assert status == 200
+
+
+def test_the_diff_of_an_agent_with_a_worktree(
+    agentd: AgentDaemon, dashboard: DashboardProcess, tmp_path: Path
+) -> None:
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (("init", "-q", "-b", "main"), ("commit", "-q", "--allow-empty", "-m", "0")):
+        subprocess.run(
+            ["git", "-C", str(repo), "-c", "user.name=me", "-c", "user.email=me@x", *args],
+            check=True,
+        )
+    write = {"name": "write", "arguments": {"path": "new.txt", "content": "made by d\n"}}
+    replies = [{"text": "writing", "tool_calls": [write]}, {"text": "written"}]
+    agentd.spawn("d", replies, task="go", cwd=str(repo), worktree=True)
+    agentd.wait_for("d", lambda s: s["state"] == "ready" and s["turn"] >= 1)
+    status, _, body = request(dashboard, "GET", "/api/agents/d/diff", headers=token(dashboard))
+    assert status == 200, body
+    diff = json.loads(body)
+    assert (diff["branch"], diff["base"], diff["files"]) == ("tether/d", "main", ["new.txt"])
+    assert "+made by d" in diff["text"]
+    agentd.spawn("plain", [{"text": "hi"}], task="go")
+    status, _, body = request(dashboard, "GET", "/api/agents/plain/diff", headers=token(dashboard))
+    assert status == 409, body
+    assert json.loads(body)["code"] == "invalid_status"

@@ -5,7 +5,8 @@ Routes (every one behind :class:`~tether.web.security.Policy`):
 - ``GET /`` the page; ``GET /static/NAME`` its script, styles and the vendored xterm.js;
 - ``GET /api/agents`` every agent's status (with its last event and unanswered
   questions); ``GET /api/agents/NAME`` one; ``GET /api/agents/NAME/inbox`` its inbox
-  messages with their answers;
+  messages with their answers; ``GET /api/agents/NAME/diff`` the changes in its worktree
+  (``agent.diff``; the page shows them under a selected agent that has one);
 - ``POST /api/agents/NAME/ACTION`` for ``steer``, ``follow_up``, ``finalize``, ``cancel``,
   ``stop`` and ``answer`` (a JSON body: ``{text}``, ``{note}``, ``{mode}``, ``{key, text,
   decision}``): the daemon's answer, or ``{error, code}`` with status 400/404/409/503;
@@ -121,6 +122,8 @@ class Dashboard:
             return Response.json(await self.call("agent.status", {"name": rest[0]}))
         if request.method == "GET" and len(rest) == 2 and rest[1] == "inbox":
             return Response.json(await self.inbox(rest[0]))
+        if request.method == "GET" and len(rest) == 2 and rest[1] == "diff":
+            return Response.json(await self.call("agent.diff", {"name": rest[0]}))
         if request.method == "POST" and len(rest) == 2 and rest[1] in ACTIONS:
             body = request.json()
             if not isinstance(body, dict):

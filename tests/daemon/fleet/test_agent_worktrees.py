@@ -176,3 +176,42 @@ def test_two_agents_in_worktrees_diff_merge_conflict_rm_resume_fork(
     forked = json.dumps(nth_request(server, 6)["body"]["messages"])
     assert "write shared.txt (a)" in forked
     assert "what did you write?" in forked
+
+
+def bash(command: str, text: str) -> dict[str, Any]:
+    call = {"name": "Bash", "arguments": {"command": command, "description": "write it"}}
+    return {"text": text, "tool_calls": [call]}
+
+
+def test_claude_code_and_the_built_in_agent_side_by_side(
+    env: dict[str, str], repo: Path, short_tmp: Path
+) -> None:
+    from tests.adapters.cli_helpers import require_cli
+
+    claude = require_cli("claude")
+    env = {**env, "PATH": f"{Path(claude).parent}:{env['PATH']}"}
+    script = [
+        bash("printf 'line by claude\\n' > shared.txt", "claude: writing"),
+        {"text": "claude wrote it"},
+        write("shared.txt", "line by a\n", "a: writing"),
+        {"text": "a wrote it"},
+    ]
+    with open_model_server(script) as server:
+        spawned = tether(
+            env, "spawn", "c", "--agent", "claude", "--agent-arg=--allowedTools=Bash",
+            "--worktree", "--cwd", str(repo), "--base-url", server.url,
+            "--task", "write shared.txt (c)", "--wait",
+        )  # fmt: skip
+        assert spawned.returncode == 0, spawned.stderr
+        spawn(env, repo, server, "a", "write shared.txt (a)")
+    c, a = status(env, "c"), status(env, "a")
+    assert Path(c["worktree"], "shared.txt").read_text() == "line by claude\n"
+    assert Path(a["worktree"], "shared.txt").read_text() == "line by a\n"
+    assert "+line by claude\n" in tether(env, "diff", "c").stdout
+    assert tether(env, "merge", "c").returncode == 0
+    assert (repo / "shared.txt").read_text() == "line by claude\n"
+    before = repo_state(repo)
+    refused = tether(env, "merge", "a")
+    assert refused.returncode == 2
+    assert "shared.txt" in refused.stderr
+    assert repo_state(repo) == before

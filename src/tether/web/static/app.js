@@ -114,8 +114,27 @@ function select(name) {
   for (const part of document.querySelectorAll(".wire-only")) part.hidden = pty;
   $("#terminal").hidden = !pty;
   if (pty) openTerminal(name); else { openEvents(name); loadInbox(name); }
+  loadDiff(name);
   renderTable();
   renderDetail();
+}
+
+// an agent with a worktree: its changes against its base, as git writes them
+async function loadDiff(name) {
+  const agent = current();
+  const shown = Boolean(agent && agent.worktree);
+  $("#diff-title").hidden = !shown;
+  $("#diff").hidden = !shown;
+  $("#diff").replaceChildren();
+  if (!shown) return;
+  $("#diff-branch").textContent = `${agent.branch} → ${agent.base || "(no base branch)"}`;
+  try {
+    const data = await api(`/api/agents/${encodeURIComponent(name)}/diff`);
+    if (name !== state.selected) return;
+    $("#diff").textContent = data.text || "(no changes)";
+  } catch (error) {
+    $("#diff").textContent = `diff: ${error.message}`;
+  }
 }
 
 function renderDetail() {
