@@ -22,8 +22,10 @@ TYPE_CHECKING = False
 __version__ = "0.1.0"
 
 __all__ = [
+    "Approval",
     "ChannelError",
     "ControlRefused",
+    "Denial",
     "InboxItem",
     "LocalRunHandle",
     "ParentError",
@@ -34,6 +36,7 @@ __all__ = [
     "RunResult",
     "SpawnError",
     "SpawnOptions",
+    "SyncApproval",
     "SyncRunHandle",
     "TetherError",
     "Timeouts",
@@ -51,8 +54,10 @@ if TYPE_CHECKING:
     from typing import Any
 
     from tether.api import (
+        Approval,
         ChannelError,
         ControlRefused,
+        Denial,
         InboxItem,
         LocalRunHandle,
         ParentError,
@@ -63,6 +68,7 @@ if TYPE_CHECKING:
         RunResult,
         SpawnError,
         SpawnOptions,
+        SyncApproval,
         SyncRunHandle,
         TetherError,
         Timeouts,

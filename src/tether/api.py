@@ -19,15 +19,24 @@ On another host of a cluster (see docs/scale-out.md)::
     handle = await tether.spawn_remote("run the tests", host="build1", provider="scripted")
 
 Both handles are a ``tether.RunHandle`` (the controls, acks, updates and result, typed
-once); ``tether.LocalRunHandle`` (``spawn``) adds the local process (``pid``, ``answer``),
-``tether.RemoteRunHandle`` (``spawn_remote``) its host and connections.
+once); ``tether.LocalRunHandle`` (``spawn``) adds the local process (``pid``, ``answer``,
+``approvals``), ``tether.RemoteRunHandle`` (``spawn_remote``) its host and connections.
+
+Approvals (the calls an agent waits on a person for)::
+
+    handle = await tether.spawn("tidy the repo", agent="claude", deny=["shell:rm *"])
+    async for approval in handle.approvals():
+        await (approval.approve() if approval.kind == "read" else approval.deny("not now"))
+    print((await handle.wait()).denied)  # what did not run, and who said no
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tether.runtime.parent.approvals import Approval
 from tether.runtime.parent.mirror import ChannelError, RunMirror
+from tether.runtime.parent.outcome import Denial
 from tether.runtime.parent.spawn import (
     ControlRefused,
     InboxItem,
@@ -45,7 +54,7 @@ from tether.runtime.parent.spawn import (
     resume,
     spawn,
 )
-from tether.runtime.parent.sync import SyncRunHandle, open_run, run
+from tether.runtime.parent.sync import SyncApproval, SyncRunHandle, open_run, run
 
 if TYPE_CHECKING:
     from tether.daemon.hosts.remote_run import RemoteRunHandle, spawn_remote
@@ -53,8 +62,10 @@ if TYPE_CHECKING:
 _REMOTE = frozenset({"RemoteRunHandle", "spawn_remote"})
 
 __all__ = [
+    "Approval",
     "ChannelError",
     "ControlRefused",
+    "Denial",
     "InboxItem",
     "LocalRunHandle",
     "ParentError",
@@ -66,6 +77,7 @@ __all__ = [
     "RunResult",
     "SpawnError",
     "SpawnOptions",
+    "SyncApproval",
     "SyncRunHandle",
     "TetherError",
     "Timeouts",

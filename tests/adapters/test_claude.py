@@ -186,20 +186,24 @@ def test_a_long_answer_comes_whole_through_final_text_path(
     assert "final-text-path" in result
 
 
-def test_a_permission_prompt_becomes_an_inbox_approval_request(
+def test_a_permission_prompt_with_no_one_to_ask_is_denied_at_once_and_says_why(
     make_claude: Callable[[list[Any]], Claude],
 ) -> None:
     world = make_claude([bash("touch should-not-exist"), {"text": "Denied, fine."}])
     done = world.run_cli("touch a file")  # no --allowedTools: Claude Code asks
     assert done.returncode == 0, done.stderr
+    assert "no one to ask: not a terminal" in done.stderr
     assert not (world.work / "should-not-exist").exists()
     run_dir = world.cli_run_dir()
     events = world.checked(run_dir)
     assert of(events, "tool-result")[0]["is-error?"] is True
-    inbox = read_events(run_dir / "inbox.jsonl")
-    assert inbox[0]["type"] == "approval_request"
-    assert "Bash" in inbox[0]["reason"]
-    assert "no answer path" in world.model_texts(2)
+    (decision,) = read_events(run_dir / "inbox.jsonl")  # no request: no one could answer
+    assert (decision["type"], decision["by"], decision["tool"]) == (
+        "approval_decision",
+        "no-one",
+        "Bash",
+    )
+    assert "no one to ask: not a terminal" in world.model_texts(2)
 
 
 def test_tether_run_model_reaches_the_model_request(

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from tether.agent.desk import Verdict
 from tether.agent.runner import Injection
+from tether.policy import Call
 from tether.runtime.child.adapters.claude import (
     ClaudeTranslator,
     command,
     final_args,
     final_command,
 )
-from tether.runtime.child.adapters.translate import Ask, Broken, Ended, Send, Show, Started
+from tether.runtime.child.adapters.translate import (
+    Ask,
+    Broken,
+    Ended,
+    Send,
+    Show,
+    Started,
+    Withdraw,
+)
 
 TEXT_BLOCK = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
 
@@ -151,17 +161,40 @@ def test_an_error_result_ends_the_turn_with_its_message() -> None:
     assert "API Error: 400 boom" in ended.error
 
 
-def test_a_permission_prompt_is_asked_and_denied() -> None:
+def test_a_permission_prompt_asks_the_desk_and_is_answered_in_claudes_words() -> None:
     t = ClaudeTranslator()
-    request = {"subtype": "can_use_tool", "tool_name": "Bash", "input": {"command": "rm x"}}
-    out = t.receive({"type": "control_request", "request_id": "r1", "request": request})
-    ask, info, send = out
+    argument = {"command": "rm x"}
+    request = {"subtype": "can_use_tool", "tool_name": "Bash", "input": argument}
+    (ask,) = t.receive({"type": "control_request", "request_id": "r1", "request": request})
     assert isinstance(ask, Ask)
-    assert "Bash" in ask.reason
-    assert isinstance(info, Show)
+    assert ask.token == "r1"
+    assert ask.request.call() == Call("Bash", "shell", ("rm x",))
+    (send,) = t.answered("r1", Verdict("deny", "person", text="no"))
     assert isinstance(send, Send)
-    assert send.message["response"]["request_id"] == "r1"
-    assert send.message["response"]["response"]["behavior"] == "deny"
+    assert send.message == {
+        "type": "control_response",
+        "response": {
+            "subtype": "success",
+            "request_id": "r1",
+            "response": {
+                "behavior": "deny",
+                "message": "tether: denied by the person supervising this run: no",
+            },
+        },
+    }
+    assert t.answered("r1", Verdict("approve", "person")) == []  # answered once
+    asked = {**request, "tool_use_id": "tu2"}
+    t.receive({"type": "control_request", "request_id": "r2", "request": asked})
+    (allow,) = t.answered("r2", Verdict("approve", "rule", rule="shell"))
+    assert isinstance(allow, Send)
+    assert allow.message["response"]["response"] == {
+        "behavior": "allow",
+        "updatedInput": argument,
+        "toolUseID": "tu2",
+    }
+    t.receive({"type": "control_request", "request_id": "r3", "request": request})
+    assert t.receive({"type": "control_cancel_request", "request_id": "r3"}) == [Withdraw("r3")]
+    assert t.answered("r3", Verdict("deny", "withdrawn")) == []
     other = t.receive({"type": "control_request", "request_id": "r2", "request": {"subtype": "x"}})
     assert isinstance(other[0], Send)
     assert other[0].message["response"]["subtype"] == "error"

@@ -383,15 +383,16 @@ def test_a_missing_cli_fails_the_run(agent: str, program: str, tmp_path: Path) -
 
 
 @pytest.mark.parametrize("make_world", ["claude-code-acp"], indirect=True)
-def test_a_permission_request_becomes_an_inbox_approval_request(make_world: Worlds) -> None:
+def test_a_permission_request_with_no_one_to_ask_is_refused_at_once(make_world: Worlds) -> None:
     world = make_world([*make_world.shell("touch should-not-exist"), {"text": "Refused."}])
     world.agent_args = []  # its default session mode asks before Bash
     done = world.run_cli("touch a file")
     assert done.returncode == 0, done.stderr
+    assert "no one to ask: not a terminal" in done.stderr
     assert not (world.work / "should-not-exist").exists()
     run_dir = world.cli_run_dir()
     events = world.checked(run_dir)
-    inbox = [m for m in read_events(run_dir / "inbox.jsonl") if m["type"] == "approval_request"]
-    assert inbox, "no approval_request in the inbox"
-    assert "touch should-not-exist" in inbox[0]["reason"]
-    assert [e for e in of(events, "info") if "no answer path" in e.get("summary", "")]
+    (decision,) = read_events(run_dir / "inbox.jsonl")
+    assert (decision["type"], decision["by"]) == ("approval_decision", "no-one")
+    assert "touch should-not-exist" in decision["summary"]
+    assert [e for e in of(events, "info") if "no one to ask" in e.get("summary", "")]

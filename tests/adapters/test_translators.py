@@ -11,14 +11,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tether.agent.desk import Verdict
 from tether.agent.provider import Usage
 from tether.agent.runner import Injection
 from tether.display.boundary import tool_output
+from tether.policy import Call
 from tether.runtime.child.adapters.acp import AcpTranslator, split_mode_arg
-from tether.runtime.child.adapters.codex import CodexTranslator, approval_args
+from tether.runtime.child.adapters.codex import CodexTranslator
 from tether.runtime.child.adapters.commands import HANDSHAKES
 from tether.runtime.child.adapters.pi import PiTranslator
-from tether.runtime.child.adapters.translate import Action, Ask, Broken, Ended, Send, Show, Started
+from tether.runtime.child.adapters.translate import (
+    Action,
+    Ask,
+    Broken,
+    Ended,
+    Send,
+    Show,
+    Started,
+    Withdraw,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -130,7 +141,7 @@ def test_pi_steer_that_finds_pi_idle_keeps_the_turn_for_the_new_run() -> None:
     assert [a for a in feed(pi, [{"type": "agent_end"}]) if isinstance(a, Ended)]
 
 
-def test_pi_refused_prompt_ends_the_turn_with_an_error_and_dialogs_are_cancelled() -> None:
+def test_pi_refused_prompt_ends_the_turn_with_an_error_and_dialogs_ask_the_desk() -> None:
     pi = PiTranslator()
     pi.start_turn(Injection("go"))
     out = feed(pi, [{"type": "response", "id": "tether-1", "success": False, "error": "no model"}])
@@ -141,10 +152,43 @@ def test_pi_refused_prompt_ends_the_turn_with_an_error_and_dialogs_are_cancelled
     ask = pi.receive(
         {"type": "extension_ui_request", "id": "u1", "method": "confirm", "title": "ok?"}
     )
-    assert isinstance(ask[0], Ask)
-    assert "ok?" in ask[0].reason
-    assert sent(ask) == [{"type": "extension_ui_response", "id": "u1", "cancelled": True}]
+    assert ask == [Ask(ask[0].request, "u1")]
+    assert (ask[0].request.tool, ask[0].request.summary) == ("confirm", "ok?")
+    assert ask[0].request.call().kind == "dialog"
+    assert sent(ask) == []  # nothing is answered until the desk decides
+    assert sent(pi.answered("u1", Verdict("deny", "person"))) == [
+        {"type": "extension_ui_response", "id": "u1", "confirmed": False}
+    ]
+    assert pi.answered("u1", Verdict("approve", "person")) == []  # answered once
     assert pi.interrupt()[0] == Send({"id": "tether-2", "type": "abort"})
+
+
+@pytest.mark.parametrize(
+    ("method", "options", "verdict", "answer"),
+    [
+        ("confirm", None, Verdict("approve", "person"), {"confirmed": True}),
+        ("select", ["Yes", "No"], Verdict("approve", "person"), {"value": "Yes"}),
+        ("select", ["Allow once", "Block"], Verdict("deny", "rule"), {"value": "Block"}),
+        ("select", ["red", "blue"], Verdict("approve", "person", text="Blue"), {"value": "blue"}),
+        ("select", ["red", "blue"], Verdict("approve", "person"), {"cancelled": True}),
+        ("input", None, Verdict("approve", "person", text="42"), {"value": "42"}),
+        ("editor", None, Verdict("deny", "person"), {"cancelled": True}),
+        ("confirm", None, Verdict("deny", "withdrawn"), {"cancelled": True}),
+    ],
+)
+def test_pi_dialogs_are_answered_with_what_the_person_chose(
+    method: str, options: list[str] | None, verdict: Verdict, answer: dict[str, Any]
+) -> None:
+    pi = PiTranslator()
+    request: dict[str, Any] = {"type": "extension_ui_request", "id": "d", "method": method}
+    if options is not None:
+        request["options"] = options
+    (ask,) = pi.receive(request)
+    assert isinstance(ask, Ask)
+    assert ask.request.choices == tuple(options or ())
+    assert sent(pi.answered("d", verdict)) == [
+        {"type": "extension_ui_response", "id": "d", **answer}
+    ]
 
 
 # -- codex ----------------------------------------------------------------------------------
@@ -250,19 +294,57 @@ def test_codex_interrupt_before_the_turn_id_and_failed_turns() -> None:
     assert out[-1] == Ended("error", Usage(), cut["message"])
 
 
-def test_codex_approvals_are_declined_and_asked_and_unknown_requests_refused() -> None:
+def test_codex_approvals_ask_the_desk_and_unknown_requests_are_refused() -> None:
     codex = codex_ready()
     params = {"threadId": "thr", "turnId": "t", "itemId": "i", "command": "rm -rf /"}
     out = codex.receive(
         {"id": 90, "method": "item/commandExecution/requestApproval", "params": params}
     )
+    assert len(out) == 1
     assert isinstance(out[0], Ask)
-    assert "rm -rf /" in out[0].reason
-    assert sent(out) == [{"id": 90, "result": {"decision": "decline"}}]
+    assert out[0].token == 90
+    assert out[0].request.call() == Call("commandExecution", "shell", ("rm -rf /",))
+    assert sent(out) == []
+    assert sent(codex.answered(90, Verdict("deny", "person"))) == [
+        {"id": 90, "result": {"decision": "decline"}}
+    ]
+    codex.receive({"id": 92, "method": "item/commandExecution/requestApproval", "params": params})
+    always = Verdict("approve", "person", scope="always")
+    assert sent(codex.answered(92, always)) == [
+        {"id": 92, "result": {"decision": "acceptForSession"}}
+    ]
+    item = {"type": "fileChange", "id": "f1", "changes": [{"path": "/work/src/a.py"}]}
+    codex.receive({"method": "item/started", "params": {"item": item}})
+    file_params = {"threadId": "thr", "turnId": "t", "itemId": "f1"}
+    (ask,) = codex.receive(
+        {"id": 93, "method": "item/fileChange/requestApproval", "params": file_params}
+    )
+    assert isinstance(ask, Ask)
+    assert ask.request._replace(cwd="/work").call() == Call("fileChange", "edit", ("src/a.py",))
+    assert sent(codex.answered(93, Verdict("deny", "withdrawn"))) == [
+        {"id": 93, "result": {"decision": "cancel"}}
+    ]
+    legacy = {
+        "command": ["ls"],
+        "callId": "c",
+        "conversationId": "thr",
+        "cwd": "/",
+        "parsedCmd": [],
+    }
+    codex.receive({"id": 94, "method": "execCommandApproval", "params": legacy})
+    assert sent(codex.answered(94, Verdict("approve", "rule"))) == [
+        {"id": 94, "result": {"decision": "approved"}}
+    ]
+    wants = {"fileSystem": {"write": ["/x"]}}
+    perm = {"cwd": "/", "itemId": "p", "permissions": wants, "threadId": "thr", "turnId": "t"}
+    codex.receive({"id": 95, "method": "item/permissions/requestApproval", "params": perm})
+    assert sent(codex.answered(95, Verdict("approve", "person"))) == [
+        {"id": 95, "result": {"permissions": wants}}
+    ]
     out = codex.receive({"id": 91, "method": "attestation/generate", "params": {}})
     assert sent(out)[0]["error"]["code"] == -32601
-    assert approval_args([]) == ["-c", 'approval_policy="never"']
-    assert approval_args(["-c", 'approval_policy="on-request"']) == []
+    out = codex.receive({"id": 96, "method": "item/tool/requestUserInput", "params": {}})
+    assert sent(out) == [{"id": 96, "result": {"answers": {}}}]
 
 
 def test_codex_broken_handshake() -> None:
@@ -274,6 +356,12 @@ def test_codex_broken_handshake() -> None:
 
 
 # -- ACP ------------------------------------------------------------------------------------
+
+
+def _tool_update(update_kind: str, ident: str, **fields: Any) -> dict[str, Any]:
+    update = {"sessionUpdate": update_kind, "toolCallId": ident, **fields}
+    params = {"sessionId": "s1", "update": update}
+    return {"jsonrpc": "2.0", "method": "session/update", "params": params}
 
 
 def acp_ready(mode: str | None = None) -> AcpTranslator:
@@ -323,7 +411,7 @@ def test_acp_recorded_claude_code_acp_tool_turn() -> None:
     assert acp.final_text == "The tool said hello."
 
 
-def test_acp_permission_is_refused_and_cancel_ends_the_prompt() -> None:
+def test_acp_permission_is_answered_with_the_option_chosen_and_cancel_ends_the_prompt() -> None:
     acp = acp_ready()
     prompt = sent(acp.start_turn(Injection("hi")))[0]
     options = [
@@ -332,11 +420,21 @@ def test_acp_permission_is_refused_and_cancel_ends_the_prompt() -> None:
     ]
     params = {"sessionId": "s1", "toolCall": {"toolCallId": "t", "title": "rm"}, "options": options}
     request = {"jsonrpc": "2.0", "id": 50, "method": "session/request_permission", "params": params}
+    acp.receive(_tool_update("tool_call", "t", kind="execute", rawInput={"command": "rm x"}))
     out = acp.receive(request)
+    assert len(out) == 1
     assert isinstance(out[0], Ask)
-    assert "rm" in out[0].reason
-    answer = sent(out)[0]
+    assert out[0].token == 50
+    assert out[0].request.call() == Call("execute", "shell", ("rm x",))
+    assert out[0].request.choices[0] == {"optionId": "yes", "name": "Allow", "kind": "allow_once"}
+    answer = sent(acp.answered(50, Verdict("deny", "person")))[0]
     assert answer["result"] == {"outcome": {"outcome": "selected", "optionId": "no"}}
+    acp.receive({**request, "id": 51})
+    answer = sent(acp.answered(51, Verdict("approve", "person", scope="always")))[0]
+    assert answer["result"] == {"outcome": {"outcome": "selected", "optionId": "yes"}}
+    acp.receive({**request, "id": 52})
+    answer = sent(acp.answered(52, Verdict("deny", "withdrawn")))[0]
+    assert answer["result"] == {"outcome": {"outcome": "cancelled"}}
     cancel = sent(acp.interrupt())
     assert cancel[0] == {
         "jsonrpc": "2.0",
@@ -389,7 +487,11 @@ def test_translators_are_total(kind: str, messages: list[Any]) -> None:
     translator = in_turn(kind)
     for message in messages:
         for action in translator.receive(message):
-            assert isinstance(action, Send | Show | Started | Ended | Ask | Broken)
+            assert isinstance(action, Send | Show | Started | Ended | Ask | Withdraw | Broken)
+            if isinstance(action, Ask):
+                assert isinstance(action.request.call(), Call)
+                for verdict in (Verdict("approve", "person"), Verdict("deny", "withdrawn")):
+                    translator.answered(action.token, verdict)
     translator.inject(Injection("s", "steering", 1))
     translator.interrupt()
     assert isinstance(translator.final_text, str)

@@ -91,5 +91,8 @@ def test_report_reaches_the_parent_as_an_inbox_message(
 
     items, final = asyncio.run(go())
     messages = [i.message for i in items if isinstance(i, InboxItem)]
-    assert messages == [{"type": "approval_request", "reason": "deploy?"}]
+    (message,) = messages
+    key = message.pop("msg_key")  # a question carries its key (what answers name it by)
+    assert key.endswith(":0")
+    assert message == {"type": "approval_request", "reason": "deploy?"}
     assert final == "Asked."

@@ -35,12 +35,16 @@ def test_ask_blocks_until_the_parent_answers(tmp_path: Path) -> None:
         async for update in handle.updates():
             if isinstance(update, InboxItem) and update.message.get("type") == "clarification":
                 assert update.message["q"] == "Which colour?"
+                assert update.message["msg_key"].startswith(handle.run_id + ":")
                 ack = await handle.answer(update.message, "blue")
-                assert ack.status == "accepted"
+                assert ack.status == "applied"  # an answer control, not a steer
                 with pytest.raises(AnswerRefused, match="answered already"):
                     await handle.answer(_only_key(handle.run_id, tmp_path), "red")
-                with pytest.raises(AnswerRefused, match="no unanswered"):
+                with pytest.raises(AnswerRefused, match="answered already"):
                     await handle.answer(update.message, "red")
+                as_written = {k: v for k, v in update.message.items() if k != "msg_key"}
+                with pytest.raises(AnswerRefused, match="no unanswered"):
+                    await handle.answer(as_written, "red")
             elif isinstance(update, RunEvent) and type(update.event).__name__ == "ToolResult":
                 results.append(str(update.event.result))  # type: ignore[attr-defined]
         result = await handle.wait()
@@ -81,3 +85,24 @@ def test_ask_times_out_and_says_so(tmp_path: Path) -> None:
 
     results = asyncio.run(go())
     assert any("no answer within 0.2 s" in text for text in results)
+
+
+def test_a_child_without_the_answer_control_gets_the_answer_as_a_steer(tmp_path: Path) -> None:
+    from .helpers import double
+
+    async def go() -> tuple[str, str]:
+        handle = await spawn("long task", argv=double("normal", 3000), cwd=tmp_path)
+        question = {"type": "clarification", "q": "Which colour?"}
+        with (handle.run_dir.path / "inbox.jsonl").open("a") as inbox:
+            inbox.write(json.dumps(question) + "\n")
+        async for update in handle.updates():
+            if isinstance(update, InboxItem) and update.message.get("type") == "clarification":
+                ack = await handle.answer(update.message, "blue")
+                assert ack.status == "accepted"  # the steer, after the answer was refused
+                break
+        result = await handle.wait()
+        return result.final_text, handle.run_id
+
+    final, run_id = asyncio.run(go())
+    assert f"[tether answer {run_id}:0]" in final
+    assert "Answer: blue" in final

@@ -7,13 +7,13 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.policy import Call, Policy, Rule, RuleError, call_of, parse_rule, policy_of
+from tether.policy import Call, Match, Policy, Rule, RuleError, call_of, parse_rule, policy_of
 from tether.policy.file import policy_from_text
-from tether.policy.rules import MAX_RULE_CHARS, MAX_SUBJECT_CHARS, PATH_KINDS
+from tether.policy.rules import MAX_RULE_CHARS, MAX_SUBJECT_CHARS, PATH_KINDS, SHELL_OPERATORS
 
 KIND_TEXT = st.from_regex(r"[A-Za-z0-9_.\-]{1,20}", fullmatch=True)
-GLOB_TEXT = st.text(alphabet="ab/*? .", min_size=1, max_size=12).filter(lambda g: g.strip())
-SUBJECT = st.text(alphabet="ab/ .", max_size=16)
+GLOB_TEXT = st.text(alphabet="ab/*? .;", min_size=1, max_size=12).filter(lambda g: g.strip())
+SUBJECT = st.text(alphabet="ab/ .;|", max_size=16)
 
 
 def reference(glob: str, subject: str, paths: bool) -> bool:
@@ -103,7 +103,12 @@ def test_deny_wins_and_approve_covers_every_subject(
     match = policy.evaluate(call)
     subjects = subjects or [""]
     denied = any(r.names(call) and any(r.matches(s) for s in subjects) for r in policy.deny)
-    approved = any(r.names(call) and all(r.matches(s) for s in subjects) for r in policy.approve)
+
+    def vouches(rule: Rule, subject: str) -> bool:
+        operators = SHELL_OPERATORS & set(subject) if kind == "shell" else set()
+        return rule.matches(subject) and not operators - set(rule.glob or "")
+
+    approved = any(r.names(call) and all(vouches(r, s) for s in subjects) for r in policy.approve)
     if denied:
         assert match is not None
         assert match.decision == "deny"
@@ -159,3 +164,18 @@ def test_policy_files() -> None:
 @given(st.text(max_size=300))
 def test_policy_from_text_is_total(text: str) -> None:
     assert isinstance(policy_from_text(text), Policy | RuleError)
+
+
+def test_an_approve_glob_never_vouches_for_a_chained_shell_command() -> None:
+    policy = policy_of(["shell:git status*", "shell:make *; echo done"], ["shell:rm *"])
+    assert isinstance(policy, Policy)
+    approve = Match("approve", Rule("shell", "git status*", "shell:git status*"))
+    assert policy.evaluate(Call("Bash", "shell", ("git status --short",))) == approve
+    for chained in ("git status; rm -rf x", "git status && curl x", "git status | sh",
+                    "git status > /etc/x", "git status $(id)", "git status `id`",
+                    "git status\nrm x"):  # fmt: skip
+        assert policy.evaluate(Call("Bash", "shell", (chained,))) is None, chained
+    assert policy.evaluate(Call("Bash", "shell", ("make all; echo done",))) is not None
+    denied = policy.evaluate(Call("Bash", "shell", ("rm x; ls",)))
+    assert denied is not None
+    assert denied.decision == "deny"

@@ -14,6 +14,9 @@ agent. An agent's request to run a tool (:class:`Request`) goes through, in orde
    ``approval_timeout_s`` together with ``approval_default`` takes that default when the
    time is up, recorded as decided by the timeout. With no inbox there is no one to ask.
 
+A question the ``ask`` tool stops waiting for (its timeout, the turn's end) gets a
+``question_closed`` line naming its key, so nothing lists it as waiting any more.
+
 The answer comes from the parent as an ``answer`` control (:meth:`Desk.check` before its
 ack, then :meth:`Desk.resolve`) or, from a parent that does not speak it, as a steer or
 follow-up whose text carries the key (:meth:`Desk.resolve_text`, the format of
@@ -44,6 +47,8 @@ from tether.policy.config import DeskConfig
 
 __all__ = [
     "BUILTIN_ASKING",
+    "NOTHING_WAITS",
+    "WRONG_ANSWER",
     "Desk",
     "Request",
     "Verdict",
@@ -54,6 +59,10 @@ By = Literal["person", "rule", "timeout", "no-one", "withdrawn"]
 # The built-in agent's tools that ask first under `approval="ask"`.
 BUILTIN_ASKING: Final = frozenset({"bash", "write", "edit"})
 SUMMARY_CHARS: Final = 200
+# How the desk's rejections of an `answer` begin (a parent tells them from a child that
+# does not know the control at all)
+NOTHING_WAITS: Final = "no approval or question"
+WRONG_ANSWER: Final = ("is an approval:", "is a question:")
 MAX_INPUT_BYTES: Final = 256 * 1024  # an input larger than this is kept cut, marked so
 _MARK: Final = "[tether answer "
 
@@ -211,11 +220,9 @@ class Desk:
             line["scope"] = verdict.scope
         self._append(line)
         what = verdict.key or f"{request.agent} {request.tool}"
-        done = "approved" if verdict.approved else "denied"
-        by = {"rule": f"by rule {verdict.rule}", "person": "by the person"}.get(
-            verdict.by, f"({verdict.by})"
+        self._show(
+            f"approval {what}: {verdict.note().removeprefix('tether: ')} ({_short(request)})"
         )
-        self._show(f"approval {what}: {done} {by}: {_short(request)}")
         return verdict
 
     def _write_request(self, request: Request, call: Call) -> str | None:
@@ -254,8 +261,14 @@ class Desk:
         self._show(f"question {key} waits: {' '.join(text.split())[:SUMMARY_CHARS]}")
         try:
             got = await self._wait(future, timeout_s)
+        except asyncio.CancelledError:
+            self._append({"type": "question_closed", "key": key, "why": "the turn ended"})
+            raise
         finally:
             self._waiting.pop(key, None)
+        if got is None:
+            why = f"no answer within {timeout_s:g} s"
+            self._append({"type": "question_closed", "key": key, "why": why})
         return key, None if got is None else got[1]
 
     # -- answers ------------------------------------------------------------------------
@@ -264,7 +277,7 @@ class Desk:
         """Why an answer to ``key`` cannot be taken (None: it can); nothing changes."""
         waiting = self._waiting.get(key)
         if waiting is None or waiting.future.done():
-            return f"no approval or question {key} waits in this run"
+            return f"{NOTHING_WAITS} {key} waits in this run"
         if waiting.kind == "approval" and decision not in ("approve", "deny"):
             return f"{key} is an approval: answer it with a decision, approve or deny"
         if waiting.kind == "question" and not (text or decision):

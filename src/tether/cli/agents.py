@@ -50,7 +50,7 @@ def main(argv: list[str], prog: str = "tether agents") -> int:
             where = "built in"
         version = f"  {row['version']}" if row["version"] else ""
         print(f"{row['name']:<11} {row['title']}: {where}{version}")
-        for control, cell in row["controls"].items():
+        for control, cell in [*row["controls"].items(), ("approvals", row["approvals"])]:
             print(f"    {control:<9} {cell['support']:<9} {cell['how']}")
     return 0
 
@@ -71,6 +71,7 @@ def status(agent: AgentKind, env: Mapping[str, str] | None = None) -> dict[str, 
         "controls": {
             k: {"support": c.support.value, "how": c.how} for k, c in agent.controls.items()
         },
+        "approvals": {"support": agent.approvals.support.value, "how": agent.approvals.how},
     }
 
 
@@ -94,6 +95,8 @@ def markdown() -> str:
             how = agent.resume if what == "resume" else agent.fork
             cells.append(f"**yes**: {how}" if how else f"**no**: {agent.not_resumable}")
         lines.append(f"| {what} | " + " | ".join(cells) + " |")
+    cells = [f"**{a.approvals.support.value}**: {a.approvals.how}" for a in AGENTS.values()]
+    lines.append("| approvals | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(
         "| agent | what it is | protocol | command | npm package (pinned in CI) "

@@ -112,8 +112,9 @@ def add_agent_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapter", choices=("resp",), help="the same as --agent resp")
 
 
-def add_approval_flags(parser: argparse.ArgumentParser) -> None:
-    """How the run's approvals are decided (see :mod:`tether.agent.desk`)."""
+def add_approval_flags(parser: argparse.ArgumentParser, *, child: bool = True) -> None:
+    """How the run's approvals are decided (see :mod:`tether.agent.desk`); ``child``: the
+    parent's own ``--no-one-to-ask`` too (``tether run`` decides that itself)."""
     parser.add_argument(
         "--approval",
         choices=("ask", "auto"),
@@ -152,15 +153,17 @@ def add_approval_flags(parser: argparse.ArgumentParser) -> None:
         choices=("approve", "deny"),
         help="the decision --approval-timeout takes (both or neither)",
     )
-    parser.add_argument("--no-one-to-ask", metavar="WHY", help=argparse.SUPPRESS)
+    if child:
+        parser.add_argument("--no-one-to-ask", metavar="WHY", help=argparse.SUPPRESS)
 
 
 def approval_config(args: argparse.Namespace) -> DeskConfig | str:
     """The run's approval settings from the parsed flags, or what is wrong with them."""
     from tether.policy.config import DeskConfig, desk_config
 
+    nobody = getattr(args, "no_one_to_ask", None)
     given = (args.approval, args.policy, args.approval_timeout, args.approval_default)
-    if not (args.approve or args.deny or args.no_one_to_ask) and given == (None,) * 4:
+    if not (args.approve or args.deny or nobody) and given == (None,) * 4:
         return DeskConfig()
 
     policy_text = None
@@ -178,7 +181,7 @@ def approval_config(args: argparse.Namespace) -> DeskConfig | str:
         policy_name=args.policy or "policy file",
         timeout_s=args.approval_timeout,
         default=args.approval_default,
-        nobody=args.no_one_to_ask,
+        nobody=nobody,
     )
 
 

@@ -15,6 +15,7 @@ or control character reaches the terminal, and ``--json`` lines carry C1 control
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -217,6 +218,12 @@ def summarise(record: RunRecord | None, path: Path) -> dict[str, Any]:
     error = (record.error if record is not None else None) or end.error
     if error and summary.get("status") != "done":
         summary["error"] = error
+    decisions = _decisions(run_id)
+    if decisions:
+        denied = [d for d in decisions if d.get("decision") == "deny"]
+        summary["approvals"] = {"decided": len(decisions), "denied": len(denied)}
+        if denied:
+            summary["denied"] = [_denial(d) for d in denied]
     children = _children(run_id)
     if children:
         summary["subagents"] = children
@@ -240,6 +247,36 @@ def _controls(path: Path) -> dict[str, int]:
     except OSError:
         pass
     return dict(counts)
+
+
+def _decisions(run_id: str) -> list[dict[str, Any]]:
+    """The run's approval decisions as its inbox recorded them (SQLite), oldest first."""
+    from tether import jsondepth
+    from tether.inbox.store import open_store
+
+    found = []
+    try:
+        with open_store() as store:
+            rows = store.of_type(run_id, "approval_decision")
+    except Exception:  # noqa: BLE001 (a broken store must not hide the rest)
+        return []
+    for row in rows:
+        with contextlib.suppress(ValueError):
+            body = jsondepth.loads(row.body or "{}")
+            if isinstance(body, dict):
+                found.append(body)
+    return found
+
+
+def _denial(decision: dict[str, Any]) -> str:
+    """One denied call: ``bash: touch x (denied by rule shell:touch*)``."""
+    what = f"{decision.get('tool', '?')}: {_one_line(str(decision.get('summary', '')), 120)}"
+    by = str(decision.get("by", "?"))
+    why = {"rule": f"rule {decision.get('rule')}", "no-one": "no one to ask"}.get(by, by)
+    text = decision.get("text")
+    if isinstance(text, str) and text and by != "rule":
+        why += f": {_one_line(text, 120)}"
+    return f"{what} (denied by {why})"
 
 
 def _children(run_id: str) -> list[str]:

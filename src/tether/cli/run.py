@@ -7,6 +7,13 @@ the live view rendered. Lines typed on stdin become ``steer`` (``+text``: ``foll
 Ctrl-C sends ``finalize``, a second ``cancel``, a third kills the child's process group;
 SIGTERM and SIGHUP cancel (a hangup first points the dead terminal's fds at /dev/null).
 The final answer always goes to stdout.
+
+Approvals: on a terminal (stdin a TTY, read), an approval the agent asks for is put to
+the person in place: the request, then a line ``y`` (yes), ``n`` (no) or ``a`` (yes, and
+for this kind of call for the rest of the run), words after it a note for the agent,
+with the terminal bell; while one waits, a typed line answers it (it is not a steer).
+Anywhere else there is no one to ask: the child denies at once, saying so in the event
+log, and a notice on stderr says so too (``--approve RULE`` decides without asking).
 """
 
 from __future__ import annotations
@@ -28,12 +35,26 @@ from tether.numbers import SECONDS, SECONDS_OR_ZERO
 STDIN_LINE_BYTES: Final = 1024 * 1024
 """A steering line typed or piped on stdin is cut off (skipped) at this size."""
 
+NO_ONE: Final = "not a terminal; pass --approve RULE or run it under the daemon"
+"""Why ``tether run`` off a terminal denies what no rule decides."""
+_ANSWERS: Final = {
+    "y": ("approve", "once"),
+    "yes": ("approve", "once"),
+    "n": ("deny", "once"),
+    "no": ("deny", "once"),
+    "a": ("approve", "always"),
+    "always": ("approve", "always"),
+}
+
 EPILOG: Final = """\
 while it runs:
   a line on stdin        is sent as steer (injected at the next turn boundary)
   a line starting with + is sent as follow-up (queued after the current turn)
   Ctrl-C                 finalize (one last tool-free turn, then the answer);
                          again: cancel; a third time: kill the child
+  when the agent asks for an approval: y (yes), n (no), a (yes, always for this kind of
+  call in this run), then an optional note; with no terminal the request is denied
+  (decide ahead with --approve RULE / --deny RULE / --policy FILE)
 
 worktrees and resume:
   --worktree [--base REF] [--branch NAME]   the agent works in a git worktree of its own
@@ -91,10 +112,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-stdin", action="store_true", help="do not read steering lines from stdin"
     )
-    from tether.cli.child import add_agent_flags
+    from tether.cli.child import add_agent_flags, add_approval_flags
 
     add_agent_flags(parser)
     add_workspace_flags(parser)
+    add_approval_flags(parser, child=False)
     return parser
 
 
@@ -240,6 +262,7 @@ async def _main(args: argparse.Namespace, task: str) -> int:
 
     if exits.EARLY_SIGNALS:  # stopped before anything started
         return exits.CANCELLED
+    asking = _can_ask(args)
     try:
         handle = await spawn(
             task,
@@ -258,6 +281,13 @@ async def _main(args: argparse.Namespace, task: str) -> int:
             fork=args.fork,
             base_url=args.base_url,
             follow_nested=True,
+            approval=args.approval,
+            approve=args.approve,
+            deny=args.deny,
+            policy=args.policy,
+            approval_timeout_s=args.approval_timeout,
+            approval_default=args.approval_default,
+            no_one_to_ask=None if asking else NO_ONE,
         )
     except BadOptions as exc:  # bad input: a usage error, nothing was made
         return _refused(args, str(exc), exits.USAGE)
@@ -271,7 +301,7 @@ async def _main(args: argparse.Namespace, task: str) -> int:
         # first events wait in its file until the display reads them.
         display = _open_display(args)
         presenter = DisplayFeed(display)
-        controls = _Controls(handle, display, read_stdin=not args.no_stdin)
+        controls = _Controls(handle, display, read_stdin=not args.no_stdin, asking=asking)
     except BaseException:
         handle.kill("the parent could not show the run")  # never leave the child behind
         raise
@@ -281,6 +311,7 @@ async def _main(args: argparse.Namespace, task: str) -> int:
     try:
         async for update in handle.updates():
             presenter.update(update)
+            controls.on_update(update)
         result = await handle.wait()
     except BaseException:
         handle.kill("the parent stopped")
@@ -301,6 +332,11 @@ async def _main(args: argparse.Namespace, task: str) -> int:
     )
     display.close()
     return exit_code(result.status, result.stop_reason)
+
+
+def _can_ask(args: argparse.Namespace) -> bool:
+    """A person can answer here: stdin is a terminal and is read."""
+    return not args.no_stdin and _fd_isatty(0)
 
 
 def _open_display(args: argparse.Namespace) -> Any:
@@ -385,11 +421,14 @@ async def _status_loop(handle: Any, display: Any, output: str) -> None:
 
 
 class _Controls:
-    """Stdin lines -> steer / follow-up; Ctrl-C -> finalize, cancel, kill."""
+    """Stdin lines -> steer / follow-up, or the answer to the approval that waits;
+    Ctrl-C -> finalize, cancel, kill."""
 
-    def __init__(self, handle: Any, display: Any, *, read_stdin: bool) -> None:
+    def __init__(self, handle: Any, display: Any, *, read_stdin: bool, asking: bool) -> None:
         self.handle = handle
         self.read_stdin = read_stdin
+        self.asking = asking
+        self.waiting: dict[str, dict[str, Any]] = {}  # approvals put to the person, by key
         self.stdin_fd = 0
         self.display = display
         self.interrupts = 0
@@ -466,9 +505,73 @@ class _Controls:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    # -- approvals ----------------------------------------------------------------------
+
+    def on_update(self, update: Any) -> None:
+        """Put an approval request to the person; drop one decided otherwise; say when
+        no one could be asked."""
+        from tether.runtime.parent.spawn import InboxItem
+
+        if not isinstance(update, InboxItem) or update.depth:
+            return
+        message = update.message
+        kind = message.get("type")
+        key = message.get("msg_key")
+        if kind == "approval_request" and isinstance(key, str) and self.asking:
+            self.waiting[key] = message
+            if len(self.waiting) == 1:
+                self._prompt()
+        elif kind == "approval_decision":
+            self._decided(message)
+
+    def _prompt(self) -> None:
+        key, message = next(iter(self.waiting.items()))
+        what = message.get("kind") or message.get("tool") or "this kind of call"
+        self.display.notice(
+            f"approval {key}: y = yes, n = no, a = yes and always for {what} in this run "
+            "(then an optional note), Enter to send",
+            level="warning",
+        )
+        _bell()
+
+    def _decided(self, message: dict[str, Any]) -> None:
+        key = message.get("key")
+        if isinstance(key, str) and self.waiting.pop(key, None) is not None:
+            self.display.notice(f"approval {key} was decided meanwhile ({message.get('by')})")
+            if self.waiting:
+                self._prompt()
+        if message.get("by") == "no-one":
+            what = f"{message.get('tool', '?')}: {message.get('summary', '')}"
+            self.display.notice(
+                f"denied {what}: no one to ask: {message.get('text')}", level="warning"
+            )
+
+    async def _answer(self, text: str) -> None:
+        from tether.inbox.answers import AnswerRefused
+        from tether.runtime.parent.spawn import ParentError
+
+        word, _, note = text.partition(" ")
+        chosen = _ANSWERS.get(word.lower())
+        if chosen is None:
+            self.display.notice("an approval waits: answer y, n or a", level="warning")
+            _bell()
+            return
+        key, message = next(iter(self.waiting.items()))
+        del self.waiting[key]
+        decision, scope = chosen
+        try:
+            await self.handle.answer(message, note.strip(), decision=decision, scope=scope)
+        except (AnswerRefused, ParentError) as exc:
+            self.display.notice(f"approval {key}: {exc}", level="warning")
+        if self.waiting:
+            self._prompt()
+
     async def _line(self, text: str) -> None:
         from tether.runtime.parent.spawn import ParentError
 
+        if self.waiting:
+            await self._answer(text)
+            return
         kind, body = ("follow-up", text[1:].strip()) if text.startswith("+") else ("steer", text)
         if not body:
             return
@@ -512,6 +615,15 @@ class _Controls:
                 await self.handle.cancel()
             else:
                 await self.handle.finalize()
+
+
+def _bell() -> None:
+    """The terminal bell, on the first of stderr and stdout that is a terminal."""
+    for fd in (2, 1):
+        if _fd_isatty(fd):
+            with contextlib.suppress(OSError):
+                os.write(fd, b"\a")
+            return
 
 
 def _fd_isatty(fd: int) -> bool:

@@ -26,6 +26,10 @@ daemon registry)::
       msg_key PRIMARY KEY (the question's), run_id, answer, decision (approve | deny
       | NULL), seq (the steer / follow-up that carried it), answered_at
 
+    inbox_closing    a partial index of the lines that close a question (the child's
+      ``approval_decision`` and ``question_closed``), by run: what still waits is
+      found without reading a run's other lines
+
 ``msg_key`` is a generated column rather than a stored primary key: the
 (run_id, offset) index is needed anyway to list a run in order, so uniqueness
 rides on it and each row costs one table and one index insert.
@@ -106,6 +110,8 @@ CREATE TABLE IF NOT EXISTS inbox_answers (
     seq INTEGER,
     answered_at REAL NOT NULL
 );
+CREATE INDEX IF NOT EXISTS inbox_closing ON inbox_messages (run_id)
+    WHERE type IN ('approval_decision', 'question_closed');
 """
 
 # Accepted and rejected rows go through two statements (NULLs need no binding), each
@@ -321,6 +327,14 @@ class InboxStore:
         )
         return [StoredMessage.from_row(row) for row in rows]
 
+    def of_type(self, run_id: str, kind: str, *, limit: int = 10_000) -> list[StoredMessage]:
+        """A run's accepted messages of type ``kind``, in file order (at most ``limit``)."""
+        rows = self._db.execute(
+            _SELECT + " WHERE run_id = ? AND type = ? ORDER BY offset LIMIT ?",
+            (run_id, kind, limit),
+        )
+        return [StoredMessage.from_row(row) for row in rows]
+
     def iter_messages(self, run_id: str, *, batch: int = 1000) -> Iterator[StoredMessage]:
         """All of a run's messages in order, fetched in batches (memory stays flat)."""
         after = -1
@@ -369,15 +383,20 @@ class InboxStore:
         return {row[0]: dict(zip(keys, row[1:], strict=True)) for row in rows}
 
     def open_questions(self, run_ids: Sequence[str]) -> list[StoredMessage]:
-        """The unanswered clarifications and approval requests of ``run_ids``, in order."""
+        """The clarifications and approval requests of ``run_ids`` that still wait, in
+        order: not answered, and not closed by the child (an ``approval_decision`` or a
+        ``question_closed`` line naming the key: a rule, a timeout, the turn's end)."""
         if not run_ids:
             return []
         marks = ", ".join("?" for _ in run_ids)
         # Only placeholders are interpolated; the run ids are bound parameters.
         rows = self._db.execute(
-            _SELECT + f" WHERE run_id IN ({marks})"  # noqa: S608
+            _SELECT + f" AS m WHERE run_id IN ({marks})"  # noqa: S608
             " AND type IN ('clarification', 'approval_request') AND msg_key NOT IN"
-            " (SELECT msg_key FROM inbox_answers) ORDER BY run_id, offset",
+            " (SELECT msg_key FROM inbox_answers) AND NOT EXISTS"
+            " (SELECT 1 FROM inbox_messages AS d WHERE d.run_id = m.run_id"
+            " AND d.type IN ('approval_decision', 'question_closed') AND json_valid(d.body)"
+            " AND json_extract(d.body, '$.key') = m.msg_key) ORDER BY run_id, offset",
             list(run_ids),
         )
         return [StoredMessage.from_row(row) for row in rows]

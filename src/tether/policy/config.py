@@ -33,7 +33,7 @@ class DeskConfig(NamedTuple):
         args += [f"--approve={rule.text}" for rule in self.policy.approve]
         args += [f"--deny={rule.text}" for rule in self.policy.deny]
         if self.timeout_s is not None and self.default is not None:
-            args += [f"--approval-timeout={self.timeout_s:g}", f"--approval-default={self.default}"]
+            args += [f"--approval-timeout={self.timeout_s!r}", f"--approval-default={self.default}"]
         if self.nobody is not None:
             args.append(f"--no-one-to-ask={self.nobody}")
         return args

@@ -15,7 +15,11 @@ whatever the glob (a regular expression with many ``*`` backtracks without bound
 :func:`parse_rule` returns a :class:`Rule` or a :class:`RuleError`, never raises.
 :meth:`Policy.evaluate` weighs a call: a matching deny rule wins over any approve rule;
 an approve rule must match every subject of the call (an edit of three files is
-approved only when each is); no match leaves the call to a person.
+approved only when each is); no match leaves the call to a person. An approve rule's
+glob never vouches for a shell command that chains or redirects (``;``, ``&``, ``|``,
+`````, ``$``, ``(``, ``)``, ``<``, ``>``, a newline) unless the glob itself has that
+character: ``shell:git status*`` approves ``git status --short`` but not ``git status;
+rm -rf x`` (which a person then decides). Deny rules match any command.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ __all__ = [
     "MAX_RULE_CHARS",
     "MAX_SUBJECT_CHARS",
     "PATH_KINDS",
+    "SHELL_OPERATORS",
     "Call",
     "Match",
     "Policy",
@@ -47,6 +52,8 @@ MAX_RULES: Final = 1000
 # A subject longer than this is matched on its first MAX_SUBJECT_CHARS characters and
 # can never be approved by a glob (it may still be denied): see Policy.evaluate.
 MAX_SUBJECT_CHARS: Final = 65_536
+# What chains, substitutes or redirects in a shell command line (see the module docstring).
+SHELL_OPERATORS: Final = frozenset(";&|`$()<>\n")
 _KIND: Final = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 
 Decision = Literal["approve", "deny"]
@@ -150,7 +157,7 @@ class Policy(NamedTuple):
             if rule.names(call) and any(rule.matches(_cut(s)) for s in subjects):
                 return Match("deny", rule)
         for rule in self.approve:
-            if rule.names(call) and all(_approvable(rule, s) for s in subjects):
+            if rule.names(call) and all(_approvable(rule, call, s) for s in subjects):
                 return Match("approve", rule)
         return None
 
@@ -162,9 +169,14 @@ def _cut(subject: str) -> str:
     return subject[:MAX_SUBJECT_CHARS]
 
 
-def _approvable(rule: Rule, subject: str) -> bool:
-    """An approve rule with a glob never vouches for a subject too long to match whole."""
-    if rule.glob is not None and len(subject) > MAX_SUBJECT_CHARS:
+def _approvable(rule: Rule, call: Call, subject: str) -> bool:
+    """An approve rule with a glob never vouches for a subject too long to match whole,
+    nor for a shell command with an operator its glob does not have."""
+    if rule.glob is None:
+        return True
+    if len(subject) > MAX_SUBJECT_CHARS:
+        return False
+    if call.kind == "shell" and (SHELL_OPERATORS & set(subject)) - set(rule.glob):
         return False
     return rule.matches(subject)
 

@@ -27,7 +27,9 @@ turn decides by its own events, however slow the machine.
 
 Every event carries an extra ``child-state`` member: the double's state after it.
 It waits on its control file with tether's FileWatcher (inotify), bounded only by when its
-simulated turn or its deadline ends; a mode that hangs blocks in ``signal.pause``.
+simulated turn or its deadline ends; a mode that hangs blocks in ``signal.pause``. Like
+Fen's child it knows wire v1 only: tether's extensions (``answer``, ``unqueue``) are
+rejected as unknown controls.
 """
 
 from __future__ import annotations
@@ -130,6 +132,10 @@ class Child:
             self.emit_payload({"type": "control-ack", **rejection_ack(message)})
             return
         kind = tag_of(type(message))
+        if kind in ("answer", "unqueue"):  # wire v1 only, as Fen's child
+            reason = f"unknown control type: {kind}"
+            self.emit(m.ControlAck, status="rejected", ref=message.seq, reason=reason)
+            return
         if self.mode == "ignore-cancel" and kind == "cancel":
             hang()  # without acknowledging (SIGTERM is ignored too)
         decision = decide_for_run(self.state, kind, message.run, self.run)

@@ -1,8 +1,14 @@
 """``RunHandle.answer``: the parent API's way to answer a question in its run's inbox.
 
 The same rules as the daemon's ``agent.answer`` (:mod:`tether.inbox.answers`): the answer
-is recorded beside the question once, then sent as a ``steer`` while the run is running,
-else as a ``follow-up``, with text that quotes the question and carries its key.
+is recorded beside the question once, then sent to the child as an ``answer`` control
+(wire v1's extension: it resolves the approval or question that waits for its key and is
+never injected into the conversation). A child that does not know ``answer`` (Fen's)
+rejects it as an unknown control: the answer then goes as today, a ``steer`` while the run
+is running, else a ``follow-up``, whose text quotes the question and carries its key. A
+question nothing waits for any more (its ``ask`` timed out) gets its answer as such a
+steer too; an approval nothing waits for (decided by a rule or a timeout, or withdrawn)
+is refused and its answer not kept.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from tether.agent.desk import NOTHING_WAITS, WRONG_ANSWER
 from tether.inbox.answers import AnswerRefused, answer_text, claim, decision_text, key_for
 from tether.wire import ControlAck
 from tether.wire.session import ControlKind, State
@@ -35,23 +42,54 @@ async def answer_run(
     message: str | Mapping[str, Any],
     text: str,
     decision: str | None,
+    *,
+    scope: str | None = None,
 ) -> ControlAck:
     answer = decision_text(decision, text.strip())
     if not answer:
         raise AnswerRefused("give an answer text or a decision")
+    if scope not in (None, "once", "always"):
+        raise AnswerRefused(f"scope is once or always, not {scope!r}")
     key, kind, question = await asyncio.to_thread(
         _claim, db, handle.run_id, message, answer, decision
     )
-    running = handle.state is State.RUNNING
-    control = ControlKind.STEER if running else ControlKind.FOLLOW_UP
     try:
-        ack = await handle.send(control, text=answer_text(key, kind, question, answer))
+        fields: dict[str, Any] = {"key": key}
+        for name, value in (("decision", decision), ("text", text.strip()), ("scope", scope)):
+            if value:
+                fields[name] = value
+        ack = await _deliver(handle, fields, answer_text(key, kind, question, answer), kind)
     except BaseException:
         await asyncio.to_thread(_forget, db, key)
         raise
+    if ack.status == "rejected" and kind == "approval_request":
+        await asyncio.to_thread(_forget, db, key)
+        raise AnswerRefused(f"approval {key} was not answered: {ack.reason}")
     if isinstance(ack.ref, int):
         await asyncio.to_thread(_sent, db, key, ack.ref)
     return ack
+
+
+async def _deliver(
+    handle: RunHandle, fields: dict[str, Any], steer_text: str, kind: str
+) -> ControlAck:
+    """The ``answer`` control; the steer that carries the key where it cannot be."""
+    ack = await handle.send(ControlKind.ANSWER, **fields)
+    if ack.status != "rejected" or not _by_steer(ack, kind):
+        return ack
+    running = handle.state is State.RUNNING
+    control = ControlKind.STEER if running else ControlKind.FOLLOW_UP
+    return await handle.send(control, text=steer_text)
+
+
+def _by_steer(ack: ControlAck, kind: str) -> bool:
+    """A rejected ``answer`` goes again as a steer: from a child that does not know the
+    control, or for a question nothing waits for (its ``ask`` gave up; the agent still
+    reads the late answer)."""
+    reason = ack.reason if isinstance(ack.reason, str) else ""
+    if reason.startswith(NOTHING_WAITS):
+        return kind == "clarification"
+    return not any(words in reason for words in WRONG_ANSWER)
 
 
 def _claim(

@@ -4,10 +4,12 @@ checked once for every way of starting one (the parent API, ``tether run``, the 
 :func:`child_command` decides what runs: the built-in agent (``tether child`` with its
 provider, model and script), any program that speaks the wire (``argv``), or an external
 agent CLI behind its adapter (``tether child --agent NAME``, with ``argv`` the CLI's own
-command). Options that contradict each other, an unknown agent or provider, or a script
-that does not load are :class:`~tether.errors.BadOptions` (a usage error: nothing has
-been created yet); an agent CLI that is not installed is a
-:class:`~tether.errors.SpawnError` (nothing is started).
+command). Options that contradict each other, an unknown agent or provider, a script
+that does not load, or approval settings that do not hold (a bad rule, a policy file that
+cannot be read, a timeout without its default) are :class:`~tether.errors.BadOptions` (a
+usage error: nothing has been created yet); an agent CLI that is not installed is a
+:class:`~tether.errors.SpawnError` (nothing is started). The approval settings reach the
+child as its flags (``--approve=RULE``, ...; a policy file's rules among them).
 
 A run that continues another gets ``--resume SESSION`` (``--fork``) on the child's
 command line (:mod:`tether.runtime.parent.continuation` finds the session); a run with
@@ -32,7 +34,7 @@ from tether.runtime.parent.options import SpawnOptions
 from tether.runtime.parent.outcome import Timeouts
 from tether.runtime.parent.rundir import new_run_id
 
-__all__ = ["ChildCommand", "child_command"]
+__all__ = ["ChildCommand", "approval_args", "child_command"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +69,13 @@ def child_command(
     except ValueError as exc:
         raise BadOptions(str(exc)) from None
     config = _config(options, agent)
+    approvals = approval_args(options)  # tether child's own flags: before any `--`
     if agent == "builtin":
         if resume is not None and options.argv is not None:
             raise BadOptions("resume goes with tether's own child, not with argv")
-        return ChildCommand([*_builtin(options), *_resume_args(resume)], agent, config=config)
-    return _external(options, agent, timeouts, resume, config)
+        command = [*_builtin(options, approvals), *_resume_args(resume)]
+        return ChildCommand(command, agent, config=config)
+    return _external(options, agent, timeouts, resume, config, approvals=approvals)
 
 
 def _resume_args(resume: Resume | None) -> list[str]:
@@ -101,13 +105,47 @@ def _config(options: SpawnOptions, agent: str) -> AgentConfig | None:
         raise BadOptions(str(exc)) from None
 
 
-def _builtin(options: SpawnOptions) -> list[str]:
+def approval_args(options: SpawnOptions) -> list[str]:
+    """``tether child``'s flags for the run's approval settings; raises BadOptions."""
+    from tether.policy.config import desk_config
+
+    policy_text = None
+    if options.policy is not None:
+        policy_text = _read_policy(options.policy)
+    config = desk_config(
+        approval=options.approval,
+        approve=options.approve,
+        deny=options.deny,
+        policy_text=policy_text,
+        policy_name=options.policy or "policy file",
+        timeout_s=options.approval_timeout_s,
+        default=options.approval_default,
+        nobody=options.no_one_to_ask,
+    )
+    if isinstance(config, str):
+        raise BadOptions(config)
+    return config.to_args()
+
+
+def _read_policy(path: str) -> str:
+    from tether.fsafe import UnsafeFileError, read_given
+    from tether.policy.file import MAX_POLICY_BYTES
+
+    try:
+        return read_given(path, MAX_POLICY_BYTES).decode("utf-8")
+    except (OSError, UnsafeFileError, UnicodeDecodeError) as exc:
+        raise BadOptions(f"cannot read the policy file {path}: {exc}") from None
+
+
+def _builtin(options: SpawnOptions, approvals: list[str]) -> list[str]:
     if options.agent_args:
         raise BadOptions("agent_args go with an external agent (agent: NAME)")
     if options.argv is not None:
         _check_strings("argv", options.argv, empty_ok=False)
         if options.script is not None:
             raise BadOptions("script goes with the built-in child, not with argv")
+        if approvals:
+            raise BadOptions("approval settings go with tether's child or an agent, not argv")
         return list(options.argv)
     from tether.agent.registry import ProviderSetupError, check_provider
 
@@ -115,7 +153,7 @@ def _builtin(options: SpawnOptions) -> list[str]:
         check_provider(options.provider or "scripted")
     except ProviderSetupError as exc:
         raise BadOptions(str(exc)) from None
-    command = [*default_argv(options.provider, options.model), *options.child_args]
+    command = [*default_argv(options.provider, options.model), *options.child_args, *approvals]
     if options.script is None:
         return command
     script = os.path.abspath(options.script)  # the child may work elsewhere
@@ -129,6 +167,8 @@ def _external(
     timeouts: Timeouts | None,
     resume: Resume | None,
     config: AgentConfig | None,
+    *,
+    approvals: list[str],
 ) -> ChildCommand:
     from tether.runtime.child.adapters import missing_cli
     from tether.runtime.child.adapters.registry import agent_child_args
@@ -144,7 +184,7 @@ def _external(
     agent_args = [*(config.args if config else ()), *options.agent_args]
     extra = agent_child_args(agent, agent_args, own)
     argv = [*default_argv(None, options.model), *options.child_args, *_resume_args(resume)]
-    argv += extra
+    argv += [*approvals, *extra]
     cli = None
     if not options.child_args:  # a plain adapter child: its CLI may start before it
         cli = CliRequest(agent, own, agent_args, options.model, resume)

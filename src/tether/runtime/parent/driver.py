@@ -32,15 +32,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from tether import fsafe
 from tether.errors import RunEnded
+from tether.runtime.parent.approvals import Approval, ApprovalFeed
 from tether.runtime.parent.catchup import RunLogs
 from tether.runtime.parent.finaltext import full_text
 from tether.runtime.parent.handle import RunHandle, result_of
@@ -113,6 +115,10 @@ class LocalRunHandle(RunHandle):
             watch.process_exited(None)
         if watch.was_ready:
             self._set_started()
+        # the approval requests a local API run hands out (a daemon's agent keeps none)
+        self._approvals = ApprovalFeed(self) if keep_updates and inbox is not None else None
+        if self._approvals is not None:
+            self.observers.append(self._approvals)
 
     def start(self) -> None:
         """Subscribe to the run's files, watch the process, start the pump."""
@@ -143,16 +149,32 @@ class LocalRunHandle(RunHandle):
         return self.watch.live_state
 
     async def answer(
-        self, message: str | Mapping[str, Any], text: str = "", *, decision: str | None = None
+        self,
+        message: str | Mapping[str, Any],
+        text: str = "",
+        *,
+        decision: str | None = None,
+        scope: str | None = None,
     ) -> ControlAck:
         """Answer a ``clarification`` / ``approval_request`` from this run's inbox (the
-        message as received, or its ``msg_key``); ``decision`` is ``approve`` or ``deny``.
-        Recorded beside the question, then sent to the child; see
-        :mod:`tether.runtime.parent.answering`. Raises ``AnswerRefused``."""
+        message as received, or its ``msg_key``); ``decision`` is ``approve`` or ``deny``,
+        ``scope`` ``always`` for the same kind of call for the rest of the run. Recorded
+        beside the question, then sent to the child as an ``answer`` control (to a child
+        without it, a steer that quotes it); see :mod:`tether.runtime.parent.answering`.
+        Raises ``AnswerRefused``."""
         from tether.runtime.parent.answering import answer_run
 
         db = None if self._inbox is None else self._inbox.db
-        return await answer_run(self, db, message, text, decision)
+        return await answer_run(self, db, message, text, decision, scope=scope)
+
+    async def approvals(self) -> AsyncIterator[Approval]:
+        """The calls the run's agent waits on a person for, as they come (one reader);
+        answer each with ``await approval.approve()`` / ``deny(text)``. A request decided
+        meanwhile (a rule, the timeout) is skipped. Ends when the run has ended."""
+        if self._approvals is None:
+            raise TypeError(f"run {self.run_id} hands out no approvals (it keeps no inbox)")
+        while (approval := await self._approvals.next()) is not None:
+            yield approval
 
     def kill(self, reason: str = "killed by the user") -> None:
         """End the child's process group now; the run fails with ``reason``."""
@@ -398,6 +420,8 @@ class LocalRunHandle(RunHandle):
                 await self._read_inbox()
             if await self._inbox.close() and self._updates is not None:
                 self._updates.stored_unread()  # the reader gets them from the store
+        if self._approvals is not None and self._approvals.denied:
+            result = dataclasses.replace(result, denied=tuple(self._approvals.denied))
         if result.final_text:
             with contextlib.suppress(OSError):
                 write_private_text(self.run_dir.final, result.final_text)

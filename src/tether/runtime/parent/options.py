@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 
-from tether.numbers import PositiveSeconds, seconds_problem
+from tether.numbers import PositiveSeconds, Seconds, seconds_problem
 from tether.runtime.parent.outcome import Timeouts
 
 if TYPE_CHECKING:
@@ -66,6 +66,15 @@ class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     - ``base_url``: point the agent at this model server (``tether model-server``): its
       CLI's configuration is written into its private ``home`` (a new one under the state
       directory unless given); see :mod:`tether.runtime.child.adapters.config`.
+    - approvals (see :mod:`tether.agent.desk`): ``approve`` / ``deny``: rules
+      (``KIND[:GLOB]``: ``shell:git status*``, ``edit:src/**``, ``read``; deny wins);
+      ``policy``: a TOML policy file (``approve = [...]``, ``deny = [...]``), read when the
+      run starts; ``approval``: ``ask`` makes the built-in agent's bash, write and edit
+      wait for an answer (default ``auto``: they run); ``approval_timeout_s`` with
+      ``approval_default`` (``approve`` or ``deny``, both or neither): decide a request
+      nobody answered in time; ``no_one_to_ask``: why no person can answer (then what no
+      rule decides is denied at once, saying so). Without them a request waits for an
+      answer for as long as it takes.
     """
 
     agent: str | None = None
@@ -86,10 +95,17 @@ class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     fork: bool = False
     base_url: str | None = None
     home: str | None = None
+    approval: Literal["ask", "auto"] | None = None
+    approve: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    policy: str | None = None
+    approval_timeout_s: Seconds | None = None
+    approval_default: Literal["approve", "deny"] | None = None
+    no_one_to_ask: str | None = None
 
     def __post_init__(self) -> None:
         # msgspec checks the bounds when it decodes; a Python caller's values, here
-        for name in ("deadline_s", "finalize_after_s"):
+        for name in ("deadline_s", "finalize_after_s", "approval_timeout_s"):
             value = getattr(self, name)
             problem = None if value is None else seconds_problem(value)
             if problem is not None:

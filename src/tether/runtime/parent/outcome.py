@@ -6,7 +6,7 @@ The errors the parent raises are in :mod:`tether.errors`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tether.wire.session import RunStatus
 
@@ -26,6 +26,18 @@ class Timeouts:
     tick_s: float | None = 1.0
 
 
+class Denial(NamedTuple):
+    """A call the agent asked to make that did not run: what it was and who said no
+    (``by``: ``person``, ``rule``, ``timeout``, ``no-one``, ``withdrawn``)."""
+
+    tool: str
+    summary: str
+    by: str
+    key: str | None = None  # the inbox key of its request (None: never asked)
+    rule: str | None = None
+    text: str = ""  # the person's words, or why no one could be asked
+
+
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """How a run ended and its answer.
@@ -33,7 +45,8 @@ class RunResult:
     ``final_text`` is the complete answer for ``done`` runs (read from final-text-path
     when the child had to cut it). ``truncated`` is true only when the full text could
     not be recovered; the text then ends with a note saying so. ``error`` explains any
-    status but ``done`` (and problems the parent noticed on the way).
+    status but ``done`` (and problems the parent noticed on the way). ``denied`` lists
+    the calls the agent asked to make that were denied, and by whom.
     """
 
     status: RunStatus
@@ -44,6 +57,7 @@ class RunResult:
     error: str | None = None
     run_id: str = ""
     elapsed_s: float = 0.0
+    denied: tuple[Denial, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tether import exits, jsondepth
+from tether.inbox.answers import QUESTION_TYPES
 from tether.runtime.parent.observer import Observer
 from tether.runtime.parent.outcome import RunResult
 from tether.runtime.parent.rundir import clear_pending_row, mark_pending_row
@@ -186,11 +187,16 @@ class InboxTail:
 
 
 def inbox_message(stored: Any) -> tuple[dict[str, Any], int]:
-    """A stored inbox row as the message object (a rejected line says why), and its size."""
+    """A stored inbox row as the message object (a rejected line says why), and its size.
+    A question (``clarification``, ``approval_request``) carries its key as ``msg_key``
+    (what ``RunHandle.answer`` names it by; the agent's own ``msg_key``, if any, is
+    replaced)."""
     if stored.body is not None:
         with contextlib.suppress(ValueError):
             obj = jsondepth.loads(stored.body)
             if isinstance(obj, dict):
+                if obj.get("type") in QUESTION_TYPES:
+                    obj["msg_key"] = stored.msg_key
                 return obj, len(stored.body)
     reason = stored.rejected_reason or "unreadable message"
     raw = stored.raw or ""

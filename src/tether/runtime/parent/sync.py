@@ -15,6 +15,7 @@ from collections.abc import Coroutine, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
+from tether.runtime.parent.approvals import Approval
 from tether.runtime.parent.options import SpawnOptions, split_fields
 from tether.runtime.parent.spawn import LocalRunHandle, RunResult, Update, spawn_run
 from tether.wire import ControlAck
@@ -67,6 +68,26 @@ class _LoopThread:
             self.loop.close()
 
 
+class SyncApproval:
+    """An :class:`~tether.runtime.parent.approvals.Approval` with blocking answers."""
+
+    def __init__(self, loop: _LoopThread, approval: Approval) -> None:
+        self._loop = loop
+        self.approval = approval
+        self.key, self.agent, self.tool = approval.key, approval.agent, approval.tool
+        self.kind, self.summary, self.input = approval.kind, approval.summary, approval.input
+        self.choices = approval.choices
+
+    def __repr__(self) -> str:
+        return repr(self.approval).replace("Approval(", "SyncApproval(", 1)
+
+    def approve(self, text: str = "", *, always: bool = False) -> ControlAck:
+        return self._loop.call(self.approval.approve(text, always=always))
+
+    def deny(self, text: str = "") -> ControlAck:
+        return self._loop.call(self.approval.deny(text))
+
+
 class SyncRunHandle:
     """A live run with blocking methods; see :class:`~tether.runtime.parent.handle.RunHandle`."""
 
@@ -98,10 +119,30 @@ class SyncRunHandle:
         return self._loop.call(self._handle.finalize(note))
 
     def answer(
-        self, message: str | Mapping[str, Any], text: str = "", *, decision: str | None = None
+        self,
+        message: str | Mapping[str, Any],
+        text: str = "",
+        *,
+        decision: str | None = None,
+        scope: str | None = None,
     ) -> ControlAck:
         """See :meth:`LocalRunHandle.answer`."""
-        return self._loop.call(self._handle.answer(message, text, decision=decision))
+        return self._loop.call(self._handle.answer(message, text, decision=decision, scope=scope))
+
+    def approvals(self) -> Iterator[SyncApproval]:
+        """The calls the agent waits on a person for, as they come, blocking between them;
+        answer each with ``approval.approve()`` / ``deny(text)`` (see
+        :meth:`LocalRunHandle.approvals`). Ends when the run has ended."""
+        iterator = self._handle.approvals()
+
+        async def next_item() -> Approval | None:
+            try:
+                return await anext(iterator)
+            except StopAsyncIteration:
+                return None
+
+        while (item := self._loop.call(next_item())) is not None:
+            yield SyncApproval(self._loop, item)
 
     def close(self) -> ControlAck:
         return self._loop.call(self._handle.close())

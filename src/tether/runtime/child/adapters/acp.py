@@ -37,10 +37,18 @@ once its input is known (agents announce a call pending and empty first);
 chunk to the next tool call (stop ``tool-use``) or the end of the prompt, with its
 whole text and thinking blocks, ``assistant-stream-end`` and ``llm-end``.
 
-``session/request_permission`` becomes an inbox ``approval_request`` and is answered
-with the agent's ``reject_once`` option (or ``cancelled`` when it offers none): there is
-no answer path yet. Other agent requests (``fs/*``, ``terminal/*``: not offered) get a
-JSON-RPC "method not found" error.
+``session/request_permission`` goes to the run's approval desk (:mod:`tether.agent.desk`:
+rules, else an inbox ``approval_request`` listing the options the agent offered, which
+waits for a person) and is answered with the option the verdict picks from those
+offered: ``allow_once`` (``allow_always`` when the answer is for the rest of the run),
+``reject_once`` (``reject_always``), each falling back to its other kind; ``{"outcome":
+"cancelled"}`` when none fits or the turn ended first (ACP asks a client to answer
+pending requests so after ``session/cancel``). The call is named by its ACP ``kind``
+(``execute``, ``edit``, ``read``, ... from the ``tool_call`` update) and its raw input
+(Gemini CLI sends none: an ``execute`` call's command is then its title).
+ACP carries no message with the answer: the agent learns only which option was chosen.
+Other agent requests (``fs/*``, ``terminal/*``: not offered) get a JSON-RPC "method not
+found" error.
 """
 
 from __future__ import annotations
@@ -48,6 +56,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from tether.agent.desk import Request as ToolRequest
+from tether.agent.desk import Verdict
 from tether.agent.runner import EmitFn, Injection, TurnRunner
 from tether.agent.usage import Usage
 from tether.runtime.child.adapters.commands import MODE_ARG, Resume, split_mode_arg
@@ -114,9 +124,20 @@ class _Call:
 
 
 class _Tool:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, kind: str = "", raw: object = None) -> None:
         self.name = name
+        self.kind = kind  # the ACP ToolKind the agent gave it
+        self.raw = raw
         self.shown = False
+
+
+# the option kinds a verdict picks, in order of preference
+_PICKS: Final = {
+    ("approve", "once"): ("allow_once", "allow_always"),
+    ("approve", "always"): ("allow_always", "allow_once"),
+    ("deny", "once"): ("reject_once", "reject_always"),
+    ("deny", "always"): ("reject_always", "reject_once"),
+}
 
 
 class AcpTranslator:
@@ -147,6 +168,7 @@ class AcpTranslator:
         self._prompt: int | str | None = None
         self._call: _Call | None = None
         self._tools: dict[str, _Tool] = {}  # open tool calls by id
+        self._permissions: dict[int | str, list[Mapping[str, Any]]] = {}  # request id -> options
 
     # -- commands -----------------------------------------------------------------------
 
@@ -278,20 +300,59 @@ class AcpTranslator:
                 Send(self.rpc.refuse(got.id, METHOD_NOT_FOUND, f"tether offers no {got.method}"))
             ]
         tool = mapping(got.params.get("toolCall"))
-        title = text_of(tool.get("title")) or text_of(tool.get("toolCallId")) or "a tool call"
-        reason = f"{self.agent_name} asks permission: {title}"
-        options = [mapping(o) for o in got.params.get("options") or []]
-        reject = next((o for o in options if o.get("kind") == "reject_once"), None)
-        option = text_of(reject.get("optionId")) if reject is not None else ""
+        known = self._tools.get(text_of(tool.get("toolCallId")))
+        kind = text_of(tool.get("kind")) or (known.kind if known else "")
+        title = text_of(tool.get("title")) or (known.name if known else "")
+        title = title or text_of(tool.get("toolCallId")) or "a tool call"
+        raw = tool.get("rawInput", known.raw if known else None)
+        if not raw and kind == "execute" and title:
+            raw = {"command": title}  # Gemini CLI names the command only in the title
+        locations = tool.get("locations")
+        paths = (
+            [text_of(field(where, "path")) for where in locations or []]
+            if isinstance(locations, list)
+            else []
+        )
+        offered = got.params.get("options")
+        options: list[Mapping[str, Any]] = (
+            [o for o in offered if isinstance(o, dict)] if isinstance(offered, list) else []
+        )
+        self._permissions[got.id] = options
+        choices = tuple(
+            {k: text_of(o.get(k)) for k in ("optionId", "name", "kind")} for o in options[:16]
+        )
+        request = ToolRequest(
+            self.agent_name,
+            "acp",
+            kind or title,
+            raw,
+            summary=title,
+            paths=tuple(p for p in paths if p),
+            choices=choices,
+        )
+        # the model's call ended asking for this tool (Gemini CLI asks before its tool_call)
+        return [*self._close_call("tool-use", Usage()), Ask(request, got.id)]
+
+    def answered(self, token: Any, verdict: Verdict) -> list[Action]:
+        """The answer to permission request ``token``: the option the verdict picks."""
+        options = self._permissions.pop(token, None)
+        if options is None:
+            return []
+        picked = None
+        if verdict.by != "withdrawn":
+            for kind in _PICKS[verdict.decision, verdict.scope]:
+                picked = next((o for o in options if o.get("kind") == kind), None)
+                if picked is not None:
+                    break
+        option = text_of(picked.get("optionId")) if picked is not None else ""
         outcome = (
             {"outcome": "selected", "optionId": option} if option else {"outcome": "cancelled"}
         )
-        note = f"{reason}; refused (tether has no answer path for approvals yet)"
-        return [
-            Ask(reason, {"agent": self.agent_name, "tool": title}),
-            Send(self.rpc.answer(got.id, {"outcome": outcome})),
-            Show({"type": "info", "summary": note}),
-        ]
+        out: list[Action] = [Send(self.rpc.answer(token, {"outcome": outcome}))]
+        if verdict.approved and not option:
+            note = f"{self.agent_name} offered no option to allow this call: answered cancelled"
+            out.append(Show({"type": "info", "summary": note}))
+        return out
 
     # -- session/update -----------------------------------------------------------------
 
@@ -353,7 +414,7 @@ class AcpTranslator:
         if ident not in self._tools:
             out = self._close_call("tool-use", Usage())
             name = text_of(update.get("title")) or text_of(update.get("kind")) or "tool"
-            self._tools[ident] = _Tool(name)
+            self._tools[ident] = _Tool(name, text_of(update.get("kind")), update.get("rawInput"))
         return out + self._tool_update(update)
 
     def _tool_update(self, update: Mapping[str, Any]) -> list[Action]:
@@ -365,6 +426,9 @@ class AcpTranslator:
             return []
         status = text_of(update.get("status"))
         raw = update.get("rawInput")
+        if raw is not None:
+            tool.raw = raw
+        tool.kind = text_of(update.get("kind")) or tool.kind
         out: list[Action] = []
         if not tool.shown and (raw or status not in ("", "pending")):
             tool.shown = True

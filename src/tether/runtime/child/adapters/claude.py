@@ -30,9 +30,13 @@ batch of taken-in messages ends with one ``result`` line. So:
   ``--tools ""``: no tools at all (:func:`final_command`, used by the driver);
 - permission prompts (``can_use_tool`` control requests, asked because the adapter
   passes ``--permission-prompt-tool stdio`` unless the user chose their own prompt tool
-  or ``--dangerously-skip-permissions``) become inbox ``approval_request`` messages and
-  are denied with a reason, as there is no answer path yet. Choose a permission mode
-  with ``--agent-arg=--permission-mode=MODE`` or ``--agent-arg=--allowedTools=TOOLS``.
+  or ``--dangerously-skip-permissions``) go to the run's approval desk
+  (:mod:`tether.agent.desk`: rules, else an inbox ``approval_request`` that waits for a
+  person); the verdict is the ``control_response``: ``{"behavior": "allow",
+  "updatedInput": INPUT}`` runs the tool as asked, ``{"behavior": "deny", "message":
+  WHY}`` tells the model why it did not run. A ``control_cancel_request`` (Claude Code
+  aborted the call) withdraws the request. Claude Code's own settings still decide what
+  it asks about (``--agent-arg=--permission-mode=MODE``, ``--allowedTools=TOOLS``).
 
 Stream events map as the built-in agent's do (:mod:`.claude_stream`). The session id
 from ``system/init`` is recorded (``claude --resume ID`` continues it): a later run
@@ -46,11 +50,11 @@ telemetry or update checks): a supervised run makes only the calls its turns nee
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from tether.agent.desk import Request, Verdict
 from tether.agent.runner import Injection
 from tether.agent.usage import Usage
 from tether.runtime.child.adapters.claude_stream import ModelCall, tool_results, usage_of
@@ -65,6 +69,7 @@ from tether.runtime.child.adapters.translate import (
     Send,
     Show,
     Started,
+    Withdraw,
     mapping,
     text_of,
 )
@@ -75,7 +80,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BASE_ARGS",
-    "NO_ANSWER_PATH",
     "QUIET_ENV",
     "ClaudeRunner",
     "ClaudeTranslator",
@@ -84,12 +88,6 @@ __all__ = [
     "final_command",
 ]
 
-NO_ANSWER_PATH: Final = (
-    "tether: this permission prompt was sent to the run's inbox as an approval_request, "
-    "but there is no answer path yet, so it is denied. Start the run with "
-    "--agent-arg=--permission-mode=acceptEdits (or bypassPermissions) or "
-    "--agent-arg=--allowedTools=TOOL to allow it."
-)
 INIT_ID: Final = "tether-initialize"
 _USAGE_FIELDS: Final = {
     "input": "input",
@@ -149,6 +147,7 @@ class ClaudeTranslator:
         self._call: ModelCall | None = None
         self._tool_names: dict[str, str] = {}
         self._requests = 0
+        self._asked: dict[str, tuple[object, str]] = {}  # request_id -> (input, tool_use_id)
 
     # -- tether -> Claude Code ----------------------------------------------------------
 
@@ -156,6 +155,7 @@ class ClaudeTranslator:
         """The ``initialize`` control request: its answer says Claude Code is up (the
         session id follows with the first ``system/init``). A restarted one starts afresh."""
         self._pending.clear()
+        self._asked.clear()
         self._open = self._interrupted = False
         self._call = None
         request = {"subtype": "initialize", "hooks": None}
@@ -200,6 +200,9 @@ class ClaudeTranslator:
             return self._control_request(line)
         if kind == "control_response":
             return self._control_response(mapping(line.get("response")))
+        if kind == "control_cancel_request":
+            request_id = text_of(line.get("request_id"))
+            return [Withdraw(request_id)] if self._asked.pop(request_id, None) else []
         # `assistant` lines repeat what the stream events said; system/status and
         # other kinds carry nothing for the wire.
         return []
@@ -275,18 +278,27 @@ class ClaudeTranslator:
             error = f"tether does not answer {text_of(request.get('subtype'))!r} requests"
             refused = {"subtype": "error", "request_id": request_id, "error": error}
             return [Send({"type": "control_response", "response": refused})]
-        tool = text_of(request.get("tool_name")) or "a tool"
-        what = text_of(request.get("description")) or json.dumps(request.get("input"))[:200]
-        reason = f"Claude Code asks to use {tool}: {what}"
-        answer = {"behavior": "deny", "message": NO_ANSWER_PATH}
-        response: dict[str, Any] = {"subtype": "success", "request_id": request_id}
-        response["response"] = answer
-        summary = f"permission prompt denied (no answer path yet): {reason}"
-        return [
-            Ask(reason, {"agent": "claude", "tool": tool, "input": request.get("input")}),
-            Show({"type": "info", "summary": summary[:160]}),
-            Send({"type": "control_response", "response": response}),
-        ]
+        tool = text_of(request.get("tool_name")) or "tool"
+        raw = request.get("input")
+        self._asked[request_id] = (raw, text_of(request.get("tool_use_id")))
+        ask = Request("claude", "claude", tool, raw, choices=("allow", "deny"))
+        return [Ask(ask, request_id)]
+
+    def answered(self, token: object, verdict: Verdict) -> list[Action]:
+        """The ``control_response`` for the permission prompt ``token`` (its request_id)."""
+        asked = self._asked.pop(str(token), None)
+        if asked is None:
+            return []  # withdrawn by Claude Code meanwhile
+        raw, tool_use = asked
+        answer: dict[str, Any]
+        if verdict.approved:
+            answer = {"behavior": "allow", "updatedInput": raw if isinstance(raw, dict) else {}}
+        else:
+            answer = {"behavior": "deny", "message": verdict.note()}
+        if tool_use:
+            answer["toolUseID"] = tool_use
+        response = {"subtype": "success", "request_id": str(token), "response": answer}
+        return [Send({"type": "control_response", "response": response})]
 
 
 class ClaudeRunner:

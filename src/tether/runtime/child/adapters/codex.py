@@ -32,13 +32,19 @@ usage: Codex reports it after the tools ran) when its first tool starts. Tool it
 ``completed`` -> ``stop``, ``interrupted`` -> ``aborted``, ``failed`` -> ``error`` with
 its message; ``error``, ``warning`` and the like are shown as ``error`` / ``info``.
 
-Requests from Codex: approvals (``item/commandExecution/requestApproval``,
-``item/fileChange/requestApproval``, the legacy ``execCommandApproval`` /
-``applyPatchApproval``, ``item/permissions/requestApproval``) become an inbox
-``approval_request`` and are declined: there is no answer path yet, so Codex runs with
-``approval_policy="never"`` unless ``--agent-arg`` chose another policy. Questions
-(``item/tool/requestUserInput``, MCP elicitations) are declined the same way; any other
-request gets a JSON-RPC "method not found" error.
+Requests from Codex: approvals go to the run's approval desk (:mod:`tether.agent.desk`:
+rules, else an inbox ``approval_request`` that waits for a person) and are answered with
+the verdict: ``item/commandExecution/requestApproval`` and
+``item/fileChange/requestApproval`` with ``{"decision": "accept"}`` (``"acceptForSession"``
+when the answer is for the rest of the run), ``"decline"``, or ``"cancel"`` when the turn
+ended first; the legacy ``execCommandApproval`` / ``applyPatchApproval`` with
+``approved`` / ``approved_for_session`` / ``denied`` / ``abort``;
+``item/permissions/requestApproval`` grants the permissions asked for, or none. The
+paths of a file change come from its ``fileChange`` item (``item/started``). Codex runs
+with its own approval policy (``on-request`` unless its config or ``--agent-arg`` says
+otherwise: it asks when the model wants out of its sandbox). Questions
+(``item/tool/requestUserInput``, MCP elicitations) are declined; any other request gets a
+JSON-RPC "method not found" error.
 """
 
 from __future__ import annotations
@@ -46,9 +52,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from tether.agent.desk import Request as ToolRequest
+from tether.agent.desk import Verdict
 from tether.agent.runner import EmitFn, Injection, TurnRunner
 from tether.agent.usage import Usage
-from tether.runtime.child.adapters.commands import Resume, approval_args, codex_handshake
+from tether.runtime.child.adapters.commands import Resume, codex_handshake
 from tether.runtime.child.adapters.jsonrpc import (
     METHOD_NOT_FOUND,
     Notification,
@@ -75,7 +83,7 @@ from tether.runtime.child.adapters.translate import (
 if TYPE_CHECKING:
     from tether.runtime.child.adapters import AdapterOptions
 
-__all__ = ["CodexRunner", "CodexTranslator", "approval_args"]
+__all__ = ["CodexRunner", "CodexTranslator"]
 
 _THREAD_OPENERS: Final = {
     "thread/start": "start a thread",
@@ -86,12 +94,22 @@ _STATUS_STOPS: Final = {"completed": "stop", "interrupted": "aborted", "failed":
 _TEXT_ITEMS: Final = frozenset({"agentMessage", "reasoning", "plan"})
 _SILENT_ITEMS: Final = frozenset({"userMessage", "hookPrompt", "contextCompaction"})
 _NOTES: Final = frozenset({"warning", "configWarning", "deprecationNotice", "guardianWarning"})
+# approval request -> (the tool it is for, its decisions: once, for the session, deny, abort)
 _APPROVALS: Final = {
-    "item/commandExecution/requestApproval": {"decision": "decline"},
-    "item/fileChange/requestApproval": {"decision": "decline"},
-    "execCommandApproval": {"decision": "denied"},
-    "applyPatchApproval": {"decision": "denied"},
-    "item/permissions/requestApproval": {"permissions": {}},
+    "item/commandExecution/requestApproval": (
+        "commandExecution",
+        ("accept", "acceptForSession", "decline", "cancel"),
+    ),
+    "item/fileChange/requestApproval": (
+        "fileChange",
+        ("accept", "acceptForSession", "decline", "cancel"),
+    ),
+    "execCommandApproval": ("execCommand", ("approved", "approved_for_session", "denied", "abort")),
+    "applyPatchApproval": ("applyPatch", ("approved", "approved_for_session", "denied", "abort")),
+}
+PERMISSIONS: Final = "item/permissions/requestApproval"
+# questions tether does not put to a person (declined)
+_DECLINED: Final = {
     "mcpServer/elicitation/request": {"action": "decline", "content": None},
     "item/tool/requestUserInput": {"answers": {}},
 }
@@ -125,6 +143,8 @@ class CodexTranslator:
         self._held: list[Injection] = []  # steers waiting for the turn id
         self._next_opening: list[Injection] = []  # refused steers: the next Codex turn
         self._interrupt = False
+        self._asked: dict[int | str, tuple[str, Any]] = {}  # request id -> (method, params)
+        self._file_paths: dict[str, list[str]] = {}  # fileChange item id -> its paths
 
     # -- commands -----------------------------------------------------------------------
 
@@ -227,18 +247,58 @@ class CodexTranslator:
         return [Show({"type": "info", "summary": note})]
 
     def _request(self, got: Request) -> list[Action]:
-        answer = _APPROVALS.get(got.method)
-        if answer is None:
+        if got.method in _DECLINED:
+            what = _approval_subject(got.params) or got.method
+            note = f"codex asks {got.method}: {what}; declined (tether answers approvals only)"
+            answer = _DECLINED[got.method]
+            return [Send(self.rpc.answer(got.id, answer)), Show({"type": "info", "summary": note})]
+        if got.method not in _APPROVALS and got.method != PERMISSIONS:
             refusal = self.rpc.refuse(got.id, METHOD_NOT_FOUND, f"tether has no {got.method}")
             return [Send(refusal)]
-        what = _approval_subject(got.params) or got.method
-        reason = f"codex asks: {what}"
-        note = f"{reason}; declined (tether has no answer path for approvals yet)"
-        return [
-            Ask(reason, {"agent": "codex", "method": got.method}),
-            Send(self.rpc.answer(got.id, answer)),
-            Show({"type": "info", "summary": note}),
-        ]
+        self._asked[got.id] = (got.method, got.params)
+        return [Ask(self._ask(got.method, got.params), got.id)]
+
+    def _ask(self, method: str, params: Mapping[str, Any]) -> ToolRequest:
+        if method == PERMISSIONS:
+            arguments = {"permissions": params.get("permissions"), "reason": params.get("reason")}
+            choices = ("grant", "deny")
+            return ToolRequest("codex", "codex", "permissions", arguments, choices=choices)
+        tool, decisions = _APPROVALS[method]
+        command = params.get("command")
+        arguments = {k: params[k] for k in ("command", "cwd", "reason") if params.get(k)}
+        paths: list[str] = []
+        if tool == "fileChange":
+            paths = self._file_paths.get(text_of(params.get("itemId")), [])
+        elif tool == "applyPatch":
+            paths = [str(p) for p in mapping(params.get("fileChanges"))]
+        if paths:
+            arguments["paths"] = paths
+        summary = " ".join(command) if isinstance(command, list) else text_of(command)
+        return ToolRequest(
+            "codex",
+            "codex",
+            tool,
+            arguments,
+            summary=summary,
+            paths=tuple(paths),
+            choices=decisions,
+        )
+
+    def answered(self, token: Any, verdict: Verdict) -> list[Action]:
+        """The answer to approval request ``token`` (its JSON-RPC id), as Codex takes it."""
+        asked = self._asked.pop(token, None)
+        if asked is None:
+            return []
+        method, params = asked
+        if method == PERMISSIONS:
+            granted = params.get("permissions") if verdict.approved else {}
+            return [Send(self.rpc.answer(token, {"permissions": granted or {}}))]
+        once, session, deny, abort = _APPROVALS[method][1]
+        if verdict.approved:
+            decision = session if verdict.scope == "always" else once
+        else:
+            decision = abort if verdict.by == "withdrawn" else deny
+        return [Send(self.rpc.answer(token, {"decision": decision}))]
 
     # -- notifications --------------------------------------------------------------------
 
@@ -259,6 +319,14 @@ class CodexTranslator:
             return []
         if kind in _TEXT_ITEMS:
             return self._open_call()
+        if kind == "fileChange" and isinstance(ident := item.get("id"), str):
+            changes = item.get("changes")
+            paths = (
+                [text_of(field(c, "path")) for c in changes or []]
+                if isinstance(changes, list)
+                else []
+            )
+            self._file_paths[ident] = [p for p in paths if p][:1000]
         return [*self._close_call("tool-use", None), Show(_tool_call(item))]
 
     def _open_call(self) -> list[Action]:
@@ -286,6 +354,7 @@ class CodexTranslator:
         if kind in _SILENT_ITEMS:
             return []
         if kind not in _TEXT_ITEMS:
+            self._file_paths.pop(text_of(item.get("id")), None)
             return [Show(_tool_result(item))]
         text = text_of(item.get("text")) if kind == "agentMessage" else _reasoning_text(item)
         if kind == "plan" or not text:

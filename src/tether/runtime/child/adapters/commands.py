@@ -1,8 +1,9 @@
 """How each agent CLI is started: its command line and environment, in one place.
 
 What the adapters add to an agent's command (the machine-protocol flags, Claude Code's
-permission prompt tool, Codex's approval policy, the run's model where the CLI takes it
-as a flag) and to its environment, for the agents whose CLI runs once for the whole run
+permission prompt tool, the run's model where the CLI takes it as a flag) and to its
+environment (Codex keeps its own approval policy: it asks, and the run's approval desk
+answers), for the agents whose CLI runs once for the whole run
 (:data:`LAUNCHES`). It is read twice: by ``tether child`` to start the CLI first thing,
 before its own heavy imports (:mod:`tether.runtime.child.adapters.early`), and by
 :func:`tether.runtime.child.adapters.open_runner` when nothing was started early, so both
@@ -53,7 +54,6 @@ __all__ = [
     "CliLaunch",
     "ModelTwice",
     "Resume",
-    "approval_args",
     "claude_command",
     "claude_session_file",
     "cli_launch",
@@ -162,13 +162,6 @@ def claude_command(program: Sequence[str], agent_args: Sequence[str]) -> list[st
     return [*args, *agent_args]
 
 
-def approval_args(agent_args: Sequence[str]) -> list[str]:
-    """Codex: ``-c approval_policy="never"`` unless the user's arguments set a policy."""
-    if any("approval_policy" in arg for arg in agent_args):
-        return []
-    return ["-c", 'approval_policy="never"']
-
-
 def split_mode_arg(agent_args: Sequence[str]) -> tuple[str | None, list[str]]:
     """ACP: the adapter's ``--session-mode=ID`` (last wins) and the arguments for the agent."""
     mode = None
@@ -219,7 +212,7 @@ def _claude(start: _Start) -> CliLaunch:
 
 def _codex(start: _Start) -> CliLaunch:
     argv, args, env, _, _ = start  # model and resume: thread/start, thread/resume, thread/fork
-    return CliLaunch([*argv, *approval_args(args), *args], env)
+    return CliLaunch([*argv, *args], env)  # its own approval policy: it asks, the desk answers
 
 
 def _pi(start: _Start) -> CliLaunch:

@@ -5,8 +5,11 @@ Theory of operation: :class:`TranslatingRunner` is the turn runner
 :class:`~tether.runtime.child.adapters.base.CliProcess` whose stdout lines go to the
 translator's ``receive``; every method of the translator returns actions
 (:mod:`tether.runtime.child.adapters.translate`) that the driver performs in order: write a
-message to the CLI, emit a display event, write an inbox ``approval_request``, note the
-end of the CLI's turn, or fail the set-up.
+message to the CLI, emit a display event, take a permission request to the run's
+approval desk (:mod:`tether.agent.desk`: rules, then a person, for as long as it takes;
+the verdict goes back through the translator's ``answered``, in the CLI's protocol),
+note the end of the CLI's turn, or fail the set-up. Requests still waiting when the turn
+is interrupted or aborted, or the CLI dies, are withdrawn (answered deny / cancelled).
 
 - :meth:`prepare` starts the CLI (stdin stays open for the whole run: pi exits on EOF)
   and runs the hand-shake (minus its opening when ``tether child`` wrote that as the CLI
@@ -45,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
+from tether.agent.desk import Verdict
 from tether.agent.runner import (
     EmitFn,
     Injection,
@@ -55,10 +59,20 @@ from tether.agent.runner import (
 )
 from tether.agent.usage import Usage
 from tether.runtime.child.adapters.base import BadLine, CliProcess
-from tether.runtime.child.adapters.translate import Action, Ask, Broken, Ended, Send, Show, Started
+from tether.runtime.child.adapters.translate import (
+    Action,
+    Ask,
+    Broken,
+    Ended,
+    Send,
+    Show,
+    Started,
+    Withdraw,
+)
 from tether.wire.limits import POLL_BUSY_S
 
 if TYPE_CHECKING:
+    from tether.agent.desk import Request
     from tether.runtime.child.adapters import AdapterOptions
 
 __all__ = ["SESSION_FILE", "Traits", "TranslatingRunner", "Translator", "descendants"]
@@ -82,6 +96,8 @@ class Translator(Protocol):
     def interrupt(self) -> list[Action]: ...
 
     def receive(self, message: object) -> list[Action]: ...
+
+    def answered(self, token: Any, verdict: Verdict) -> list[Action]: ...
 
 
 class Traits(NamedTuple):
@@ -117,7 +133,9 @@ class TranslatingRunner:
         self._call_open = False  # an llm-start not yet closed by its llm-end
         self.run_dir = options.run_dir
         env = options.env
-        self.inbox = env.get("TETHER_INBOX_PATH") or env.get("RUNEX_INBOX_PATH")
+        self.desk = options.desk
+        self.cwd = options.cwd
+        self._asks: dict[Any, asyncio.Task[None]] = {}  # token -> its wait at the desk
         self._command = (list(options.argv), options.cwd, env)
         self._start_s = START_S if options.start_s is None else options.start_s
         started_at = time.monotonic() if options.started_at is None else options.started_at
@@ -254,6 +272,7 @@ class TranslatingRunner:
         while not turn.ended.is_set():
             if control.interrupted and not turn.interrupted:
                 turn.interrupted = True
+                self._withdraw_all()
                 self._perform(self.translator.interrupt())
             if not turn.interrupted:
                 self._take(control)
@@ -280,6 +299,7 @@ class TranslatingRunner:
             self._perform(self.translator.inject(item))
 
     def _abort(self) -> None:
+        self._withdraw_all()
         with contextlib.suppress(Exception):
             self._perform(self.translator.interrupt())
 
@@ -306,6 +326,7 @@ class TranslatingRunner:
         if process is not self.process:
             return  # replaced meanwhile (finalize's restart)
         _kill_groups(_strays(process))  # its tools have no one to answer to now
+        self._withdraw_all()
         self._dead = note
         if not self._started.is_set():
             self._problem = self._problem or note
@@ -346,6 +367,8 @@ class TranslatingRunner:
                 self._session(action.session)
             elif isinstance(action, Ask):
                 self._ask(action)
+            elif isinstance(action, Withdraw):
+                self._withdraw(action.token)
             elif isinstance(action, Broken):
                 self._problem = self._problem or action.reason  # the first says why
                 self._started.set()
@@ -368,15 +391,46 @@ class TranslatingRunner:
             with contextlib.suppress(OSError):
                 _write_private(self.run_dir / SESSION_FILE, session + "\n")
 
-    def _ask(self, action: Ask) -> None:
-        if not self.inbox:
-            return
-        from tether.inbox.writer import append_inbox
+    # -- approvals ----------------------------------------------------------------------
 
-        with contextlib.suppress(OSError, ValueError):
-            append_inbox(
-                self.inbox, {"type": "approval_request", "reason": action.reason, **action.detail}
-            )
+    def _ask(self, action: Ask) -> None:
+        """Take the CLI's request to the desk; its verdict is answered when it comes."""
+        request = action.request
+        if request.cwd is None:
+            request = request._replace(cwd=self.cwd)
+        old = self._asks.pop(action.token, None)
+        if old is not None:
+            old.cancel()
+        task = asyncio.get_running_loop().create_task(self._decide(action.token, request))
+        self._asks[action.token] = task
+
+    async def _decide(self, token: Any, request: Request) -> None:
+        try:
+            if self.desk is None:
+                why = "this child has no approval desk"
+                verdict = Verdict("deny", "no-one", text=why)
+            else:
+                verdict = await self.desk.request(request)
+        except asyncio.CancelledError:
+            self._answer(token, Verdict("deny", "withdrawn", text="the turn ended"))
+            raise
+        finally:
+            if self._asks.get(token) is asyncio.current_task():
+                del self._asks[token]
+        self._answer(token, verdict)
+
+    def _answer(self, token: Any, verdict: Verdict) -> None:
+        with contextlib.suppress(Exception):  # a CLI gone meanwhile: nothing to answer
+            self._perform(self.translator.answered(token, verdict))
+
+    def _withdraw(self, token: Any) -> None:
+        task = self._asks.pop(token, None)
+        if task is not None:
+            task.cancel()
+
+    def _withdraw_all(self) -> None:
+        for token in list(self._asks):
+            self._withdraw(token)
 
     # -- ending -------------------------------------------------------------------------
 
@@ -387,6 +441,7 @@ class TranslatingRunner:
         _kill_groups(strays)
 
     async def aclose(self) -> None:
+        self._withdraw_all()
         strays = _strays(self.process)
         try:
             await self.process.aclose()

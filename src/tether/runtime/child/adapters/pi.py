@@ -32,8 +32,13 @@ Events: ``message_update`` text/thinking deltas -> ``assistant-*-delta``; an ass
 ``llm-start``; ``tool_execution_start`` / ``_end`` -> ``tool-call`` / ``tool-result``;
 ``auto_retry_start``, ``compaction_start`` -> ``info``; ``extension_error`` and a failed
 response -> ``error``. Extension dialogs (``extension_ui_request`` with a ``select``,
-``confirm``, ``input`` or ``editor`` method) are answered ``cancelled`` and reported as
-an inbox ``approval_request``: there is no answer path yet.
+``confirm``, ``input`` or ``editor`` method: an extension asking, e.g. a permission gate
+before ``bash``) go to the run's approval desk (:mod:`tether.agent.desk`: rules, else an
+inbox ``approval_request`` with the dialog's options, which waits for a person) and are
+answered with ``extension_ui_response``: ``confirm`` -> ``confirmed`` true / false;
+``select`` -> ``value``, the option the person named, else the first that reads as yes
+(approve) or no (deny), else ``cancelled``; ``input`` / ``editor`` -> ``value`` the
+person's text (approve) or ``cancelled`` (deny).
 
 pi exits on stdin EOF, even mid-prompt: the driver keeps stdin open for the whole run.
 
@@ -48,6 +53,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
+from tether.agent.desk import Request, Verdict
 from tether.agent.runner import EmitFn, Injection, TurnRunner
 from tether.agent.usage import Usage
 from tether.runtime.child.adapters.translate import (
@@ -71,6 +77,8 @@ __all__ = ["PiRunner", "PiTranslator", "wire_stop"]
 STATE_ID: Final = "tether-state"
 _STOPS: Final = {"stop": "stop", "length": "length", "toolUse": "tool-use"}
 _DIALOGS: Final = frozenset({"select", "confirm", "input", "editor"})
+_YES: Final = ("yes", "allow", "approve", "accept", "ok", "proceed", "continue", "confirm", "y")
+_NO: Final = ("no", "block", "deny", "reject", "cancel", "abort", "stop", "n")
 _DELTAS: Final = {
     "text_delta": "assistant-text-delta",
     "thinking_delta": "assistant-thinking-delta",
@@ -102,6 +110,7 @@ class PiTranslator:
         self._stop = "stop"
         self._error: str | None = None
         self._model: dict[str, str] = {}
+        self._dialogs: dict[str, tuple[str, list[str]]] = {}  # id -> (method, options)
 
     # -- commands -----------------------------------------------------------------------
 
@@ -286,15 +295,51 @@ class PiTranslator:
         ident = msg.get("id")
         if method not in _DIALOGS or not isinstance(ident, str):
             return []
+        options = msg.get("options")
+        choices = (
+            [o for o in options if isinstance(o, str)][:64] if isinstance(options, list) else []
+        )
+        self._dialogs[ident] = (method, choices)
         title = text_of(msg.get("title")) or text_of(msg.get("message")) or method
-        reason = f"pi asks ({method}): {title}"
-        answer = {"type": "extension_ui_response", "id": ident, "cancelled": True}
-        note = f"{reason}; answered cancelled (tether has no answer path yet)"
-        return [
-            Ask(reason, {"agent": "pi", "method": method}),
-            Send(answer),
-            Show({"type": "info", "summary": note}),
-        ]
+        fields = ("title", "message", "options", "placeholder", "prefill")
+        arguments = {k: msg[k] for k in fields if k in msg}
+        request = Request("pi", "pi", method, arguments, summary=title, choices=tuple(choices))
+        return [Ask(request, ident)]
+
+    def answered(self, token: object, verdict: Verdict) -> list[Action]:
+        """The ``extension_ui_response`` to dialog ``token``."""
+        dialog = self._dialogs.pop(str(token), None)
+        if dialog is None:
+            return []
+        method, options = dialog
+        answer: dict[str, Any] = {"type": "extension_ui_response", "id": str(token)}
+        if verdict.by == "withdrawn":
+            answer["cancelled"] = True
+        elif method == "confirm":
+            answer["confirmed"] = verdict.approved
+        elif method == "select":
+            choice = _choose(options, verdict)
+            answer.update({"value": choice} if choice is not None else {"cancelled": True})
+        elif verdict.approved:
+            answer["value"] = verdict.text
+        else:
+            answer["cancelled"] = True
+        return [Send(answer)]
+
+
+def _choose(options: list[str], verdict: Verdict) -> str | None:
+    """The option a verdict picks: the one the person named, else the first that reads as
+    yes (approve) or no (deny)."""
+    named = verdict.text.strip().lower()
+    for option in options:
+        if named and option.strip().lower() == named:
+            return option
+    words = _YES if verdict.approved else _NO
+    for option in options:
+        first = option.strip().lower().split(" ", 1)[0].strip(",.!:")
+        if first in words:
+            return option
+    return None
 
 
 def _plain_text(content: object) -> str:

@@ -84,6 +84,11 @@ class AgentKind(NamedTuple):
     # parent's automatic finalize comes at least this much (and a last turn) before the
     # deadline (`tether run`'s default lead).
     stop_s: float = 1.0
+    # how the agent's permission requests reach the run's approval desk and its answer
+    # goes back (tether.agent.desk); the capability table's "approvals" row
+    approvals: Capability = Capability(
+        Support.REJECTED, "the program asks nothing: no approvals, and rules see no calls"
+    )
 
 
 BASH_AGENT_INTERRUPT_S: Final = 5.0
@@ -103,6 +108,12 @@ def _caps(**cells: tuple[Support, str]) -> dict[str, Capability]:
 
 N, E, R = Support.NATIVE, Support.EMULATED, Support.REJECTED
 _ABORT = "the turn is cancelled at once (tools' process groups ended)"
+_ACP_APPROVALS = Capability(
+    N,
+    "session/request_permission answered with the option the person (or a rule) chose "
+    "from those offered: allow once / always, reject once / always; ACP carries no reason "
+    "to the agent",
+)
 _ACP_CANCEL = "session/cancel, then its process group is ended"
 _ACP_CONTROLS = {
     "steer": (
@@ -147,6 +158,11 @@ AGENTS: Final[dict[str, AgentKind]] = {
                 deadline=(N, _ABORT),
                 close=(N, "ends the run after the current turn"),
             ),
+            approvals=Capability(
+                N,
+                "with --approval ask its bash, write and edit wait for an answer (default: "
+                "they run); rules decide any tool; a denied call's result says why",
+            ),
         ),
         AgentKind(
             name="claude",
@@ -176,9 +192,13 @@ AGENTS: Final[dict[str, AgentKind]] = {
                 deadline=(N, "interrupt control request, then its process group and tools ended"),
                 close=(N, "stdin is closed after the current turn; Claude Code exits"),
             ),
-            notes="permission prompts become inbox approval_request messages and are "
-            "denied until an answer path exists; choose a mode with "
-            "--agent-arg=--permission-mode=MODE or --agent-arg=--allowedTools=TOOLS",
+            approvals=Capability(
+                N,
+                "can_use_tool control requests (--permission-prompt-tool stdio): allow with "
+                "the input, or deny with a message the model reads",
+            ),
+            notes="what Claude Code asks about is its own setting: "
+            "--agent-arg=--permission-mode=MODE, --agent-arg=--allowedTools=TOOLS",
         ),
         AgentKind(
             name="codex",
@@ -218,8 +238,14 @@ AGENTS: Final[dict[str, AgentKind]] = {
                 ),
                 close=(N, "ends the run after the current turn (stdin closed, Codex exits)"),
             ),
-            notes="approvals become inbox approval_request messages and are declined; the "
-            'adapter runs it with -c approval_policy="never" unless --agent-arg sets a policy',
+            approvals=Capability(
+                N,
+                "item/commandExecution and item/fileChange requestApproval answered accept "
+                "(acceptForSession for always) or decline; Codex sends no reason on",
+            ),
+            notes="Codex asks under its own approval policy (on-request unless its config or "
+            "--agent-arg=-c --agent-arg=approval_policy=... says otherwise): when the model "
+            "wants out of its sandbox",
         ),
         AgentKind(
             name="pi",
@@ -250,8 +276,11 @@ AGENTS: Final[dict[str, AgentKind]] = {
                 deadline=(N, "abort, then its process group is ended"),
                 close=(N, "ends the run after the current turn (pi exits on stdin EOF)"),
             ),
-            notes="extension dialogs become inbox approval_request messages and are "
-            "answered cancelled",
+            approvals=Capability(
+                E,
+                "pi has no permission prompts of its own: an extension's dialogs (select, "
+                "confirm, input, editor) are answered with what the person chose",
+            ),
         ),
         AgentKind(
             name="gemini",
@@ -264,8 +293,9 @@ AGENTS: Final[dict[str, AgentKind]] = {
             resume="`session/load {sessionId}` (it advertises loadSession)",
             fork="`session/fork` when it advertises it (Gemini CLI 0.61.0 does not)",
             controls=_caps(**_ACP_CONTROLS),
-            notes="permission requests become inbox approval_request messages and are "
-            "refused; choose a mode with --agent-arg=--yolo (or --approval-mode)",
+            approvals=_ACP_APPROVALS,
+            notes="what it asks about is its own setting: --agent-arg=--yolo (or "
+            "--approval-mode) asks nothing",
         ),
         AgentKind(
             name="acp",
@@ -279,9 +309,10 @@ AGENTS: Final[dict[str, AgentKind]] = {
             "else the run fails `not resumable`",
             fork="`session/fork` when the agent advertises sessionCapabilities.fork",
             controls=_caps(**_ACP_CONTROLS),
-            notes="e.g. -- claude-code-acp, or -- gemini --acp; permission requests become "
-            "inbox approval_request messages and are refused; --agent-arg=--session-mode=ID "
-            "sets the session mode (claude-code-acp: bypassPermissions, acceptEdits, ...)",
+            approvals=_ACP_APPROVALS,
+            notes="e.g. -- claude-code-acp, or -- gemini --acp; --agent-arg=--session-mode=ID "
+            "sets the session mode (claude-code-acp: bypassPermissions, acceptEdits, ...; "
+            "claude-code-acp ends its turn when a call is rejected)",
         ),
         AgentKind(
             name="resp",
@@ -338,7 +369,7 @@ AGENTS: Final[dict[str, AgentKind]] = {
         ),
     )
 }
-del N, E, R, _ACP_CONTROLS
+del N, E, R, _ACP_CONTROLS, _ACP_APPROVALS
 
 
 def ack_notes(agent: AgentKind) -> dict[str, str]:

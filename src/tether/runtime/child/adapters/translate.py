@@ -12,8 +12,12 @@ actions, in order:
   session or thread id, recorded for resume);
 - :class:`Ended`: the CLI's turn is over: the wire stop reason, the turn's usage
   (summed over its model calls), an error when it failed;
-- :class:`Ask`: the CLI asks a permission: the driver writes an inbox
-  ``approval_request`` with ``reason``;
+- :class:`Ask`: the CLI asks a permission (or shows a dialog): the driver takes the
+  :class:`~tether.agent.desk.Request` to the run's approval desk and, once it is decided,
+  hands the :class:`~tether.agent.desk.Verdict` back to the translator's ``answered``
+  with the ``token`` the translator chose, whose actions answer the CLI in its protocol;
+- :class:`Withdraw`: the CLI took back a request it asked (Claude Code's
+  ``control_cancel_request``): the driver stops waiting for it;
 - :class:`Broken`: the CLI cannot go on (a failed hand-shake): the run fails with it.
 
 Translators are total: any dict (and :class:`~tether.runtime.child.adapters.base.BadLine`)
@@ -26,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
+from tether.agent.desk import Request
 from tether.agent.usage import Usage
 
 __all__ = [
@@ -36,6 +41,7 @@ __all__ = [
     "Send",
     "Show",
     "Started",
+    "Withdraw",
     "count",
     "field",
     "mapping",
@@ -64,15 +70,19 @@ class Ended(NamedTuple):
 
 
 class Ask(NamedTuple):
-    reason: str
-    detail: dict[str, Any]
+    request: Request
+    token: Any  # the translator's handle on the request (hashable), given back with the verdict
+
+
+class Withdraw(NamedTuple):
+    token: Any
 
 
 class Broken(NamedTuple):
     reason: str
 
 
-Action = Send | Show | Started | Ended | Ask | Broken
+Action = Send | Show | Started | Ended | Ask | Withdraw | Broken
 
 
 def mapping(value: object) -> Mapping[str, Any]:
