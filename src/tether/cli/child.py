@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether import exits
-from tether.numbers import count
+from tether.numbers import SECONDS_OR_ZERO, count
 
 if TYPE_CHECKING:
     import asyncio
@@ -144,7 +144,7 @@ def add_approval_flags(parser: argparse.ArgumentParser, *, child: bool = True) -
     )
     parser.add_argument(
         "--approval-timeout",
-        type=float,
+        type=SECONDS_OR_ZERO,
         metavar="S",
         help="decide a request nobody answered in S seconds by --approval-default",
     )

@@ -107,7 +107,8 @@ class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
         # msgspec checks the bounds when it decodes; a Python caller's values, here
         for name in ("deadline_s", "finalize_after_s", "approval_timeout_s"):
             value = getattr(self, name)
-            problem = None if value is None else seconds_problem(value)
+            positive = name != "approval_timeout_s"  # 0: decide by the default at once
+            problem = None if value is None else seconds_problem(value, positive=positive)
             if problem is not None:
                 raise ValueError(f"{name}: {problem}")
 
