@@ -95,7 +95,7 @@ def test_the_fleet_in_a_browser(
     page.wait_for_selector(".question:has-text('Which colour?')")
     page.fill(".question input.answer-text", "blue")
     page.click(".question button.answer")
-    page.wait_for_selector("#ack:has-text('answered as steer accepted')")
+    page.wait_for_selector("#ack:has-text('answered as answer applied')")
     page.wait_for_selector("#events:has-text('answer: blue')")
     page.wait_for_selector("#events:has-text('Painting it blue.')")
     page.wait_for_selector("#inbox li.answered:has-text('blue')")
@@ -108,3 +108,29 @@ def test_the_fleet_in_a_browser(
     page.wait_for_selector("#terminal .xterm-rows:has-text('typed-42')")
     page.wait_for_selector("tr[data-name='planner'] td.state:has-text('ready')")
     page.screenshot(path=str(artifact_dir(tmp_path) / "dashboard.png"))
+
+
+def test_an_approval_approved_in_a_browser(
+    agentd: AgentDaemon, dashboard: DashboardProcess, browser_page: Any
+) -> None:
+    page = browser_page
+    page.goto(dashboard.url)
+    work = agentd.root / "gated"
+    work.mkdir()
+    bash = {"name": "bash", "arguments": {"command": "touch made.txt"}}
+    replies = [{"text": "Making it.", "tool_calls": [bash]}, {"text": "All done."}]
+    agentd.spawn("idle", [{"text": "Nothing to do."}], task="rest")
+    agentd.spawn("gated", replies, task="make it", cwd=str(work), approval="ask")
+    # the agent that waits is marked, listed first, and counted in the title
+    page.wait_for_selector("tr[data-name='gated'] td.state:has-text('waiting')")
+    page.wait_for_selector("#agents tbody tr:first-child[data-name='gated'].waiting")
+    page.wait_for_function("document.title.startsWith('(1)')")
+    assert not (work / "made.txt").exists()
+    page.click("tr[data-name='gated']")
+    page.wait_for_selector(".question:has-text('touch made.txt')")
+    page.click(".question button.approve")
+    page.wait_for_selector("#ack:has-text('answered as answer applied')")
+    page.wait_for_selector("#events:has-text('All done.')")
+    page.wait_for_selector("tr[data-name='gated'] td.state:has-text('ready')")
+    page.wait_for_function("!document.title.startsWith('(')")
+    assert (work / "made.txt").exists()

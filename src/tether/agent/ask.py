@@ -2,7 +2,8 @@
 
 ``ask {question, timeout_s?}`` appends ``{"type": "clarification", "q": question}`` to the
 run's inbox (``$TETHER_INBOX_PATH``) and then blocks the turn until the answer arrives or
-``timeout_s`` passes (default 300 s, at most 3600). Its result says which.
+``timeout_s`` passes (default 300 s, at most 3600). Its result says which; a question
+that timed out is closed (a later answer is refused: the agent asks again if it must).
 
 The question waits at the run's approval desk (:mod:`tether.agent.desk`): the answer
 comes as an ``answer`` control naming the question's key (never injected into the
@@ -60,8 +61,8 @@ class AskTool:
             return f"ask: cannot write to the inbox: {exc.strerror or exc}", True
         if answer is None:
             return (
-                f"no answer within {timeout:g} s (question {key} stays in the inbox; "
-                "an answer that comes later arrives as a steer)",
+                f"no answer within {timeout:g} s (question {key} is closed: an answer "
+                "that comes later is refused; ask again if you still need one)",
                 False,
             )
         return f"answer: {answer}", False

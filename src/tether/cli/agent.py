@@ -31,6 +31,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -41,10 +42,12 @@ from tether import exits
 from tether.daemon.fleet.replies import (
     AgentStatus,
     AnswerReply,
+    ApprovalsReply,
     AskReply,
     ControlReply,
     EventsReply,
     ListReply,
+    QueueReply,
     ReconcileReport,
     RmReply,
     StopReply,
@@ -144,6 +147,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
     add_work_actions(action)  # rm, diff, merge, fork
     action("reconcile", "re-adopt agents left by a previous daemon", agent=False)
+    _approval_actions(action)
     events = action("events", "print an agent's events")
     events.add_argument("--after-seq", type=count(0), default=0, metavar="N")
     events.add_argument("--follow", "-f", action="store_true", help="then live until it ends")
@@ -164,12 +168,22 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _add_spawn_agent_flags(spawn: argparse.ArgumentParser) -> None:
-    """``--agent NAME [--agent-arg ARG]...`` and the worktree and base-URL flags."""
-    from tether.cli.child import add_agent_flags
+    """``--agent NAME [--agent-arg ARG]...``, the worktree and base-URL flags, and how
+    the agent's approvals are decided."""
+    from tether.cli.child import add_agent_flags, add_approval_flags
     from tether.cli.run import add_workspace_flags
 
     add_agent_flags(spawn)
     add_workspace_flags(spawn, resume=False)
+    add_approval_flags(spawn, child=False)
+
+
+def _approval_actions(action: Callable[..., argparse.ArgumentParser]) -> None:
+    """``approvals``, ``queue`` and ``unqueue``."""
+    action("approvals", "list the approvals that wait, fleet-wide, oldest first", agent=False)
+    action("queue", "list the steers and follow-ups the agent has not taken in yet")
+    unqueue = action("unqueue", "withdraw a queued steer or follow-up before it is taken in")
+    unqueue.add_argument("ref", type=count(1), help="its seq (tether agent queue shows it)")
 
 
 def _answer_args(answer: argparse.ArgumentParser) -> None:
@@ -178,6 +192,11 @@ def _answer_args(answer: argparse.ArgumentParser) -> None:
     verdict = answer.add_mutually_exclusive_group()
     verdict.add_argument("--approve", action="store_true", help="approve the request")
     verdict.add_argument("--deny", action="store_true", help="deny the request")
+    answer.add_argument(
+        "--always",
+        action="store_true",
+        help="the same answer for every call of this kind for the rest of the run",
+    )
 
 
 def _split_child_argv(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -188,11 +207,23 @@ def _split_child_argv(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
+_ANSWER_FLAGS: Final = ("--approve", "--deny", "--always")
+
+
+def _answer_flags_last(argv: list[str]) -> list[str]:
+    """``answer NAME KEY --deny TEXT``: the verdict flags moved after the text (argparse
+    takes an optional positional only before them), so TEXT may come on either side."""
+    if "answer" not in argv:
+        return argv
+    flags = [a for a in argv if a in _ANSWER_FLAGS]
+    return [a for a in argv if a not in _ANSWER_FLAGS] + flags
+
+
 def main(argv: list[str], prog: str) -> int:
     from tether.cli.child import join_agent_args
     from tether.cli.run import workspace_problem
 
-    own, child_argv = _split_child_argv(list(argv))
+    own, child_argv = _split_child_argv(_answer_flags_last(list(argv)))
     parser = _parser(prog)
     args = parser.parse_args(join_agent_args(own))
     if child_argv is not None and not child_argv:
@@ -338,6 +369,12 @@ def _spawn_params(args: argparse.Namespace, child_argv: list[str] | None) -> dic
         "agent_args": args.agent_arg or None,
         "base_url": args.base_url,
         "worktree": _worktree(args),
+        "approval": args.approval,
+        "approve": args.approve or None,
+        "deny": args.deny or None,
+        "policy": os.path.abspath(args.policy) if args.policy else None,
+        "approval_timeout_s": args.approval_timeout,
+        "approval_default": args.approval_default,
     }
     params.update({key: value for key, value in optional.items() if value is not None})
     return params
@@ -364,6 +401,10 @@ def _run(args: argparse.Namespace) -> int:
         if args.action == "reconcile":
             result, report = _call(client, "agent.reconcile", None, ReconcileReport)
             _emit(args, result, _reconciled(report))
+            return 0
+        if args.action == "approvals":
+            result, waiting = _call(client, "agent.approvals", None, ApprovalsReply)
+            _emit(args, result, _approvals_text(waiting))
             return 0
         return _simple(client, args)
 
@@ -397,6 +438,19 @@ def _simple(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> in
         return work_action(client, args, _call, _emit)
     if args.action == "answer":
         return _answer_question(client, args)
+    if args.action == "queue":
+        result, queue = _call(client, "agent.queue", {"name": name}, QueueReply)
+        _emit(args, result, _queue_text(queue))
+        return 0
+    if args.action == "unqueue":
+        params = {"name": name, "ref": args.ref}
+        result, sent = _call(client, "agent.unqueue", params, ControlReply)
+        if sent.ack == "rejected":
+            message = f"tether agent: {name} did not withdraw {args.ref}: {sent.reason}"
+            print(_for_terminal(message), file=sys.stderr)
+            return exits.FAILED
+        _emit(args, result, f"{name}: withdrew {args.ref} ({sent.ack}); {sent.state}")
+        return 0
     method, params = _control(args)
     result, sent = _call(client, method, params, ControlReply)
     human = f"{name}: {args.action} {sent.ack} (seq {sent.seq}); {sent.state}"
@@ -414,6 +468,8 @@ def _simple(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> in
 
 def _answer_question(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"name": args.name, "key": args.key, "text": args.text}
+    if args.always:
+        params["scope"] = "always"
     if args.approve or args.deny:
         params["decision"] = "approve" if args.approve else "deny"
     elif not args.text:
@@ -426,6 +482,29 @@ def _answer_question(client: DaemonClient | RemoteClient, args: argparse.Namespa
     )
     _emit(args, result, human)
     return 0
+
+
+def _queue_text(reply: QueueReply) -> str:
+    """One line per queued control: its seq, kind, text (first line), age."""
+    if not reply.queue:
+        return f"{reply.name}: nothing queued ({reply.state})"
+    lines = [
+        f"{item.ref:>6}  {item.kind:<9} {item.text.splitlines()[0] if item.text else ''}"
+        f"  ({_age(item.at)})"
+        for item in reply.queue
+    ]
+    return _for_terminal("\n".join(lines))
+
+
+def _approvals_text(reply: ApprovalsReply) -> str:
+    """One line per approval that waits: who, its key, the call, for how long."""
+    if not reply.approvals:
+        return "no approvals wait"
+    lines = []
+    for row in reply.approvals:
+        what = f"{row.tool}: {row.summary}" if row.tool else row.reason
+        lines.append(f"{row.name}  {row.key}  {what}  ({_age(row.since)})")
+    return _for_terminal("\n".join(lines))
 
 
 def _control(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:

@@ -38,6 +38,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         type=Path,
         help="socket path (default: $TETHER_SOCKET or $XDG_RUNTIME_DIR/tether/daemon.sock)",
     )
+    parser.add_argument(
+        "--notify",
+        metavar="CMD",
+        help="run CMD (a shell command) each time an agent starts waiting on a person: "
+        "the request as JSON on its stdin",
+    )
     cluster = parser.add_argument_group("a cluster of hosts over NATS JetStream")
     cluster.add_argument("--nats", metavar="URL", help="join the cluster ($TETHER_NATS_URL)")
     cluster.add_argument("--host", help="this host's name in it ($TETHER_HOST; default: hostname)")
@@ -134,7 +140,7 @@ def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
     )
     try:
         cluster = _cluster(args)
-        fleet = FleetOptions(max_running=args.max_running)
+        fleet = FleetOptions(max_running=args.max_running, notify=args.notify)
         return run_daemon(
             config, use_uvloop=not args.no_uvloop, cluster=cluster, fleet_options=fleet
         )
@@ -193,6 +199,7 @@ def _daemon_flags(args: argparse.Namespace) -> list[str]:
     """The cluster's and the agents' flags again, for the detached daemon's command line."""
     pairs = {
         "--max-running": None if args.max_running is None else str(args.max_running),
+        "--notify": args.notify,
         "--nats": args.nats,
         "--host": args.host,
         "--replicas": None if args.replicas is None else str(args.replicas),

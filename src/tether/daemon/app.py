@@ -5,7 +5,8 @@ Who installs what, read top to bottom in :func:`build_daemon`::
     Daemon(config)                          socket server, method registry    rpc/server.py
     ChannelHub(...).install(daemon)         channel.* (stored: channels/store) channels/hub.py
     ChannelWiring(hub)                      inbox -> channel, Claude's channel channels/wiring.py
-    Supervisor(extensions=[wiring])         the wire agents, their registry    fleet/supervisor.py
+    Queues(notify)                          queued controls, --notify pages    fleet/queues.py
+    Supervisor(extensions=[wiring, queues]) the wire agents, their registry    fleet/supervisor.py
     PtyFleet(registry)                      PTY agents and their holders       pty/agent.py
     Fleet([supervisor, ptys])               every agent behind one interface   fleet/fleet.py
     AgentVerbs(fleet, ...).register(daemon) agent.*                            fleet/verbs.py
@@ -41,6 +42,7 @@ from tether.daemon.channels.hub import ChannelHub
 from tether.daemon.channels.store import ChannelStore
 from tether.daemon.channels.wiring import ChannelWiring
 from tether.daemon.fleet.fleet import Fleet
+from tether.daemon.fleet.queues import Queues
 from tether.daemon.fleet.supervisor import Supervisor
 from tether.daemon.fleet.verbs import AgentVerbs
 from tether.daemon.fleet.workspaces import Workspaces
@@ -69,9 +71,11 @@ log = logging.getLogger("tether.daemon")
 @dataclass(frozen=True, slots=True)
 class FleetOptions:
     """How the daemon runs its agents: ``max_running`` wire agents at once (the rest wait
-    as ``queued``, started in spawn order; None: no limit)."""
+    as ``queued``, started in spawn order; None: no limit); ``notify``: a shell command
+    run each time an agent starts waiting on a person (the request as JSON on stdin)."""
 
     max_running: int | None = None
+    notify: str | None = None
 
 
 def build_daemon(config: ServerConfig, fleet_options: FleetOptions | None = None) -> Daemon:
@@ -85,12 +89,16 @@ def build_daemon(config: ServerConfig, fleet_options: FleetOptions | None = None
     )
     hub.install(daemon)
     wiring = ChannelWiring(hub, paths.state_dir() / "mcp")
-    supervisor = Supervisor(extensions=(wiring,), max_running=options.max_running)
+    queues = Queues(options.notify)
+    supervisor = Supervisor(extensions=(wiring, queues), max_running=options.max_running)
     ptys = PtyFleet(lambda: supervisor.registry, supervisor.runs_root)
     fleet = Fleet([supervisor, ptys])
     workspaces = Workspaces(fleet, supervisor)
     workspaces.register(daemon)
-    AgentVerbs(fleet, supervisor, ptys, channels=wiring, workspaces=workspaces).register(daemon)
+    verbs = AgentVerbs(
+        fleet, supervisor, ptys, channels=wiring, workspaces=workspaces, queues=queues
+    )
+    verbs.register(daemon)
     daemon.methods.register("agent.drive", drive_handler(ptys, fleet))
     daemon.on_start(hub.start)  # before the agents: a recovered agent may forward to one
 

@@ -74,6 +74,8 @@ def claim(
     store: InboxStore, key: str, run_id: str, answer: str, decision: str | None
 ) -> tuple[str, str]:
     """Record ``answer`` to question ``key`` of ``run_id``; returns (kind, question text).
+    A question the child closed (decided by a rule or its timeout, withdrawn, given up
+    by the ``ask`` tool) is refused like an answered one.
 
     Raises :class:`AnswerRefused`. Undo with ``store.forget_answer(key)`` if sending fails.
     """
@@ -90,6 +92,10 @@ def claim(
             f"inbox message {key!r} is a {message.type or 'rejected line'}, not a question "
             "(clarification or approval_request)"
         )
+    closed = store.closing(key, run_id)
+    if closed is not None and closed.get("by") != "person":  # a person's: answered below
+        by = closed.get("by") or closed.get("why") or "the child"
+        raise AnswerRefused(f"question {key!r} was closed already ({by})", answered=True)
     if not store.record_answer(key, run_id, answer, decision, time.time()):
         raise AnswerRefused(f"question {key!r} is answered already", answered=True)
     return str(message.type), question

@@ -401,6 +401,23 @@ class InboxStore:
         )
         return [StoredMessage.from_row(row) for row in rows]
 
+    def closing(self, msg_key: str, run_id: str) -> dict[str, Any] | None:
+        """The child's line that closed question ``msg_key`` (an ``approval_decision`` or a
+        ``question_closed`` naming it, same run), or None while it is open."""
+        row = self._db.execute(
+            "SELECT body FROM inbox_messages WHERE run_id = ?"
+            " AND type IN ('approval_decision', 'question_closed') AND json_valid(body)"
+            " AND json_extract(body, '$.key') = ? ORDER BY offset LIMIT 1",
+            (run_id, msg_key),
+        ).fetchone()
+        if row is None:
+            return None
+        try:
+            body = msgspec.json.decode(row[0])
+        except msgspec.DecodeError:
+            return {}
+        return body if isinstance(body, dict) else {}
+
     def record_answer(
         self, msg_key: str, run_id: str, answer: str, decision: str | None, now: float
     ) -> bool:

@@ -9,7 +9,7 @@ Routes (every one behind :class:`~tether.web.security.Policy`):
   (``agent.diff``; the page shows them under a selected agent that has one);
 - ``POST /api/agents/NAME/ACTION`` for ``steer``, ``follow_up``, ``finalize``, ``cancel``,
   ``stop`` and ``answer`` (a JSON body: ``{text}``, ``{note}``, ``{mode}``, ``{key, text,
-  decision}``): the daemon's answer, or ``{error, code}`` with status 400/404/409/503;
+  decision, scope}``): the daemon's answer, or ``{error, code}`` with status 400/404/409/503;
 - WebSocket ``/api/agents/NAME/events``: the agent's events from seq 1, then live, each as
   ``{type: "event", seq, kind, html}`` where ``html`` is what the terminal display draws
   for it (:mod:`tether.display.html`), then ``{type: "end", state}``;
@@ -171,7 +171,7 @@ class Dashboard:
 
     async def act(self, name: str, action: str, body: dict[str, Any]) -> Any:
         params: dict[str, Any] = {"name": name}
-        for key in ("text", "note", "mode", "key", "decision"):
+        for key in ("text", "note", "mode", "key", "decision", "scope"):
             if isinstance(body.get(key), str) and body[key]:
                 params[key] = body[key]
         if action == "answer" and "text" not in params:

@@ -1,6 +1,7 @@
 """Answers reach daemon agents: ``agent.answer`` / ``tether agent answer`` for a question the
-built-in agent asked with its ``ask`` tool (steer while it waits) and for an approval request
-(a follow-up while it is idle); unanswered questions in ``agent.list`` and the CLI table."""
+built-in agent asked with its ``ask`` tool (an ``answer`` control while it waits) and for an
+approval request the agent wrote to its inbox itself (nothing waits in the child: a
+follow-up while it is idle); unanswered questions in ``agent.list`` and the CLI table."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_ask_tool_waits_for_the_cli_answer(agentd: AgentDaemon) -> None:
 
     answered = tether(agentd, "answer", "asker", question["key"], "main, please")
     assert answered.returncode == 0, answered.stderr
-    assert "as steer accepted" in answered.stdout  # running: blocked in the tool
+    assert "as answer applied" in answered.stdout  # blocked in the tool, at the desk
     done = agentd.wait_for("asker", lambda s: s["state"] == "ready" and s["turn"] >= 1)
     assert done["questions"] == []
     assert any("answer: main, please" in text for text in tool_results(agentd, "asker"))

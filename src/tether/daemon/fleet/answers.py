@@ -1,11 +1,16 @@
 """``agent.answer``: the answer to a question in an agent's inbox reaches the agent.
 
-``agent.answer {name, key, text?, decision?: approve|deny}`` looks the question up in the
-inbox store (``key`` is its ``msg_key``; it must be a ``clarification`` or an
-``approval_request`` of that agent's run), records the answer beside it (once: a second
-answer is ``invalid_status``), and sends it as a ``steer`` when the agent is running, a
-``follow-up`` when it is idle, quoting the question (:func:`tether.inbox.answers.answer_text`).
-Answers ``{name, key, kind, answer, sent_as, seq, ack, state}``.
+``agent.answer {name, key, text?, decision?: approve|deny, scope?: once|always}`` looks
+the question up in the inbox store (``key`` is its ``msg_key``; it must be a
+``clarification`` or an ``approval_request`` of that agent's run), records the answer
+beside it (once: a second answer is ``invalid_status``), and sends it as an ``answer``
+control (wire v1's extension: it reaches what waits for the key, never the
+conversation); a child that does not know it, or a question nothing waits for in the
+child (the agent wrote it to its inbox itself), gets it as a ``steer`` when the agent is
+running, a ``follow-up`` when it is idle, quoting the question
+(:func:`tether.inbox.answers.answer_text`). A question the child closed (a rule or its
+timeout decided it, it was withdrawn) is ``invalid_status``. Answers ``{name, key, kind,
+answer, sent_as, seq, ack, state}``.
 
 :meth:`AnswerDesk.questions` lists the unanswered questions of some runs, for ``agent.list``,
 ``agent.status`` and the dashboard. SQLite work runs in a thread. What it read is kept per
@@ -40,6 +45,7 @@ from tether.inbox.answers import (
     question_of,
 )
 from tether.inbox.store import InboxStore, StoredMessage, open_store
+from tether.runtime.parent.answering import answer_fields
 
 
 class AnswerParams(msgspec.Struct, frozen=True):
@@ -47,9 +53,11 @@ class AnswerParams(msgspec.Struct, frozen=True):
     key: str
     text: str = ""
     decision: Literal["approve", "deny"] | None = None
+    scope: Literal["once", "always"] | None = None
 
 
-SendControl = Callable[[str], Awaitable[tuple[str, ControlReply]]]
+# (the answer control's fields, the steer text, the question's kind) -> (sent as, reply)
+SendControl = Callable[[dict[str, Any], str, str], Awaitable[tuple[str, ControlReply]]]
 Questions = list[dict[str, Any]]
 READ_CHUNK = 500  # run ids per SQLite query (far below its bound-parameter limit)
 
@@ -88,8 +96,12 @@ class AnswerDesk:
             kind, question = await asyncio.to_thread(self._claim, run_id, args, text)
         finally:
             self._changed(run_id)
+        fields = answer_fields(args.key, args.text, args.decision, args.scope)
         try:
-            sent_as, result = await send(answer_text(args.key, kind, question, text))
+            sent_as, result = await send(fields, answer_text(args.key, kind, question, text), kind)
+            if result.ack == "rejected" and kind == "approval_request":
+                why = f"approval {args.key} was not answered: {result.reason}"
+                raise RpcFailure(ErrorCode.INVALID_STATUS, why)
         except BaseException:
             try:
                 await asyncio.to_thread(self._release, args.key)
@@ -168,6 +180,7 @@ class AnswerDesk:
             text = question_of(row.type, body) if isinstance(body, dict) else None
             if text is not None:
                 item = {"key": row.msg_key, "type": row.type, "text": text, "at": row.received_at}
+                item.update(_approval_fields(body))
                 out.setdefault(row.run_id, []).append(item)
         return out
 
@@ -195,6 +208,12 @@ class AnswerDesk:
             for start in range(0, len(run_ids), READ_CHUNK):
                 rows += store.open_questions(run_ids[start : start + READ_CHUNK])
         return rows
+
+
+def _approval_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What an approval request says beside its reason (the desk's fields, as strings)."""
+    fields = ("agent", "tool", "kind", "summary")
+    return {name: body[name] for name in fields if isinstance(body.get(name), str)}
 
 
 __all__ = ["AnswerDesk", "AnswerParams"]

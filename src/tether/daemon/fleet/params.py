@@ -83,6 +83,10 @@ _EXEC_FIELDS: Final = (
     "script",
     "env",
     "child_args",
+    "approve",
+    "deny",
+    "policy",
+    "no_one_to_ask",
 )
 
 
@@ -131,6 +135,11 @@ class ListParams(msgspec.Struct, frozen=True):
 class TextParams(msgspec.Struct, frozen=True):
     name: str
     text: str
+
+
+class UnqueueParams(msgspec.Struct, frozen=True):
+    name: str
+    ref: Annotated[int, msgspec.Meta(ge=1, le=2**53 - 1)]
 
 
 class FinalizeParams(msgspec.Struct, frozen=True):

@@ -66,6 +66,43 @@ class Waiting(msgspec.Struct, frozen=True, omit_defaults=True):
     tool: str | None = None
 
 
+class Approval(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One call an agent waits on a person for (``agent.approvals``)."""
+
+    name: str  # the agent's name in the fleet
+    key: str
+    since: float
+    reason: str
+    agent: str | None = None  # who asks: claude, codex, builtin, ...
+    tool: str | None = None
+    kind: str | None = None
+    summary: str | None = None
+
+
+class ApprovalsReply(msgspec.Struct, frozen=True):
+    """``agent.approvals``: every approval that waits, fleet-wide, oldest first."""
+
+    approvals: list[Approval]
+
+
+class QueuedItem(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A steer or follow-up the agent has not taken in yet (``ref``: its seq)."""
+
+    ref: int
+    kind: str
+    text: str
+    at: float
+    truncated: bool | UnsetType = UNSET
+
+
+class QueueReply(msgspec.Struct, frozen=True):
+    """``agent.queue``: what waits in the agent's queues, oldest first."""
+
+    name: str
+    queue: list[QueuedItem]
+    state: str
+
+
 class ChannelStats(msgspec.Struct, frozen=True, omit_defaults=True):
     pushed: int = 0
     failed: int = 0

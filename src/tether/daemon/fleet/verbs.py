@@ -74,7 +74,7 @@ Verbs (params -> result; errors are ``RpcError`` codes):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -96,22 +96,29 @@ from tether.daemon.fleet.params import (
     StatusParams,
     StopParams,
     TextParams,
+    UnqueueParams,
     check_name,
 )
+from tether.daemon.fleet.queues import Queues
 from tether.daemon.fleet.replies import (
     LANE,
     AgentStatus,
     AnswerReply,
+    Approval,
+    ApprovalsReply,
     AskReply,
     ControlReply,
     DaemonStatus,
     EventsReply,
     ListReply,
     Question,
+    QueuedItem,
+    QueueReply,
     ReconcileReport,
     RmReply,
     StopReply,
     StreamEnd,
+    Waiting,
 )
 from tether.daemon.fleet.supervisor import Supervisor
 from tether.daemon.fleet.turns import AskFailed, Outcome
@@ -119,6 +126,7 @@ from tether.daemon.fleet.wire_agent import ACK_TIMEOUT_S, WireAgent, send_contro
 from tether.daemon.rpc.methods import RpcFailure, decode_params, invalid_status
 from tether.daemon.rpc.protocol import ErrorCode
 from tether.errors import RunEnded
+from tether.runtime.parent.answering import by_steer
 from tether.wire.session import ControlKind, State
 
 if TYPE_CHECKING:
@@ -185,12 +193,14 @@ class AgentVerbs:
         *,
         channels: AgentChannels | None = None,
         workspaces: Workspaces | None = None,
+        queues: Queues | None = None,
     ) -> None:
         self.fleet = fleet
         self.sup = supervisor
         self.ptys = ptys
         self.channels = channels
         self.workspaces = workspaces
+        self.queues = queues
         self.answers = AnswerDesk(supervisor.db)
 
     def register(self, daemon: Daemon) -> None:
@@ -208,6 +218,9 @@ class AgentVerbs:
             "finalize": self.finalize,
             "cancel": self.cancel,
             "answer": self.answer,
+            "approvals": self.approvals,
+            "queue": self.queue,
+            "unqueue": self.unqueue,
         }
         for verb, handler in handlers.items():
             daemon.methods.register(f"agent.{verb}", handler)
@@ -327,6 +340,21 @@ class AgentVerbs:
 
         return read()
 
+    def approvals(
+        self, context: CallContext, params: Any
+    ) -> ApprovalsReply | Coroutine[Any, Any, ApprovalsReply]:
+        """Every approval that waits in a live wire agent, oldest first."""
+        agents = {a.run_id: a for a in self.fleet.all() if isinstance(a, WireAgent) and not a.ended}
+        versions = _versions(list(agents.values()))
+        found, missing = self.answers.cached(versions)
+        if not missing:
+            return _approvals(agents, found)
+
+        async def read() -> ApprovalsReply:
+            return _approvals(agents, await self.answers.questions(versions))
+
+        return read()
+
     def status_of(
         self, context: CallContext, params: Any
     ) -> StatusReply | Coroutine[Any, Any, StatusReply]:
@@ -373,7 +401,12 @@ class AgentVerbs:
         if agent.queued:
             extra["queue_position"] = self.sup.queue_position(agent.name) or UNSET
         if questions is not None:
-            extra["questions"] = [Question(**q) for q in questions.get(agent.run_id, [])]
+            mine = questions.get(agent.run_id, [])
+            extra["questions"] = [Question(q["key"], q["type"], q["text"], q["at"]) for q in mine]
+            if mine and not agent.ended:
+                first = mine[0]
+                kind = "approval" if first["type"] == "approval_request" else "question"
+                extra["waiting"] = Waiting(kind, first["key"], first["at"], first.get("tool"))
         if self.channels is not None:
             extra.update(self.channels.status_fields(agent))
         if final and agent.ended and agent.final_text:  # the whole answer, once read
@@ -387,13 +420,40 @@ class AgentVerbs:
         agent = self._wire(args.name)
         agent.live()
 
-        async def send(text: str) -> tuple[str, ControlReply]:
+        async def send(fields: dict[str, Any], text: str, kind: str) -> tuple[str, ControlReply]:
+            reply = await send_control(agent, ControlKind.ANSWER, fields)
+            if reply.ack != "rejected" or not by_steer(reply.reason, kind):
+                return ControlKind.ANSWER.value, reply
             agent.catch_up()
             running = agent.mirror_state is State.RUNNING
-            kind = ControlKind.STEER if running else ControlKind.FOLLOW_UP
-            return kind.value, await send_control(agent, kind, {"text": text})
+            control = ControlKind.STEER if running else ControlKind.FOLLOW_UP
+            return control.value, await send_control(agent, control, {"text": text})
 
         return await self.answers.answer(agent.run_id, args, send)
+
+    def queue(self, context: CallContext, params: Any) -> QueueReply:
+        """The steers and follow-ups queued in the agent's run, oldest first."""
+        agent = self._wire(decode_params(params, NameParams).name)
+        book = None if self.queues is None else self.queues.book(agent.name)
+        items = [] if book is None or agent.ended else book.items()
+        return QueueReply(
+            agent.name,
+            [QueuedItem(i.ref, i.kind, i.text, i.at, i.truncated or msgspec.UNSET) for i in items],
+            agent.state,
+        )
+
+    async def unqueue(self, context: CallContext, params: Any) -> ControlReply:
+        """Withdraw a queued steer or follow-up (``ref``: its seq) before it is injected."""
+        args = decode_params(params, UnqueueParams)
+        agent = self._wire(args.name)
+        reply = await send_control(agent, ControlKind.UNQUEUE, {"ref": args.ref})
+        book = None if self.queues is None else self.queues.book(agent.name)
+        if reply.ack == "applied" and book is not None:
+            book.withdrawn(args.ref)
+        if reply.ack == "rejected" and not _desk_reason(reply.reason):
+            why = f"this child's queue cannot be edited ({reply.reason})"
+            return msgspec.structs.replace(reply, reason=why)
+        return reply
 
     async def stop(self, context: CallContext, params: Any) -> StopReply:
         args = decode_params(params, StopParams)
@@ -409,6 +469,8 @@ class AgentVerbs:
         reply = await self.fleet.remove(args.name, force=args.force)
         if work is not None:
             await work.removed(agent.wire(), keep_branch=args.keep_branch)
+        if self.queues is not None:
+            self.queues.forget(args.name)
         if isinstance(agent, WireAgent):
             self.answers.forget(agent.run_id)
             if self.channels is not None:
@@ -465,6 +527,36 @@ class AgentVerbs:
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+
+_UNQUEUE_REASONS: Final = ("control ", "no queued ", "run is ", "child is not ready")
+
+
+def _desk_reason(reason: object) -> bool:
+    """A rejection a tether child gives an ``unqueue`` (not an unknown control)."""
+    return isinstance(reason, str) and reason.startswith(_UNQUEUE_REASONS)
+
+
+def _approvals(
+    agents: Mapping[str, WireAgent], found: Mapping[str, list[dict[str, Any]]]
+) -> ApprovalsReply:
+    rows = [
+        Approval(
+            name=agents[run_id].name,
+            key=q["key"],
+            since=q["at"],
+            reason=q["text"],
+            agent=q.get("agent"),
+            tool=q.get("tool"),
+            kind=q.get("kind"),
+            summary=q.get("summary"),
+        )
+        for run_id, questions in found.items()
+        if run_id in agents
+        for q in questions
+        if q["type"] == "approval_request"
+    ]
+    return ApprovalsReply(sorted(rows, key=lambda row: (row.since, row.key)))
 
 
 def _versions(agents: list[FleetAgent]) -> dict[str, int]:

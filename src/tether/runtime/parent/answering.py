@@ -6,9 +6,9 @@ is recorded beside the question once, then sent to the child as an ``answer`` co
 never injected into the conversation). A child that does not know ``answer`` (Fen's)
 rejects it as an unknown control: the answer then goes as today, a ``steer`` while the run
 is running, else a ``follow-up``, whose text quotes the question and carries its key. A
-question nothing waits for any more (its ``ask`` timed out) gets its answer as such a
-steer too; an approval nothing waits for (decided by a rule or a timeout, or withdrawn)
-is refused and its answer not kept.
+question nothing waits for in the child (the agent wrote it to its inbox itself) gets
+its answer as such a steer too; one the child closed (a rule or its timeout decided it,
+it was withdrawn, the ``ask`` tool gave up) is refused before anything is sent.
 """
 
 from __future__ import annotations
@@ -54,10 +54,7 @@ async def answer_run(
         _claim, db, handle.run_id, message, answer, decision
     )
     try:
-        fields: dict[str, Any] = {"key": key}
-        for name, value in (("decision", decision), ("text", text.strip()), ("scope", scope)):
-            if value:
-                fields[name] = value
+        fields = answer_fields(key, text, decision, scope)
         ack = await _deliver(handle, fields, answer_text(key, kind, question, answer), kind)
     except BaseException:
         await asyncio.to_thread(_forget, db, key)
@@ -75,20 +72,30 @@ async def _deliver(
 ) -> ControlAck:
     """The ``answer`` control; the steer that carries the key where it cannot be."""
     ack = await handle.send(ControlKind.ANSWER, **fields)
-    if ack.status != "rejected" or not _by_steer(ack, kind):
+    if ack.status != "rejected" or not by_steer(ack.reason, kind):
         return ack
     running = handle.state is State.RUNNING
     control = ControlKind.STEER if running else ControlKind.FOLLOW_UP
     return await handle.send(control, text=steer_text)
 
 
-def _by_steer(ack: ControlAck, kind: str) -> bool:
+def answer_fields(key: str, text: str, decision: str | None, scope: str | None) -> dict[str, Any]:
+    """The ``answer`` control's fields."""
+    fields: dict[str, Any] = {"key": key}
+    for name, value in (("decision", decision), ("text", text.strip()), ("scope", scope)):
+        if value:
+            fields[name] = value
+    return fields
+
+
+def by_steer(reason: object, kind: str) -> bool:
     """A rejected ``answer`` goes again as a steer: from a child that does not know the
-    control, or for a question nothing waits for (its ``ask`` gave up; the agent still
-    reads the late answer)."""
-    reason = ack.reason if isinstance(ack.reason, str) else ""
+    control, or for a question nothing waits for in the child (one the agent wrote to
+    its inbox itself, an ``echo`` from a script: it reads the answer in the conversation;
+    a question the child closed was refused before anything was sent)."""
+    reason = reason if isinstance(reason, str) else ""
     if reason.startswith(NOTHING_WAITS):
-        return kind == "clarification"
+        return True
     return not any(words in reason for words in WRONG_ANSWER)
 
 
@@ -121,4 +128,4 @@ def _forget(db: Path | None, key: str) -> None:
         store.forget_answer(key)
 
 
-__all__ = ["answer_run"]
+__all__ = ["answer_fields", "answer_run", "by_steer"]

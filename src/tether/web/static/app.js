@@ -63,8 +63,13 @@ function say(text, error = false) {
 async function refresh() {
   try {
     const data = await api("/api/agents");
-    state.agents = data.agents;
-    $("#daemon").textContent = `${data.agents.length} agent${data.agents.length === 1 ? "" : "s"}`;
+    // agents that wait on a person first (oldest wait first), then as the daemon lists them
+    const since = (agent) => (agent.waiting ? agent.waiting.since : Infinity);
+    state.agents = data.agents.slice().sort((a, b) => since(a) - since(b));
+    const waiting = state.agents.filter((agent) => agent.waiting).length;
+    document.title = waiting ? `(${waiting}) tether dashboard` : "tether dashboard";
+    const count = `${data.agents.length} agent${data.agents.length === 1 ? "" : "s"}`;
+    $("#daemon").textContent = waiting ? `${count}, ${waiting} waiting for you` : count;
     renderTable();
     renderDetail();
   } catch (error) {
@@ -81,7 +86,10 @@ function renderTable() {
     const row = node("tr", { "data-name": agent.name, onclick: () => select(agent.name) },
       node("td", { class: "name" }, agent.name),
       node("td", { class: "kind" }, kindOf(agent)),
-      node("td", { class: `state state-${agent.state}` }, agent.state),
+      agent.waiting
+        ? node("td", { class: "state state-waiting", title: `${agent.waiting.kind} ${agent.waiting.key}` },
+          "waiting")
+        : node("td", { class: `state state-${agent.state}` }, agent.state),
       node("td", { class: "turn" }, String(agent.turn)),
       node("td", { class: "usage" }, usage(agent.usage)),
       node("td", { class: "age" }, age(agent.created_at)),
@@ -89,6 +97,7 @@ function renderTable() {
       node("td", { class: "questions" },
         questions ? node("span", { class: "badge" }, String(questions)) : ""));
     if (agent.name === state.selected) row.classList.add("selected");
+    if (agent.waiting) row.classList.add("waiting");
     return row;
   }));
   $("#empty").hidden = state.agents.length > 0;
@@ -151,20 +160,23 @@ function renderDetail() {
 
 function questionBox(question) {
   const input = node("input", { type: "text", placeholder: "your answer", class: "answer-text" });
-  const send = (decision) => answer(question.key, input.value, decision);
+  const send = (decision, scope) => answer(question.key, input.value, decision, scope);
   const buttons = question.type === "approval_request"
     ? [node("button", { type: "button", class: "approve", onclick: () => send("approve") }, "Approve"),
-       node("button", { type: "button", class: "deny", onclick: () => send("deny") }, "Deny")]
+       node("button", { type: "button", class: "deny", onclick: () => send("deny") }, "Deny"),
+       node("button", { type: "button", class: "always", title: "approve this kind of call for the rest of the run",
+         onclick: () => send("approve", "always") }, "Always")]
     : [node("button", { type: "button", class: "answer", onclick: () => send(null) }, "Answer")];
   const label = question.type === "approval_request" ? "Approval requested" : "Question";
   return node("div", { class: "question", "data-key": question.key },
     node("div", { class: "q" }, `${label}: ${question.text}`), input, ...buttons);
 }
 
-async function answer(key, text, decision) {
+async function answer(key, text, decision, scope) {
   try {
     const body = { key, text };
     if (decision) body.decision = decision;
+    if (scope) body.scope = scope;
     const result = await api(`/api/agents/${encodeURIComponent(state.selected)}/answer`, body);
     say(`answered as ${result.sent_as} ${result.ack} (seq ${result.seq})`);
   } catch (error) {

@@ -1,0 +1,165 @@
+"""Approvals through the daemon, with the built-in agent under ``approval: "ask"``: the
+request waits with a key, the agent shows ``waiting``, ``agent.approvals`` lists it, the
+answer goes down as an ``answer`` control (once), it survives a daemon SIGKILL and restart;
+``--notify`` pages a person; a queued follow-up is listed and withdrawn before it is
+injected."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.agentd import AgentDaemon, agentd
+from tests.support.daemon import DaemonProcess
+
+from tether.daemon.rpc.protocol import ErrorCode
+
+__all__ = ["agentd"]
+
+TOUCH = "touch made.txt"
+
+
+def tether(agentd: AgentDaemon, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "tether", "agent", *args]
+    return subprocess.run(
+        command, env=agentd.env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def _asking(agentd: AgentDaemon, name: str, **params: Any) -> Path:
+    work = agentd.root / name
+    work.mkdir()
+    bash = {"name": "bash", "arguments": {"command": TOUCH}}
+    replies = [{"text": "Making it.", "tool_calls": [bash]}, {"text": "All done."}]
+    agentd.spawn(name, replies, task="make the file", cwd=str(work), approval="ask", **params)
+    return work
+
+
+def _waiting(agentd: AgentDaemon, name: str) -> dict[str, Any]:
+    status = agentd.wait_for(name, lambda s: "waiting" in s)
+    waiting: dict[str, Any] = status["waiting"]
+    return waiting
+
+
+def test_an_approval_waits_is_listed_and_answered_once(agentd: AgentDaemon) -> None:
+    work = _asking(agentd, "maker")
+    waiting = _waiting(agentd, "maker")
+    assert (waiting["kind"], waiting["tool"]) == ("approval", "bash")
+    key = waiting["key"]
+    assert not (work / "made.txt").exists()  # nothing runs while it waits
+    listed = agentd.call("agent.approvals")["approvals"]
+    assert [(a["name"], a["key"], a["tool"], a["summary"]) for a in listed] == [
+        ("maker", key, "bash", TOUCH)
+    ]
+    table = tether(agentd, "list")
+    assert "waiting" in table.stdout, table.stdout
+    approvals = tether(agentd, "approvals")
+    assert f"maker  {key}  bash: {TOUCH}" in approvals.stdout, approvals.stdout
+
+    answered = tether(agentd, "answer", "maker", key, "--deny", "not today")
+    assert answered.returncode == 0, answered.stderr
+    assert "as answer applied" in answered.stdout
+    done = agentd.wait_for("maker", lambda s: s["state"] == "ready" and s["turn"] >= 1)
+    assert "waiting" not in done
+    assert done["questions"] == []
+    assert not (work / "made.txt").exists()
+    assert agentd.call("agent.approvals")["approvals"] == []
+    again = tether(agentd, "answer", "maker", key, "--approve")
+    assert again.returncode == 2
+    assert "answered" in again.stderr
+
+
+def test_a_waiting_approval_survives_a_daemon_sigkill(agentd: AgentDaemon) -> None:
+    work = _asking(agentd, "survivor")
+    key = _waiting(agentd, "survivor")["key"]
+    agentd.kill()
+    agentd.restart()
+    assert _waiting(agentd, "survivor")["key"] == key  # re-adopted, still waiting
+    assert [a["key"] for a in agentd.call("agent.approvals")["approvals"]] == [key]
+    result = agentd.call("agent.answer", {"name": "survivor", "key": key, "decision": "approve"})
+    assert (result["sent_as"], result["ack"]) == ("answer", "applied")
+    agentd.wait_for("survivor", lambda s: s["state"] == "ready" and s["turn"] >= 1)
+    assert (work / "made.txt").exists()
+    message = agentd.expect(
+        ErrorCode.INVALID_STATUS,
+        "agent.answer",
+        {"name": "survivor", "key": key, "decision": "approve"},
+    )
+    assert "answered" in message
+
+
+def test_a_rule_decides_and_nothing_waits(agentd: AgentDaemon) -> None:
+    work = _asking(agentd, "ruled", deny=["shell:touch *"])
+    done = agentd.wait_for("ruled", lambda s: s["state"] == "ready" and s["turn"] >= 1)
+    assert "waiting" not in done
+    assert not (work / "made.txt").exists()
+    shown = subprocess.run(
+        [sys.executable, "-m", "tether", "show", done["run_id"], "--json"],
+        env=agentd.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert json.loads(shown.stdout)["denied"] == [
+        "bash: touch made.txt (denied by rule shell:touch *)"
+    ]
+
+
+def test_a_queued_follow_up_is_listed_and_withdrawn(agentd: AgentDaemon) -> None:
+    work = agentd.root / "queued"
+    work.mkdir()
+    gate = f"while [ ! -e {work / 'go'} ]; do sleep 0.01; done"
+    bash = {"name": "bash", "arguments": {"command": gate}}
+    replies = [{"text": "Working.", "tool_calls": [bash]}, {"text": "Done."}, {"text": "x"}]
+    agentd.spawn("queued", replies, task="work", cwd=str(work))
+    agentd.wait_for("queued", lambda s: s["state"] == "running")
+    sent = agentd.call("agent.follow_up", {"name": "queued", "text": "NEVER TO BE SEEN"})
+    assert sent["ack"] == "accepted"
+    queue = agentd.call("agent.queue", {"name": "queued"})["queue"]
+    assert [(q["ref"], q["kind"], q["text"]) for q in queue] == [
+        (sent["seq"], "follow-up", "NEVER TO BE SEEN")
+    ]
+    listed = tether(agentd, "queue", "queued")
+    assert "follow-up NEVER TO BE SEEN" in listed.stdout
+    withdrawn = tether(agentd, "unqueue", "queued", str(sent["seq"]))
+    assert withdrawn.returncode == 0, withdrawn.stderr
+    assert agentd.call("agent.queue", {"name": "queued"})["queue"] == []
+    twice = agentd.call("agent.unqueue", {"name": "queued", "ref": sent["seq"]})
+    assert (twice["ack"], twice["reason"]) == ("rejected", f"control {sent['seq']} was withdrawn")
+    (work / "go").touch()
+    agentd.wait_for("queued", lambda s: s["state"] == "ready" and s["turn"] >= 1)
+    events = agentd.events("queued")
+    assert not [e for e in events if e["type"] == "follow-up-injected"]
+    assert "NEVER TO BE SEEN" not in json.dumps([e for e in events if e["type"] != "control-ack"])
+
+
+@pytest.fixture
+def paged(daemon_env: DaemonProcess, tmp_path: Path) -> Any:
+    from tests.support.agentd import kill_agents
+
+    out = tmp_path / "pages"
+    daemon_env.start("--notify", f"cat >> {out}")
+    try:
+        yield AgentDaemon(daemon_env), out
+    finally:
+        daemon_env.stop()
+        kill_agents(Path(daemon_env.env["TETHER_HOME"]))
+
+
+def test_notify_runs_the_command_with_the_request_on_stdin(paged: Any) -> None:
+    agentd, out = paged
+    _asking(agentd, "paging")
+    key = _waiting(agentd, "paging")["key"]
+    deadline = time.monotonic() + 30
+    while not (out.exists() and out.read_text().endswith("\n")):
+        assert time.monotonic() < deadline, "the notify command never ran"
+        time.sleep(0.05)
+    page = json.loads(out.read_text().splitlines()[0])
+    assert page["name"] == "paging"
+    assert (page["key"], page["type"], page["tool"]) == (key, "approval_request", "bash")
