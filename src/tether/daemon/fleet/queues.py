@@ -1,5 +1,8 @@
 """What waits in each wire agent's queues (``agent.queue``), and what a person is paged for.
 
+The verbs' replies are built here too: :func:`queue_reply` (``agent.queue``),
+:func:`unqueue` (``agent.unqueue``) and :func:`approvals_reply` (``agent.approvals``).
+
 Theory of operation. :class:`QueueBook` is an observer of one agent's run: a ``steer`` or
 ``follow-up`` the child accepted is queued until its ``steering-injected`` /
 ``follow-up-injected`` (naming its seq as ``ref``) says the agent took it in, an ``info``
@@ -31,15 +34,37 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+import msgspec
+
+from tether.daemon.fleet.replies import (
+    Approval,
+    ApprovalsReply,
+    ControlReply,
+    QueuedItem,
+    QueueReply,
+)
 from tether.daemon.fleet.supervisor import FleetExtension
+from tether.daemon.fleet.wire_agent import send_control
 from tether.runtime.parent.observer import Observer
 from tether.wire import ControlAck, Exit, FollowUpInjected, Info, SteeringInjected
+from tether.wire.session import ControlKind
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from tether.daemon.fleet.wire_agent import WireAgent
     from tether.wire import AnyEvent
 
-__all__ = ["KEPT_TEXT_CHARS", "Notifier", "QueueBook", "Queued", "Queues"]
+__all__ = [
+    "KEPT_TEXT_CHARS",
+    "Notifier",
+    "QueueBook",
+    "Queued",
+    "Queues",
+    "approvals_reply",
+    "queue_reply",
+    "unqueue",
+]
 
 KEPT_TEXT_CHARS: Final = 4000
 MAX_QUEUED: Final = 1000  # per agent (a child queues without bound; the listing does not)
@@ -175,6 +200,56 @@ class Queues(FleetExtension):
         task = asyncio.get_running_loop().create_task(_run(self.notify, request))
         self.running.add(task)
         task.add_done_callback(self.running.discard)
+
+
+# How a tether child rejects an ``unqueue`` (any other rejection: it does not know it)
+_UNQUEUE_REASONS: Final = ("control ", "no queued ", "run is ", "child is not ready")
+
+
+def queue_reply(agent: WireAgent, book: QueueBook | None) -> QueueReply:
+    """``agent.queue``: what waits in the agent's queues, oldest first."""
+    items = [] if book is None or agent.ended else book.items()
+    queue = [QueuedItem(i.ref, i.kind, i.text, i.at, i.truncated or msgspec.UNSET) for i in items]
+    return QueueReply(agent.name, queue, agent.state)
+
+
+async def unqueue(agent: WireAgent, book: QueueBook | None, ref: int) -> ControlReply:
+    """``agent.unqueue``: the child's ack of the ``unqueue`` control (a child that does
+    not know it: its queue cannot be edited, said in the reason)."""
+    reply = await send_control(agent, ControlKind.UNQUEUE, {"ref": ref})
+    if reply.ack == "applied" and book is not None:
+        book.withdrawn(ref)
+    reason = reply.reason
+    if reply.ack == "rejected" and not (
+        isinstance(reason, str) and reason.startswith(_UNQUEUE_REASONS)
+    ):
+        why = f"this child's queue cannot be edited ({reason})"
+        return msgspec.structs.replace(reply, reason=why)
+    return reply
+
+
+def approvals_reply(
+    agents: Mapping[str, WireAgent], found: Mapping[str, list[dict[str, Any]]]
+) -> ApprovalsReply:
+    """``agent.approvals``: the approval requests among ``found`` (run_id -> its open
+    questions) of ``agents`` (run_id -> the agent), oldest first."""
+    rows = [
+        Approval(
+            name=agents[run_id].name,
+            key=q["key"],
+            since=q["at"],
+            reason=q["text"],
+            agent=q.get("agent"),
+            tool=q.get("tool"),
+            kind=q.get("kind"),
+            summary=q.get("summary"),
+        )
+        for run_id, questions in found.items()
+        if run_id in agents
+        for q in questions
+        if q["type"] == "approval_request"
+    ]
+    return ApprovalsReply(sorted(rows, key=lambda row: (row.since, row.key)))
 
 
 async def _run(command: str, request: dict[str, Any]) -> None:

@@ -74,7 +74,7 @@ Verbs (params -> result; errors are ``RpcError`` codes):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -99,12 +99,11 @@ from tether.daemon.fleet.params import (
     UnqueueParams,
     check_name,
 )
-from tether.daemon.fleet.queues import Queues
+from tether.daemon.fleet.queues import Queues, approvals_reply, queue_reply, unqueue
 from tether.daemon.fleet.replies import (
     LANE,
     AgentStatus,
     AnswerReply,
-    Approval,
     ApprovalsReply,
     AskReply,
     ControlReply,
@@ -112,7 +111,6 @@ from tether.daemon.fleet.replies import (
     EventsReply,
     ListReply,
     Question,
-    QueuedItem,
     QueueReply,
     ReconcileReport,
     RmReply,
@@ -348,10 +346,10 @@ class AgentVerbs:
         versions = _versions(list(agents.values()))
         found, missing = self.answers.cached(versions)
         if not missing:
-            return _approvals(agents, found)
+            return approvals_reply(agents, found)
 
         async def read() -> ApprovalsReply:
-            return _approvals(agents, await self.answers.questions(versions))
+            return approvals_reply(agents, await self.answers.questions(versions))
 
         return read()
 
@@ -434,26 +432,14 @@ class AgentVerbs:
     def queue(self, context: CallContext, params: Any) -> QueueReply:
         """The steers and follow-ups queued in the agent's run, oldest first."""
         agent = self._wire(decode_params(params, NameParams).name)
-        book = None if self.queues is None else self.queues.book(agent.name)
-        items = [] if book is None or agent.ended else book.items()
-        return QueueReply(
-            agent.name,
-            [QueuedItem(i.ref, i.kind, i.text, i.at, i.truncated or msgspec.UNSET) for i in items],
-            agent.state,
-        )
+        return queue_reply(agent, None if self.queues is None else self.queues.book(agent.name))
 
     async def unqueue(self, context: CallContext, params: Any) -> ControlReply:
         """Withdraw a queued steer or follow-up (``ref``: its seq) before it is injected."""
         args = decode_params(params, UnqueueParams)
         agent = self._wire(args.name)
-        reply = await send_control(agent, ControlKind.UNQUEUE, {"ref": args.ref})
         book = None if self.queues is None else self.queues.book(agent.name)
-        if reply.ack == "applied" and book is not None:
-            book.withdrawn(args.ref)
-        if reply.ack == "rejected" and not _desk_reason(reply.reason):
-            why = f"this child's queue cannot be edited ({reply.reason})"
-            return msgspec.structs.replace(reply, reason=why)
-        return reply
+        return await unqueue(agent, book, args.ref)
 
     async def stop(self, context: CallContext, params: Any) -> StopReply:
         args = decode_params(params, StopParams)
@@ -527,36 +513,6 @@ class AgentVerbs:
 
 
 # -- helpers --------------------------------------------------------------------------------
-
-
-_UNQUEUE_REASONS: Final = ("control ", "no queued ", "run is ", "child is not ready")
-
-
-def _desk_reason(reason: object) -> bool:
-    """A rejection a tether child gives an ``unqueue`` (not an unknown control)."""
-    return isinstance(reason, str) and reason.startswith(_UNQUEUE_REASONS)
-
-
-def _approvals(
-    agents: Mapping[str, WireAgent], found: Mapping[str, list[dict[str, Any]]]
-) -> ApprovalsReply:
-    rows = [
-        Approval(
-            name=agents[run_id].name,
-            key=q["key"],
-            since=q["at"],
-            reason=q["text"],
-            agent=q.get("agent"),
-            tool=q.get("tool"),
-            kind=q.get("kind"),
-            summary=q.get("summary"),
-        )
-        for run_id, questions in found.items()
-        if run_id in agents
-        for q in questions
-        if q["type"] == "approval_request"
-    ]
-    return ApprovalsReply(sorted(rows, key=lambda row: (row.since, row.key)))
 
 
 def _versions(agents: list[FleetAgent]) -> dict[str, int]:
