@@ -135,8 +135,9 @@ def test_approval_flags_go_to_tether_child_never_to_the_agents_command() -> None
     from tether.runtime.parent.command import child_command
     from tether.runtime.parent.options import SpawnOptions
 
-    options = SpawnOptions(agent="acp", argv=("claude-code-acp",), approve=("read",))
+    program = "/bin/sh"  # an ACP agent's command (any program found: nothing is started)
+    options = SpawnOptions(agent="acp", argv=(program,), approve=("read",))
     argv = child_command(options).argv
-    assert argv.index("--approve=read") < argv.index("--") < argv.index("claude-code-acp")
+    assert argv.index("--approve=read") < argv.index("--") < argv.index(program)
     with pytest.raises(BadOptions, match="not argv"):
         child_command(SpawnOptions(argv=("my-wire-child",), deny=("shell",)))
