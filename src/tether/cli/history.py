@@ -109,9 +109,13 @@ def _runs(args: argparse.Namespace) -> int:
         return exits.USAGE  # a set-up problem (a full disk, an unsafe directory)
     from tether.display.sanitize import escape_c1_json, sanitize
 
+    waiting = _waiting([r.id for r in records if r.status == "running"])
     if args.json:
         for record in records:
-            print(escape_c1_json(json.dumps(_record_json(record), ensure_ascii=False)))
+            row = _record_json(record)
+            if record.id in waiting:
+                row["waiting"] = waiting[record.id]
+            print(escape_c1_json(json.dumps(row, ensure_ascii=False)))
         return 0
     if not records:
         print('no runs yet: start one with `tether run "task"` or `tether demo`')
@@ -120,12 +124,32 @@ def _runs(args: argparse.Namespace) -> int:
     for record in records:
         nested = "  " if record.parent_run else ""
         provider = "/".join(p for p in (record.provider, record.model) if p) or "-"
+        status = "waiting" if record.id in waiting else record.status
         line = (
-            f"{record.id:22}  {record.status:9}  {_elapsed(record):>7}  "
+            f"{record.id:22}  {status:9}  {_elapsed(record):>7}  "
             f"{provider[:16]:16}  {nested}{_one_line(record.task, 60)}"
         )
         print(sanitize(line))
     return 0
+
+
+def _waiting(run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """run id -> what it waits on a person for (its oldest open question), for the runs
+    still running: ``{kind: approval|question, key, since}``."""
+    if not run_ids:
+        return {}
+    from tether.inbox.store import open_store
+
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        with open_store() as store:
+            rows = store.open_questions(run_ids)
+    except Exception:  # noqa: BLE001 (a broken store must not hide the list)
+        return {}
+    for row in rows:
+        kind = "approval" if row.type == "approval_request" else "question"
+        found.setdefault(row.run_id, {"kind": kind, "key": row.msg_key, "since": row.received_at})
+    return found
 
 
 def _record_json(record: RunRecord) -> dict[str, Any]:

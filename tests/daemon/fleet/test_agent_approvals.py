@@ -60,6 +60,16 @@ def test_an_approval_waits_is_listed_and_answered_once(agentd: AgentDaemon) -> N
     assert "waiting" in table.stdout, table.stdout
     approvals = tether(agentd, "approvals")
     assert f"maker  {key}  bash: {TOUCH}" in approvals.stdout, approvals.stdout
+    runs = subprocess.run(
+        [sys.executable, "-m", "tether", "runs", "--json"],
+        env=agentd.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    (row,) = [json.loads(line) for line in runs.stdout.splitlines()]
+    assert (row["waiting"]["kind"], row["waiting"]["key"]) == ("approval", key)
 
     answered = tether(agentd, "answer", "maker", key, "--deny", "not today")
     assert answered.returncode == 0, answered.stderr
