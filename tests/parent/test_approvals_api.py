@@ -141,3 +141,12 @@ def test_approval_flags_go_to_tether_child_never_to_the_agents_command() -> None
     assert argv.index("--approve=read") < argv.index("--") < argv.index(program)
     with pytest.raises(BadOptions, match="not argv"):
         child_command(SpawnOptions(argv=("my-wire-child",), deny=("shell",)))
+
+
+def test_tether_run_cannot_answer_so_it_never_waits(tmp_path: Path) -> None:
+    result = tether.run("make it", approval="ask", **_options(tmp_path, "touch x"))
+    assert result.status == "done", result.error
+    assert not (tmp_path / "x").exists()
+    (denial,) = result.denied
+    assert denial.by == "no-one"
+    assert "tether.run() cannot answer approvals" in denial.text

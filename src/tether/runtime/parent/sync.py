@@ -23,15 +23,24 @@ from tether.wire.session import State
 
 T = TypeVar("T")
 
+RUN_CANNOT_ASK = (
+    "tether.run() cannot answer approvals; pass approve=[RULE], or use open_run() or "
+    "spawn() and answer approvals()"
+)
+
 
 def run(task: str, options: SpawnOptions | None = None, /, **fields: Any) -> RunResult:
     """Start a child on ``task``, wait for it, return its :class:`RunResult` (blocking).
 
     Takes what :func:`tether.runtime.parent.spawn.spawn` takes (a :class:`SpawnOptions`
     and its fields by keyword). Must not be called from a running event loop (``await
-    spawn(...)`` there instead).
+    spawn(...)`` there instead). Nothing can answer an approval here: unless
+    ``no_one_to_ask`` says otherwise, a call no rule decides is denied at once, saying so
+    (answer them with :func:`open_run` and ``run.approvals()``).
     """
     opts, supervision = split_fields(options, fields)
+    if opts.no_one_to_ask is None:  # nothing here can answer an approval: never wait for one
+        opts = opts.replace(no_one_to_ask=RUN_CANNOT_ASK)
 
     async def go() -> RunResult:
         handle = await spawn_run(task, opts, supervision)
