@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tether
 from tether.agent.conversation import (
@@ -174,3 +176,32 @@ def test_a_fork_starts_from_the_conversation_and_leaves_it_as_it_was(tmp_path: P
 
 def test_a_conversation_that_cannot_be_read_fails_the_run_at_its_start(tmp_path: Path) -> None:
     asyncio.run(_a_conversation_that_cannot_be_read_fails_the_run_at_its_start(tmp_path))
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.binary(max_size=2000))
+def test_any_bytes_load_as_a_conversation_or_a_reason(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "any.jsonl"
+    path.write_bytes(data)
+    items = load_conversation(path)
+    assert isinstance(items, list | str)
+    if isinstance(items, list):
+        assert repaired(repaired(items)) == repaired(items)
+
+
+@given(
+    st.sampled_from(["builtin", "claude", "codex", "pi", "gemini", "acp"]),
+    st.text(max_size=300),
+    st.booleans(),
+)
+def test_any_session_is_handed_on_or_refused_with_a_reason(
+    agent: str, session: str, fork: bool
+) -> None:
+    from tether.runtime.child.adapters.commands import Resume, resume_refusal
+
+    refusal = resume_refusal(agent, Resume(session, fork=fork))
+    if refusal is None:
+        assert not session.startswith("-")
+        assert session.isprintable()

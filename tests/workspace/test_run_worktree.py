@@ -183,3 +183,16 @@ def test_fork_a_run_into_a_new_worktree_at_its_work(home: Path, repo: Path) -> N
     with open_model_server(script) as server:
         asyncio.run(_fork(home, repo, server))
     assert "remember MANGO" in json.dumps(server.model_requests()[2]["body"]["messages"])
+
+
+def test_a_home_outside_tethers_homes_is_refused(home: Path, tmp_path: Path) -> None:
+    real = tmp_path / "real-home"
+    (real / ".codex").mkdir(parents=True)
+    (real / ".codex" / "config.toml").write_text("mine\n")
+
+    async def go() -> None:
+        with pytest.raises(tether.SpawnError, match="not one of tether's agent homes"):
+            await tether.spawn("x", agent="codex", base_url="http://127.0.0.1:9", home=str(real))
+
+    asyncio.run(go())
+    assert (real / ".codex" / "config.toml").read_text() == "mine\n"

@@ -367,10 +367,7 @@ class Supervisor:
             extension.check_spawn(p)
         check_descriptors()
         try:
-            p, resumed = await asyncio.to_thread(resolve_spawn, p, RunIndex(self.db))
-            command = await asyncio.to_thread(child_command, p.options(), None, resumed)
-            if command.config is not None and command.config.home:  # kept for its resume
-                p = msgspec.structs.replace(p, home=command.config.home)
+            p, command = await asyncio.to_thread(_commanded, p, RunIndex(self.db))
         except BadOptions as exc:
             raise invalid(str(exc)) from None
         except SpawnError as exc:  # an agent CLI that is not installed
@@ -697,6 +694,16 @@ class Supervisor:
             harness=agent.reference.get("harness"),
             was_orphaned=agent.orphaned,
         )
+
+
+def _commanded(p: SpawnParams, index: RunIndex) -> tuple[SpawnParams, ChildCommand]:
+    """The spawn's parameters resolved (a resumed run's options, its worktree's branch,
+    its agent's home) and its child's command; raises ``BadOptions``. Blocking."""
+    p, resumed = resolve_spawn(p, index)
+    command = child_command(p.options(), None, resumed)
+    if command.config is not None and command.config.home:  # kept for its resume
+        p = msgspec.structs.replace(p, home=command.config.home)
+    return p, command
 
 
 class _Release(Observer):

@@ -89,9 +89,11 @@ def _config(options: SpawnOptions, agent: str) -> AgentConfig | None:
     """The agent's configuration for ``base_url`` (None without one)."""
     if options.base_url is None:
         return None
-    home = options.home or str(homes_dir() / new_run_id())
-    if not os.path.isabs(home):
-        raise BadOptions(f"home {home!r} is not an absolute path")
+    homes = homes_dir()
+    home = options.home or str(homes / new_run_id())
+    inside = os.path.dirname(os.path.normpath(home)) == os.path.normpath(os.path.abspath(homes))
+    if not os.path.isabs(home) or not inside:  # never a real HOME: its files would be replaced
+        raise BadOptions(f"home {home!r} is not one of tether's agent homes (in {homes})")
     try:
         return plan_config(
             agent,
