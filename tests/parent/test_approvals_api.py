@@ -150,3 +150,32 @@ def test_tether_run_cannot_answer_so_it_never_waits(tmp_path: Path) -> None:
     (denial,) = result.denied
     assert denial.by == "no-one"
     assert "tether.run() cannot answer approvals" in denial.text
+
+
+def test_a_queued_follow_up_is_listed_and_withdrawn(tmp_path: Path) -> None:
+    from tether.runtime.parent.spawn import RunEvent
+
+    gate = f"while [ ! -e {tmp_path / 'go'} ]; do sleep 0.01; done"
+    options = _options(tmp_path, gate)
+
+    async def go() -> list[str]:
+        handle = await tether.spawn("work", **options)
+        updates = handle.updates()
+        async for update in updates:
+            if isinstance(update, RunEvent) and type(update.event).__name__ == "ToolCall":
+                break
+        ack = await handle.follow_up("NEVER TO BE SEEN")
+        assert ack.status == "accepted"
+        (queued,) = handle.queued()
+        assert (queued.ref, queued.kind, queued.text) == (ack.ref, "follow-up", "NEVER TO BE SEEN")
+        assert (await handle.unqueue(queued.ref)).status == "applied"
+        assert handle.queued() == []
+        again = await handle.unqueue(queued.ref)
+        assert (again.status, again.reason) == ("rejected", f"control {ack.ref} was withdrawn")
+        (tmp_path / "go").touch()
+        kinds = [type(u.event).__name__ async for u in updates if isinstance(u, RunEvent)]
+        assert (await handle.wait()).final_text == "All done."
+        return kinds
+
+    kinds = asyncio.run(go())
+    assert "FollowUpInjected" not in kinds

@@ -134,3 +134,25 @@ def test_an_approval_approved_in_a_browser(
     page.wait_for_selector("tr[data-name='gated'] td.state:has-text('ready')")
     page.wait_for_function("!document.title.startsWith('(')")
     assert (work / "made.txt").exists()
+
+
+def test_a_queued_follow_up_withdrawn_in_a_browser(
+    agentd: AgentDaemon, dashboard: DashboardProcess, browser_page: Any
+) -> None:
+    page = browser_page
+    page.goto(dashboard.url)
+    work = agentd.root / "busy"
+    work.mkdir()
+    gate = f"while [ ! -e {work / 'go'} ]; do sleep 0.01; done"
+    bash = {"name": "bash", "arguments": {"command": gate}}
+    agentd.spawn("busy", [{"tool_calls": [bash]}, {"text": "Done."}], task="work", cwd=str(work))
+    agentd.wait_for("busy", lambda s: s["state"] == "running")
+    sent = agentd.call("agent.follow_up", {"name": "busy", "text": "NEVER TO BE SEEN"})
+    page.click("tr[data-name='busy']")
+    page.wait_for_selector(f"#queue li[data-ref='{sent['seq']}']:has-text('NEVER TO BE SEEN')")
+    page.click("#queue button.withdraw")
+    page.wait_for_selector(f"#ack:has-text('withdrew {sent['seq']}')")
+    assert agentd.call("agent.queue", {"name": "busy"})["queue"] == []
+    (work / "go").touch()
+    page.wait_for_selector("#events:has-text('Done.')")
+    assert "NEVER TO BE SEEN" not in page.inner_text("#events")

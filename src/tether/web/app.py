@@ -7,9 +7,11 @@ Routes (every one behind :class:`~tether.web.security.Policy`):
   questions); ``GET /api/agents/NAME`` one; ``GET /api/agents/NAME/inbox`` its inbox
   messages with their answers; ``GET /api/agents/NAME/diff`` the changes in its worktree
   (``agent.diff``; the page shows them under a selected agent that has one);
+  ``GET /api/agents/NAME/queue`` its queued steers and follow-ups (``agent.queue``);
 - ``POST /api/agents/NAME/ACTION`` for ``steer``, ``follow_up``, ``finalize``, ``cancel``,
-  ``stop`` and ``answer`` (a JSON body: ``{text}``, ``{note}``, ``{mode}``, ``{key, text,
-  decision, scope}``): the daemon's answer, or ``{error, code}`` with status 400/404/409/503;
+  ``stop``, ``answer`` and ``unqueue`` (a JSON body: ``{text}``, ``{note}``, ``{mode}``,
+  ``{key, text, decision, scope}``, ``{ref}``): the daemon's answer, or ``{error, code}``
+  with status 400/404/409/503;
 - WebSocket ``/api/agents/NAME/events``: the agent's events from seq 1, then live, each as
   ``{type: "event", seq, kind, html}`` where ``html`` is what the terminal display draws
   for it (:mod:`tether.display.html`), then ``{type: "end", state}``;
@@ -41,7 +43,7 @@ from tether.web.security import Policy
 
 log = logging.getLogger("tether.web")
 
-ACTIONS: Final = {"steer", "follow_up", "finalize", "cancel", "stop", "answer"}
+ACTIONS: Final = {"steer", "follow_up", "finalize", "cancel", "stop", "answer", "unqueue"}
 STATIC: Final = {
     "app.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
@@ -122,6 +124,8 @@ class Dashboard:
             return Response.json(await self.call("agent.status", {"name": rest[0]}))
         if request.method == "GET" and len(rest) == 2 and rest[1] == "inbox":
             return Response.json(await self.inbox(rest[0]))
+        if request.method == "GET" and len(rest) == 2 and rest[1] == "queue":
+            return Response.json(await self.call("agent.queue", {"name": rest[0]}))
         if request.method == "GET" and len(rest) == 2 and rest[1] == "diff":
             return Response.json(await self.call("agent.diff", {"name": rest[0]}))
         if request.method == "POST" and len(rest) == 2 and rest[1] in ACTIONS:
@@ -176,6 +180,8 @@ class Dashboard:
                 params[key] = body[key]
         if action == "answer" and "text" not in params:
             params["text"] = ""
+        if action == "unqueue" and isinstance(body.get("ref"), int):
+            params["ref"] = body["ref"]
         return await self.call(f"agent.{action}", params)
 
     async def inbox(self, name: str) -> dict[str, Any]:

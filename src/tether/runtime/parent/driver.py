@@ -50,6 +50,7 @@ from tether.runtime.parent.hub import WatchHub
 from tether.runtime.parent.mirror import ChannelError
 from tether.runtime.parent.observer import Observer
 from tether.runtime.parent.process import ChildProcess
+from tether.runtime.parent.queue import QueueBook, Queued
 from tether.runtime.parent.rundir import RunDir, write_private_text
 from tether.runtime.parent.sidecars import InboxTail
 from tether.runtime.parent.supervise import Drain, Finish, RunWatch, Send, Terminate, Wait
@@ -119,6 +120,10 @@ class LocalRunHandle(RunHandle):
         self._approvals = ApprovalFeed(self) if keep_updates and inbox is not None else None
         if self._approvals is not None:
             self.observers.append(self._approvals)
+        # what waits in the run's queues (a daemon's agent gets its own book from the fleet)
+        self._queue = QueueBook(run.control) if keep_updates else None
+        if self._queue is not None:
+            self.observers.append(self._queue)
 
     def start(self) -> None:
         """Subscribe to the run's files, watch the process, start the pump."""
@@ -175,6 +180,20 @@ class LocalRunHandle(RunHandle):
             raise TypeError(f"run {self.run_id} hands out no approvals (it keeps no inbox)")
         while (approval := await self._approvals.next()) is not None:
             yield approval
+
+    def queued(self) -> list[Queued]:
+        """The steers and follow-ups the child accepted and has not injected yet, oldest
+        first (``ref``: the control's seq; see :mod:`tether.runtime.parent.queue`)."""
+        return [] if self._queue is None or self.done else self._queue.items()
+
+    async def unqueue(self, ref: int) -> ControlAck:
+        """Withdraw the queued steer or follow-up ``ref`` before it is injected: the
+        child's ack, ``applied``, or ``rejected`` with why (already injected; a child
+        that does not know ``unqueue`` rejects it as an unknown control)."""
+        ack = await self.send(ControlKind.UNQUEUE, ref=ref)
+        if ack.status == "applied" and self._queue is not None:
+            self._queue.withdrawn(ref)
+        return ack
 
     def kill(self, reason: str = "killed by the user") -> None:
         """End the child's process group now; the run fails with ``reason``."""

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from tether.runtime.parent.approvals import Approval
 from tether.runtime.parent.options import SpawnOptions, split_fields
+from tether.runtime.parent.queue import Queued
 from tether.runtime.parent.spawn import LocalRunHandle, RunResult, Update, spawn_run
 from tether.wire import ControlAck
 from tether.wire.session import State
@@ -137,6 +138,14 @@ class SyncRunHandle:
     ) -> ControlAck:
         """See :meth:`LocalRunHandle.answer`."""
         return self._loop.call(self._handle.answer(message, text, decision=decision, scope=scope))
+
+    def queued(self) -> list[Queued]:
+        """See :meth:`LocalRunHandle.queued`."""
+        return self._handle.queued()
+
+    def unqueue(self, ref: int) -> ControlAck:
+        """See :meth:`LocalRunHandle.unqueue`."""
+        return self._loop.call(self._handle.unqueue(ref))
 
     def approvals(self) -> Iterator[SyncApproval]:
         """The calls the agent waits on a person for, as they come, blocking between them;

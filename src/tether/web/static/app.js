@@ -146,9 +146,38 @@ async function loadDiff(name) {
   }
 }
 
+// the steers and follow-ups the agent has not taken in yet, each with Withdraw
+async function loadQueue(name) {
+  try {
+    const data = await api(`/api/agents/${encodeURIComponent(name)}/queue`);
+    if (name !== state.selected) return;
+    const items = data.queue || [];
+    $("#queue-title").hidden = items.length === 0;
+    $("#queue").hidden = items.length === 0;
+    $("#queue").replaceChildren(...items.map((item) => node("li", { "data-ref": String(item.ref) },
+      `${item.kind} ${item.ref}: ${item.text} `,
+      node("button", { type: "button", class: "withdraw", onclick: () => withdraw(item.ref) },
+        "Withdraw"))));
+  } catch (error) {
+    $("#queue").hidden = true;
+  }
+}
+
+async function withdraw(ref) {
+  try {
+    const result = await api(`/api/agents/${encodeURIComponent(state.selected)}/unqueue`, { ref });
+    say(result.ack === "applied" ? `withdrew ${ref}` : `not withdrawn: ${result.reason}`,
+      result.ack !== "applied");
+    loadQueue(state.selected);
+  } catch (error) {
+    say(`withdraw failed: ${error.message}`, true);
+  }
+}
+
 function renderDetail() {
   const agent = current();
   if (!agent) return;
+  if (agent.kind !== "pty") loadQueue(agent.name);
   $("#detail-state").textContent = `${kindOf(agent)} · ${agent.state} · turn ${agent.turn}`;
   const questions = agent.questions || [];
   const key = questions.map((q) => q.key).join(",");
