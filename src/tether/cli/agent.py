@@ -660,6 +660,8 @@ def _shown_state(agent: AgentStatus) -> str:
         return "waiting"
     if agent.queue_position is not UNSET:
         return f"queued #{agent.queue_position}"
+    if agent.resumable is True:
+        return f"{agent.state} (resumable)"
     return agent.state
 
 

@@ -168,6 +168,7 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
     host: str | UnsetType = UNSET  # the cluster's list: the host it runs on
     answer: AskReply | UnsetType = UNSET  # agent.spawn {wait}
     created: bool | UnsetType = UNSET  # the reference's agent.ask on first contact
+    resumable: bool | UnsetType = UNSET  # an ended agent: a follow-up resumes it
     worktree: str | UnsetType = UNSET  # its git worktree (agent.spawn {worktree})
     branch: str | UnsetType = UNSET  # ... its branch
     base: str | UnsetType = UNSET  # ... the branch its work merges into

@@ -92,6 +92,7 @@ class WireAgent(Observer):
         # Bumped after every inbox drain: what the daemon caches of the inbox store (its
         # open questions) is current while this is unchanged.
         self.inbox_version = 0
+        self._resumable: bool | None = None  # see resumable
         # agent.status's encoded answer and what it was built from (see status_stamp)
         self.status_cache: tuple[tuple[Any, ...], msgspec.Raw] | None = None
         self._asks: dict[int, asyncio.Future[Outcome]] = {}
@@ -321,8 +322,18 @@ class WireAgent(Observer):
             exit_code=self.exit_code if ended else UNSET,
             error=self.error if ended else UNSET,
             notes=list(self.notes) if self.notes else UNSET,
+            resumable=self.resumable if ended else UNSET,
             **_worktree_fields(record.worktree),
         )
+
+    @property
+    def resumable(self) -> bool:
+        """An ended agent: whether a follow-up resumes it (read once: its files are done)."""
+        if self._resumable is None:
+            from tether.daemon.fleet.worktrees import resumable_run
+
+            self._resumable = resumable_run(self.record.argv, self.record.run_dir)
+        return self._resumable
 
     def wire(self) -> WireAgent:
         return self

@@ -16,7 +16,7 @@ from tether.runtime.parent.options import SpawnOptions, WorktreeOption
 from tether.runtime.parent.worktrees import check_worktree, open_worktree, worktree_of
 from tether.store.index import RunIndex
 
-__all__ = ["AGENT_OWNER", "agent_owner", "open_agent_worktree", "resolve_spawn"]
+__all__ = ["AGENT_OWNER", "agent_owner", "open_agent_worktree", "resolve_spawn", "resumable_run"]
 
 AGENT_OWNER: Final = "agent:"
 
@@ -53,3 +53,23 @@ def open_agent_worktree(
         return p, None
     p = msgspec.structs.replace(p, cwd=options.cwd, worktree=options.worktree)
     return p, {"path": tree.path, "branch": tree.branch, "base": tree.base}
+
+
+def resumable_run(argv: list[str] | None, run_dir: str) -> bool:
+    """Whether a follow-up can resume an ended agent's run: its agent (``--agent NAME`` on
+    its child's command line, else tether's own child) has a resume, and the run saved
+    what it needs (a conversation, a session id). Blocking (a file or two)."""
+    from pathlib import Path
+
+    from tether.runtime.child.adapters.registry import AGENTS
+    from tether.runtime.parent.continuation import session_of
+
+    words = list(argv or ())
+    if "--agent" in words[:-1]:
+        agent = words[words.index("--agent") + 1]
+    elif words[1:4] == ["-m", "tether", "child"]:
+        agent = "builtin"
+    else:
+        return False
+    kind = AGENTS.get(agent)
+    return kind is not None and bool(kind.resume) and session_of(agent, Path(run_dir)) is not None
