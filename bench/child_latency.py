@@ -16,8 +16,9 @@ Measures, in one run, against real ``python -m tether child`` processes:
 - spawn-to-ready time (p50/p90): from ``Popen`` to the ``ready`` line in the event file;
 - idle CPU and wake-ups of an idle child per wake-up path (``bench/idle.py``'s measure).
 
-Targets (issue 16): ack p50 <= 0.5 ms and p99 <= 2 ms, idle and busy (wake-fd, the
-path tether's own parents use); an idle child under 0.1 % of a core.
+Targets (issue 29): the wake-fd ack (the path tether's own parents use), idle and busy,
+p50 <= 1.2x the pipe+file floor's p50 and p99 <= 2x its p99 (both floor runs, before and
+after the children, pooled); an idle child under 0.1 % of a core.
 
 This script sees every ack the same way (inotify on the event file, one ``poll`` per
 wait), so the harness adds the same wake-up to every path and to the pipe+file floor.
@@ -48,7 +49,7 @@ from tether.transports.watch import FileWatcher
 
 PYTHON = sys.executable
 MODES = ("wake-fd", "inotify", "polling")
-TARGETS = {"ack_p50_ms": 0.5, "ack_p99_ms": 2.0, "ready_p50_ms": 150.0, "idle_cpu_pct": 0.1}
+TARGETS = {"ack_p50_ratio": 1.2, "ack_p99_ratio": 2.0, "idle_cpu_pct": 0.1}
 
 
 # --- the harness's view of one run ----------------------------------------------------
@@ -379,16 +380,19 @@ def report(  # noqa: PLR0917 - one call site, each argument a measurement
     print("control-to-ack latency (ms)        p50      p90      p99      max     n")
     for name, values in floors.items():
         print(f"  floor  {name:<24}{_row(values)}")
-    floor = pct(floors["pipe+file echo"], 0.5)
+    pooled = floors["pipe+file echo"] + floors.get("pipe+file echo (again)", [])
+    floor, floor99 = pct(pooled, 0.5), pct(pooled, 0.99)
     for state in ("idle", "busy"):
         for mode in MODES:
             values = acks[mode][state]
             ratio = pct(values, 0.5) / floor
             print(f"  {state:<6} {mode:<24}{_row(values)}   p50 {ratio:.2f}x the pipe+file floor")
+    print(f"  the pipe+file floor, both runs: p50 {floor:.3f} ms, p99 {floor99:.3f} ms")
     for state in ("idle", "busy"):
         values = acks["wake-fd"][state]
-        check(f"wake-fd ack p50 {state}", pct(values, 0.5), TARGETS["ack_p50_ms"], "ms")
-        check(f"wake-fd ack p99 {state}", pct(values, 0.99), TARGETS["ack_p99_ms"], "ms")
+        p50, p99 = pct(values, 0.5), pct(values, 0.99)
+        check(f"wake-fd ack p50 {state} / floor p50", p50 / floor, TARGETS["ack_p50_ratio"], "x")
+        check(f"wake-fd ack p99 {state} / floor p99", p99 / floor99, TARGETS["ack_p99_ratio"], "x")
     print()
     print(
         f"spawn-to-ready (ms): p50 {pct(ready, 0.5):.1f}  p90 {pct(ready, 0.9):.1f}  "

@@ -54,8 +54,10 @@ import msgspec
 from idle import cpu_seconds, idle_cpu  # bench/idle.py: CPU and wake-ups of processes
 
 from daemon import (  # bench/daemon.py: the servers, the round-trip client
+    _answer_frame,
     _Client,
     _run,
+    _start_canned,
     daemon_env,
     padded_frame,
     start_servers,
@@ -200,6 +202,28 @@ async def timed_calls(path: Path, payloads: list[bytes]) -> list[float]:
     return out
 
 
+async def closed_loops(path: Path, payload: bytes, clients: int, calls: int) -> list[float]:
+    """``clients`` connections, each calling ``calls`` times one call at a time, all at
+    once: every call's round trip."""
+    loop = asyncio.get_running_loop()
+    conns = [(await loop.create_unix_connection(_Client, str(path)))[1] for _ in range(clients)]
+    for conn in conns:
+        await conn.round_trip(payload)  # warm up
+    out: list[float] = []
+
+    async def drive(conn: _Client) -> None:
+        for _ in range(calls):
+            began = time.perf_counter()
+            await conn.round_trip(payload)
+            out.append(time.perf_counter() - began)
+
+    await asyncio.gather(*(drive(conn) for conn in conns))
+    for conn in conns:
+        assert conn.transport is not None
+        conn.transport.close()
+    return out
+
+
 async def answer_size(path: Path, method: str, params: Any) -> int:
     client = await AsyncDaemonClient.open(path)
     try:
@@ -282,28 +306,46 @@ def pipe_floor(samples: int) -> list[float]:
     return pinged("import os,sys\nwhile os.read(0,1):\n    os.write(1,b'x')\n", samples)
 
 
-def pinged(code: str, samples: int, gap_s: float = 0.0, lead_us: float = 0.0) -> list[float]:
-    """Round trips to ``python -c code`` (it answers each byte on stdin with one on stdout):
-    ``gap_s`` asleep before each ping, then ``lead_us`` of CPU after it before blocking on
-    the answer; the first sample is dropped (warm-up)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
-    )
-    assert proc.stdin is not None
-    assert proc.stdout is not None
-    out = []
-    for _ in range(samples + 1):
+class Pinger:
+    """A ``python -c code`` process that answers each byte on its stdin with one on its
+    stdout, pinged one byte at a time (the floors' bare processes)."""
+
+    def __init__(self, code: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+        )
+        self.ping()  # warm up
+
+    def ping(self, gap_s: float = 0.0, lead_us: float = 0.0) -> float:
+        """``gap_s`` asleep, then one round trip, running ``lead_us`` of CPU after the ping
+        before blocking on the answer; its seconds."""
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
         if gap_s:
             time.sleep(gap_s)
         began = time.perf_counter()
-        proc.stdin.write(b"x")
+        self.proc.stdin.write(b"x")
         while time.perf_counter() < began + lead_us / 1e6:
             pass
-        proc.stdout.read(1)
-        out.append(time.perf_counter() - began)
-    proc.stdin.close()
-    proc.wait(10)
-    return out[1:]
+        self.proc.stdout.read(1)
+        return time.perf_counter() - began
+
+    def pings(self, samples: int, gap_s: float = 0.0, lead_us: float = 0.0) -> list[float]:
+        return [self.ping(gap_s, lead_us) for _ in range(samples)]
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+def pinged(code: str, samples: int, gap_s: float = 0.0, lead_us: float = 0.0) -> list[float]:
+    """``samples`` round trips to a new :class:`Pinger` of ``code``."""
+    pinger = Pinger(code)
+    try:
+        return pinger.pings(samples, gap_s, lead_us)
+    finally:
+        pinger.close()
 
 
 # What a control costs each side between the wake-ups (measured: the daemon's work after it
@@ -344,22 +386,25 @@ FLOOR_REQUEST_US = 150
 FLOOR_SETTLE_US = 200
 
 
+# The relay: the daemon's stand-in between the client and the child's.
+RELAY = (
+    SPIN + "import subprocess,sys\n"
+    f"child=subprocess.Popen([sys.executable,'-c',{FLOOR_ECHO!r}],stdin=subprocess.PIPE,"
+    "stdout=subprocess.PIPE,bufsize=0)\n"
+    "while os.read(0,1):\n"
+    f"    spin({FLOOR_REQUEST_US}); child.stdin.write(b'x'); spin({FLOOR_LEAD_US})\n"
+    f"    child.stdout.read(1); spin({FLOOR_SETTLE_US}); os.write(1,b'x')\n"
+    "child.stdin.close(); child.wait()\n"
+)
+
+
 def path_floor(samples: int, gap_s: float) -> list[float]:
     """The whole path's four wake-ups on bare processes: this process pings a relay (the
     daemon), which works FLOOR_REQUEST_US, pings its own echo process (the child) and
     runs FLOOR_LEAD_US on; the echo answers after FLOOR_ANSWER_US and runs a
     FLOOR_TURN_US turn; the relay works FLOOR_SETTLE_US and answers. What is above the
     serial work (0.75 ms) is the machine waking processes on idle CPUs, four times."""
-    relay = (
-        SPIN + "import subprocess,sys\n"
-        f"child=subprocess.Popen([sys.executable,'-c',{FLOOR_ECHO!r}],stdin=subprocess.PIPE,"
-        "stdout=subprocess.PIPE,bufsize=0)\n"
-        "while os.read(0,1):\n"
-        f"    spin({FLOOR_REQUEST_US}); child.stdin.write(b'x'); spin({FLOOR_LEAD_US})\n"
-        f"    child.stdout.read(1); spin({FLOOR_SETTLE_US}); os.write(1,b'x')\n"
-        "child.stdin.close(); child.wait()\n"
-    )
-    return pinged(relay, samples, gap_s)
+    return pinged(RELAY, samples, gap_s)
 
 
 # -- report ---------------------------------------------------------------------------------------
@@ -488,20 +533,41 @@ def idle(args: argparse.Namespace, daemon_pid: int, pids: list[int], helpers: li
     )
 
 
+LIST_CLIENTS = (1, 8)
+ROUNDS = 5  # each measure is taken in rounds, its floor's beside it, so drifting load hits both
+
+
 def latency(
     args: argparse.Namespace, daemon_pid: int, sockets: tuple[Path, Path], names: list[str]
 ) -> None:
     path, echo_path = sockets
     n = len(names)
-    list_size = _run(answer_size(path, "agent.list", {}))
-    cpu = cpu_seconds(daemon_pid)
-    lists = _run(timed_calls(path, [encode_call(1, "agent.list", {})] * args.lists))
-    list_cpu = (cpu_seconds(daemon_pid) - cpu) / (args.lists + 1) * 1000
-    echo_lists = _run(timed_calls(echo_path, [padded_frame(list_size)] * args.lists))
-    print(
-        f"agent.list, {n} agents ({list_size / 1024:.0f} KiB): {ms(lists)}, daemon CPU "
-        f"{list_cpu:.2f} ms a call; echo of a frame that size: {ms(echo_lists)}"
-    )
+    request = encode_call(1, "agent.list", {})
+    answer = _answer_frame(path, request)
+    list_size = len(answer)
+    canned, canned_path = _start_canned(path.parent.parent, answer)
+    try:
+        for clients in LIST_CLIENTS:
+            servers = {
+                "daemon": (path, request),
+                "echo": (echo_path, padded_frame(list_size)),
+                "same reply": (canned_path, request),
+            }
+            calls = max(1, args.lists // clients)
+            cpu = cpu_seconds(daemon_pid)
+            got, ratios = in_rounds(servers, clients, calls)
+            list_cpu = (cpu_seconds(daemon_pid) - cpu) / (ROUNDS * clients * (calls + 1)) * 1000
+            print(
+                f"agent.list, {n} agents ({list_size / 1024:.0f} KiB), {clients} client(s): "
+                f"{ms(got['daemon'])}, daemon CPU {list_cpu:.2f} ms a call; floors: an echo of "
+                f"a frame that size {ms(got['echo'])}, the same reply from a bare server "
+                f"{ms(got['same reply'])}; p50 ratio {ratios['echo']:.2f}x the echo, "
+                f"{ratios['same reply']:.2f}x the same reply (target <= "
+                f"{2 if clients == 1 else 3}x)"
+            )
+    finally:
+        canned.terminate()
+        canned.wait(10)
     status_size = _run(answer_size(path, "agent.status", {"name": names[0]}))
     payloads = [
         encode_call(1, "agent.status", {"name": random.choice(names)}) for _ in range(args.statuses)
@@ -516,6 +582,30 @@ def latency(
         f"{status_cpu:.0f} us a call; echo of a frame "
         f"that size: {ms(echo)}; rate ratio {ratio:.2f}x (p50 echo / p50 daemon)"
     )
+
+
+def in_rounds(
+    servers: dict[str, tuple[Path, bytes]], clients: int, calls: int
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """``calls`` round trips per client to each server, ``clients`` at once, in ROUNDS
+    rounds (the servers' order turning): every latency per server, and each floor's
+    median per-round ratio of p50s (the first server's over the floor's)."""
+    names = list(servers)
+    got: dict[str, list[float]] = {name: [] for name in names}
+    per_round: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(ROUNDS):
+        for k in range(len(names)):
+            name = names[(round_ + k) % len(names)]
+            where, payload = servers[name]
+            out = _run(closed_loops(where, payload, clients, calls))
+            got[name] += out
+            per_round[name].append(statistics.median(out))
+    first = per_round[names[0]]
+    ratios = {
+        name: statistics.median(a / b for a, b in zip(first, per_round[name], strict=True))
+        for name in names[1:]
+    }
+    return got, ratios
 
 
 def schedstat(pid: int) -> tuple[int, int]:
@@ -534,34 +624,58 @@ def ack_latency(
     echo_path: Path,
     names: list[str],
 ) -> None:
+    """Control-to-ack back to back and spaced, in ROUNDS rounds, each beside the whole
+    path's four-wake-up floor taken the same way (:func:`path_floor`)."""
     daemon_pid, children = procs
     count = min(args.acks, len(names) * (SCRIPT_REPLIES // 8))
-    cpu = cpu_seconds(daemon_pid), sum(map(cpu_seconds, children))
-    ran0, waited0 = schedstat(daemon_pid)
-    got = _run(acks(path, names, count))
-    ran, waited = schedstat(daemon_pid)
-    ran, waited = ran - ran0, waited - waited0
-    d_cpu = (cpu_seconds(daemon_pid) - cpu[0]) / count * 1000
-    c_cpu = (sum(map(cpu_seconds, children)) - cpu[1]) / count * 1000
-    spaced = _run(acks(path, names, count // 2, args.ack_gap_ms / 1000))
+    per = max(1, count // ROUNDS)
+    gap = args.ack_gap_ms / 1000
+    got: dict[str, list[float]] = {"b2b": [], "spaced": [], "floor b2b": [], "floor spaced": []}
+    d_cpu = c_cpu = ran = waited = 0.0
+    relay = Pinger(RELAY)
+    try:
+        for _ in range(ROUNDS):
+            cpu = cpu_seconds(daemon_pid), sum(map(cpu_seconds, children))
+            ran0, waited0 = schedstat(daemon_pid)
+            got["b2b"] += _run(acks(path, names, per))
+            ran1, waited1 = schedstat(daemon_pid)
+            ran, waited = ran + ran1 - ran0, waited + waited1 - waited0
+            d_cpu += cpu_seconds(daemon_pid) - cpu[0]
+            c_cpu += sum(map(cpu_seconds, children)) - cpu[1]
+            got["floor b2b"] += relay.pings(per)
+            got["spaced"] += _run(acks(path, names, per // 2, gap))
+            got["floor spaced"] += relay.pings(per // 2, gap)
+    finally:
+        relay.close()
+    done = per * ROUNDS
     pipe = pipe_floor(count)
-    woken = wake_floor(count // 2, args.ack_gap_ms / 1000)
-    whole = path_floor(count // 2, args.ack_gap_ms / 1000)
+    woken = wake_floor(count // 2, gap)
     echo = _run(timed_calls(echo_path, [encode_call(1, "echo", None)] * count))
     print(
-        f"control-to-ack (agent.follow_up to random agents, {count} back to back): {ms(got)} "
-        f"(target p99 <= 5 ms); per follow-up: daemon CPU {d_cpu:.2f} ms, children CPU "
-        f"{c_cpu:.2f} ms (the turn it starts), the daemon's main thread ran "
-        f"{ran / count / 1e6:.2f} ms and waited for a CPU {waited / count / 1e6:.2f} ms"
+        f"control-to-ack (agent.follow_up to random agents, {done} back to back): "
+        f"{ms(got['b2b'])}; per follow-up: daemon CPU {d_cpu / done * 1000:.2f} ms, children "
+        f"CPU {c_cpu / done * 1000:.2f} ms (the turn it starts), the daemon's main thread ran "
+        f"{ran / done / 1e6:.2f} ms and waited for a CPU {waited / done / 1e6:.2f} ms; the "
+        f"four-wake-up floor back to back: {ms(got['floor b2b'])}"
     )
     print(
-        f"control-to-ack, {count // 2} spaced {args.ack_gap_ms:g} ms apart (the turn before "
-        f"has ended): {ms(spaced)}; floors: socket echo {ms(echo)}, pipe round trip {ms(pipe)}; "
-        f"the ack's two wake-ups on a bare pipe pair, spaced the same (the sender runs "
-        f"{FLOOR_LEAD_US} us on, the answer takes {FLOOR_ANSWER_US} us, then a "
-        f"{FLOOR_TURN_US} us turn): {ms(woken)}; the whole path's four wake-ups on bare "
-        f"processes (client -> relay -> echo -> relay -> client, the relay working "
-        f"{FLOOR_REQUEST_US} + {FLOOR_SETTLE_US} us, the same spacing): {ms(whole)}"
+        f"control-to-ack, {len(got['spaced'])} spaced {args.ack_gap_ms:g} ms apart (the turn "
+        f"before has ended): {ms(got['spaced'])}; the four-wake-up floor spaced the same: "
+        f"{ms(got['floor spaced'])}"
+    )
+    for kind in ("b2b", "spaced"):
+        ratio = pct(got[kind], 0.99) / pct(got[f"floor {kind}"], 0.99)
+        verdict = "met" if ratio <= 1.5 else "MISSED"
+        print(
+            f"  target: ack p99 <= 1.5x the four-wake-up floor's p99 ({kind}): {ratio:.2f}x "
+            f"({verdict})"
+        )
+    print(
+        f"other floors: socket echo {ms(echo)}, pipe round trip {ms(pipe)}; the ack's two "
+        f"wake-ups on a bare pipe pair, spaced (the sender runs {FLOOR_LEAD_US} us on, the "
+        f"answer takes {FLOOR_ANSWER_US} us, then a {FLOOR_TURN_US} us turn): {ms(woken)}; the "
+        f"four-wake-up floor: client -> relay -> echo -> relay -> client, the relay working "
+        f"{FLOOR_REQUEST_US} + {FLOOR_SETTLE_US} us"
     )
 
 
