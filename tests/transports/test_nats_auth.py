@@ -23,16 +23,20 @@ USERS = ("A", "B")
 
 def host_permissions(host: str) -> str:
     """The host daemon role docs/scale-out.md gives a host (kept in step with it): publish
-    its own runs' lines and registry rows, answer its own verbs, read its own replies; no
-    consumers, no message reads, so nothing of another host's runs; no stream created,
-    changed or deleted (the operator's ``tether daemon init-cluster`` makes them)."""
+    its own runs' lines and registry rows, answer its own verbs, read its own replies,
+    read the registry (one consumer on its bucket: where each name runs) and call the
+    other hosts' verbs (a verb naming their agent, forwarded); no consumer on the runs'
+    stream, no message read there, so nothing of another host's runs; no stream
+    created, changed or deleted (the operator's ``tether daemon init-cluster`` makes
+    them)."""
     return f"""{{
         publish: {{ allow: [
           "tether.ch.h.{host}.>",
           "$KV.tether_agents.{host}.>", "$KV.tether_agents.hosts.{host}",
           "$KV.tether_offsets.*.h.{host}.>",
           "$JS.API.STREAM.INFO.TETHER_TETHER", "$JS.API.STREAM.INFO.KV_tether_agents",
-          "$JS.API.STREAM.INFO.KV_tether_offsets", "$JS.API.STREAM.MSG.GET.KV_tether_offsets"
+          "$JS.API.STREAM.INFO.KV_tether_offsets", "$JS.API.STREAM.MSG.GET.KV_tether_offsets",
+          "$JS.API.CONSUMER.CREATE.KV_tether_agents", "tether.host.*.rpc"
         ] }}
         subscribe: {{ allow: ["tether.host.{host}.rpc", "_INBOX_{host}.>"] }}
         allow_responses: true

@@ -22,6 +22,11 @@ prints one event per line). Human output carries an agent's text (its events, qu
 errors), so nothing a terminal would interpret reaches it (:mod:`tether.display.sanitize`);
 ``ask``'s answer is cleaned only for a terminal, as ``tether run``'s is. ``spawn`` starts the
 daemon when none is running; the other actions say how to start it.
+
+In a cluster of hosts the local daemon reaches every host's agents by name, so no verb
+needs ``--host`` but a spawn elsewhere (``tether agent --host B spawn NAME``, started by B
+through the local daemon). With ``--nats URL`` (or ``$TETHER_NATS_URL``), ``--host`` and
+``list`` go to the cluster directly instead, as its operator (a machine with no daemon).
 """
 
 from __future__ import annotations
@@ -93,12 +98,15 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--socket", type=Path, help="daemon socket (default: $TETHER_SOCKET ...)")
     parser.add_argument(
-        "--host", help="act on this host's daemon over NATS (needs --nats or $TETHER_NATS_URL)"
+        "--host",
+        help="spawn on this host of the local daemon's cluster (every other verb finds an "
+        "agent on any host by its name); with --nats or $TETHER_NATS_URL: call that host "
+        "directly, as the cluster's operator",
     )
     parser.add_argument(
         "--nats",
         metavar="URL",
-        help="the cluster ($TETHER_NATS_URL); list then shows every host",
+        help="the cluster ($TETHER_NATS_URL), for --host and list without a local daemon",
     )
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
@@ -263,15 +271,20 @@ def _error_json(exc: Exception) -> dict[str, str]:
     return {"code": code, "message": str(exc)}
 
 
-def _connect(args: argparse.Namespace) -> DaemonClient | RemoteClient:
-    """The local daemon, or with ``--host`` (or ``list`` in a cluster) the cluster."""
-    nats_url = args.nats or os.environ.get("TETHER_NATS_URL")
-    if args.host is not None or (nats_url and args.action == "list"):
-        from tether.daemon.hosts.remote import RemoteClient
-        from tether.daemon.rpc.client import DaemonUnavailable
+def _cluster_url(args: argparse.Namespace) -> str | None:
+    """The cluster's URL when this call goes to it directly, as its operator: ``--host``
+    (or ``list``) with ``--nats`` or ``$TETHER_NATS_URL``. Otherwise the local daemon
+    answers: in a cluster it reaches every host's agents itself, and ``--host`` is the
+    host a spawn goes to."""
+    nats_url: str | None = args.nats or os.environ.get("TETHER_NATS_URL")
+    return nats_url if args.host is not None or args.action == "list" else None
 
-        if not nats_url:
-            raise DaemonUnavailable("--host needs the cluster: give --nats URL or $TETHER_NATS_URL")
+
+def _connect(args: argparse.Namespace) -> DaemonClient | RemoteClient:
+    """The local daemon, or the cluster directly (see :func:`_cluster_url`)."""
+    nats_url = _cluster_url(args)
+    if nats_url:
+        from tether.daemon.hosts.remote import RemoteClient
         from tether.transports.cluster import BadClusterURL, ClusterSettings
 
         try:
@@ -319,6 +332,8 @@ def _spawn(args: argparse.Namespace, child_argv: list[str] | None) -> int:
         )
         return exits.USAGE
     params = _spawn_params(args, child_argv)
+    if args.host is not None and not _cluster_url(args):
+        params["host"] = args.host  # the local daemon starts it there
     try:
         if args.host is None:  # a remote host's daemon must already be in the cluster
             ensure_running(args.socket)

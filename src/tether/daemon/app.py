@@ -8,7 +8,8 @@ Who installs what, read top to bottom in :func:`build_daemon`::
     Queues(notify)                          queued controls, --notify pages    fleet/queues.py
     Supervisor(extensions=[wiring, queues]) the wire agents, their registry    fleet/supervisor.py
     PtyFleet(registry)                      PTY agents and their holders       pty/agent.py
-    Fleet([supervisor, ptys])               every agent behind one interface   fleet/fleet.py
+    Fleet([supervisor, ptys], elsewhere)    every agent behind one interface   fleet/fleet.py
+                                            (in a cluster: the other hosts')   hosts/agents.py
     AgentVerbs(fleet, ...).register(daemon) agent.*                            fleet/verbs.py
     Workspaces(fleet, supervisor)           agent.diff|merge|fork, rm's worktree fleet/workspaces.py
     daemon.methods.register("agent.drive")  a PTY agent's terminal             pty/drive.py
@@ -61,6 +62,8 @@ from tether.runtime.parent.forkserver import shared_forkserver
 from tether.sched import request_short_slice
 
 if TYPE_CHECKING:
+    from tether.daemon.fleet.elsewhere import Elsewhere
+    from tether.daemon.hosts.agents import ClusterAgents
     from tether.daemon.hosts.link import ClusterOptions
 
 __all__ = ["FleetOptions", "build_daemon", "run_daemon"]
@@ -78,8 +81,14 @@ class FleetOptions:
     notify: str | None = None
 
 
-def build_daemon(config: ServerConfig, fleet_options: FleetOptions | None = None) -> Daemon:
-    """A daemon serving ``daemon.status``, ``channel.*`` and ``agent.*``, not yet serving."""
+def build_daemon(
+    config: ServerConfig,
+    fleet_options: FleetOptions | None = None,
+    *,
+    elsewhere: Elsewhere | None = None,
+) -> Daemon:
+    """A daemon serving ``daemon.status``, ``channel.*`` and ``agent.*``, not yet serving;
+    ``elsewhere``: the other hosts' agents, for a daemon that joins a cluster."""
     options = fleet_options or FleetOptions()
     daemon = Daemon(config)
     hub = ChannelHub(
@@ -92,7 +101,7 @@ def build_daemon(config: ServerConfig, fleet_options: FleetOptions | None = None
     queues = Queues(options.notify)
     supervisor = Supervisor(extensions=(wiring, queues), max_running=options.max_running)
     ptys = PtyFleet(lambda: supervisor.registry, supervisor.runs_root)
-    fleet = Fleet([supervisor, ptys])
+    fleet = Fleet([supervisor, ptys], elsewhere)
     workspaces = Workspaces(fleet, supervisor)
     workspaces.register(daemon)
     verbs = AgentVerbs(
@@ -140,15 +149,16 @@ def run_daemon(
     try:
         lock.write_info(socket_path)
         sock = bind_socket(socket_path, backlog=config.listen_backlog)
-        daemon = build_daemon(config, fleet_options)
+        agents = None if cluster is None else _cluster_agents(cluster)
+        daemon = build_daemon(config, fleet_options, elsewhere=agents)
         daemon.on_start(_freeze_heap)  # after the parts' own start hooks
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.add_signal_handler(signum, daemon.request_stop)
-            if cluster is not None:
-                await _join(daemon, cluster)
+            if cluster is not None and agents is not None:
+                await _join(daemon, cluster, agents)
             log.info("tether daemon %d listening on %s", os.getpid(), socket_path)
             await daemon.serve(sock)
 
@@ -170,7 +180,13 @@ async def _freeze_heap() -> None:
     gc.freeze()
 
 
-async def _join(daemon: Daemon, cluster: ClusterOptions) -> None:
+def _cluster_agents(cluster: ClusterOptions) -> ClusterAgents:
+    from tether.daemon.hosts.agents import ClusterAgents
+
+    return ClusterAgents(cluster.host)
+
+
+async def _join(daemon: Daemon, cluster: ClusterOptions, agents: ClusterAgents) -> None:
     from tether.daemon.hosts.link import open_host_link
     from tether.transports.channel import TransportError
 
@@ -178,7 +194,13 @@ async def _join(daemon: Daemon, cluster: ClusterOptions) -> None:
         link = await open_host_link(cluster, daemon)
     except TransportError as exc:
         raise DaemonSetupError(f"cannot join the cluster: {exc}") from None
+
+    async def watch_the_others() -> None:
+        await agents.start(link.cluster)
+
     daemon.on_start(link.start)  # after the agents are recovered (the hooks run in order)
+    daemon.on_start(watch_the_others)
+    daemon.on_shutdown(agents.aclose)  # before the link closes the connection they share
     daemon.on_shutdown(link.aclose)
     log.info("host %s joined the cluster", cluster.host)
 

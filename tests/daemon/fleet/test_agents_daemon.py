@@ -117,6 +117,11 @@ def test_names_and_params_are_checked(agentd: AgentDaemon) -> None:
     agentd.expect(E.INVALID_PARAMS, "agent.stop", {"name": "a", "mode": "explode"})
     agentd.expect(E.INVALID_PARAMS, "agent.events", {"name": "a", "after_seq": -1})
     agentd.expect(E.CHANNEL_UNKNOWN, "agent.spawn", {"name": "a", "channel_id": "ch_nope"})
+    # a spawn on another host: a host name, and a daemon in a cluster
+    agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": "a", "host": "../b"})
+    message = agentd.expect(E.INVALID_PARAMS, "agent.spawn", {"name": "a", "host": "b"})
+    assert "in no cluster" in message
+    agentd.expect(E.INVALID_PARAMS, "agent.events", {"name": "a", "wait_s": 1e300})
 
 
 def test_a_cli_that_is_not_installed_is_spawn_failed_and_leaves_nothing(

@@ -99,8 +99,6 @@ def test_a_host_drives_an_agent_on_another_host(
     )
     assert spawned.returncode == 0, spawned.stderr
     assert spawned.stdout == "from B\n"
-    local_a = tether(env_a, "--socket", str(hosts["A"].socket), "status", "w1")
-    assert local_a.returncode == 2  # the agent lives on B, not on A
 
     asked = tether(env_a, "--host", "B", "ask", "w1", "again")
     assert (asked.returncode, asked.stdout) == (0, "second\n"), asked.stderr
@@ -110,6 +108,11 @@ def test_a_host_drives_an_agent_on_another_host(
 
     tether(env_a, "--socket", str(hosts["A"].socket), "spawn", "a1", "--script", str(script))
     _wait_listed(env_a, {("A", "a1"), ("B", "w1")})
+    local_a = {key: value for key, value in env_a.items() if key != "TETHER_NATS_URL"}
+    _wait_listed(local_a, {("A", "a1"), ("B", "w1")})  # A's own daemon lists every host
+    status_a = tether(local_a, "status", "w1", "--json")
+    assert status_a.returncode == 0, status_a.stderr  # and reaches the agent on B
+    assert json.loads(status_a.stdout)["host"] == "B"
     table = tether(env_a, "list")
     assert table.stdout.splitlines()[0].split()[:2] == ["HOST", "NAME"]
 
@@ -241,6 +244,13 @@ def test_hosts_with_their_own_credentials_serve_an_operator(tmp_path: Path) -> N
             tether(daemons["A"].env, "--socket", str(daemons["A"].socket), "spawn", "a1",
                    "--script", str(script))  # fmt: skip
             _wait_listed(operator, {("A", "a1"), ("B", "s1")})
+            # host A's own daemon, with A's credentials, reads the registry and reaches
+            # B's agent by its name (a CLI without the cluster's URL talks to A only)
+            local_a = {k: v for k, v in daemons["A"].env.items() if k != "TETHER_NATS_URL"}
+            _wait_listed(local_a, {("A", "a1"), ("B", "s1")})
+            status = tether(local_a, "status", "s1", "--json")
+            assert status.returncode == 0, status.stderr
+            assert json.loads(status.stdout)["host"] == "B"
             for daemon in daemons.values():  # nothing a host needs was refused
                 log = daemon.stderr().lower()
                 assert "permissions violation" not in log, log

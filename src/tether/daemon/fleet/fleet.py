@@ -7,7 +7,9 @@ program on a pseudo-terminal, :mod:`tether.daemon.pty.agent`). Each kind lives i
 the PTY agents' fleet), and the :class:`Fleet` holds the families the composition root
 hands it: the ``agent.*`` verbs ask the fleet for an agent by name, for all of them in
 creation order, to remove one or to reconcile, and never merge families by hand.
-Names are unique across families (a spawn checks every family).
+Names are unique across families (a spawn checks every family) and, in a cluster, across
+its hosts: the fleet's :class:`~tether.daemon.fleet.elsewhere.Elsewhere` knows the names
+the other hosts run (:meth:`Fleet.host_of`), and the verbs forward a call naming one.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from tether.daemon.rpc.methods import RpcFailure
 from tether.daemon.rpc.protocol import ErrorCode
 
 if TYPE_CHECKING:
+    from tether.daemon.fleet.elsewhere import Elsewhere
     from tether.daemon.fleet.registry import AgentRecord
     from tether.daemon.fleet.wire_agent import WireAgent
 
@@ -81,10 +84,12 @@ class AgentFamily(Protocol):
 class Fleet:
     """Every agent of the daemon, by name; see the module docstring."""
 
-    def __init__(self, families: Sequence[AgentFamily]) -> None:
+    def __init__(self, families: Sequence[AgentFamily], elsewhere: Elsewhere | None = None) -> None:
         self.families = tuple(families)
+        self.elsewhere = elsewhere  # the cluster's other hosts, when in one
 
     def get(self, name: str) -> FleetAgent | None:
+        """The agent of this daemon named ``name``."""
         for family in self.families:
             agent = family.get(name)
             if agent is not None:
@@ -97,9 +102,19 @@ class Fleet:
             raise RpcFailure(ErrorCode.AGENT_NOT_FOUND, f"no agent named {name!r}")
         return agent
 
+    def host_of(self, name: str) -> str | None:
+        """The other host of the cluster that runs ``name`` (None: here, or nowhere)."""
+        if self.elsewhere is None or self.get(name) is not None:
+            return None
+        return self.elsewhere.host_of(name)
+
     def taken(self, name: str) -> bool:
-        """The name belongs to an agent, or to a spawn under way."""
-        return self.get(name) is not None or any(f.spawning(name) for f in self.families)
+        """The name belongs to an agent here or on another host, or to a spawn under way."""
+        return (
+            self.get(name) is not None
+            or any(f.spawning(name) for f in self.families)
+            or self.host_of(name) is not None
+        )
 
     def all(self) -> list[FleetAgent]:
         """Every agent, oldest first (then by name)."""

@@ -38,6 +38,7 @@ __all__ = [
 NAME_RULE: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_EVENTS: Final = 10_000
 PtySize = Annotated[int, msgspec.Meta(ge=PTY_MIN_SIZE, le=PTY_MAX_SIZE)]
+HostName = Annotated[str, msgspec.Meta(pattern="^[A-Za-z0-9_-]{1,64}$")]
 
 
 def check_name(name: str) -> str:
@@ -165,12 +166,14 @@ class EventsParams(msgspec.Struct, frozen=True):
     after_seq: Annotated[int, msgspec.Meta(ge=0)] = 0
     follow: bool = False
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_EVENTS)] = 1000
+    wait_s: Seconds | None = None  # without follow: wait this long for a first event
 
 
 class SpawnRequest(SpawnParams, frozen=True, kw_only=True):
     """``agent.spawn``: the wire agent's :class:`SpawnParams`, and the call's own."""
 
     timeout_s: Seconds | None = None
+    host: HostName | None = None  # in a cluster: start it on this host
     message: str | None = None  # fno-agents' name for task
     channel: bool = False  # agent "claude": load `tether mcp-channel` into its session
     pty: bool = False

@@ -278,13 +278,15 @@ class AnswerReply(msgspec.Struct, frozen=True, kw_only=True):
 class EventsReply(msgspec.Struct, frozen=True):
     """``agent.events`` without ``follow``: the event lines with seq > ``after_seq``, as
     the run's log holds them (the daemon sends each line as it is; a client validates
-    them with :func:`tether.wire.decode`)."""
+    them with :func:`tether.wire.decode`). ``ended``: the run had ended before they were
+    read (with ``more`` false, the page holds its last events, its ``exit`` too)."""
 
     name: str
     events: list[Any]
     last_seq: int
     more: bool
     state: str
+    ended: bool | UnsetType = UNSET
 
 
 class StreamEnd(msgspec.Struct, frozen=True):

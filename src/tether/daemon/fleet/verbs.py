@@ -4,7 +4,7 @@
 Verbs (params -> result; errors are ``RpcError`` codes):
 
 - ``agent.spawn {name, task?, agent?, agent_args?, provider?, model?, cwd?, argv?,
-  deadline_s?, channel_id?, script?, env?, wait?, timeout_s?}`` -> the agent's status (plus
+  deadline_s?, channel_id?, script?, env?, wait?, timeout_s?, host?}`` -> the agent's status (plus
   ``answer`` with ``wait``: the first turn's answer, as ``ask`` returns it). ``agent``
   names the agent (``tether agents``; fno-agents' ``provider: "claude" | "codex"`` is read
   as ``agent``); with an external agent ``argv`` is its CLI's command, else the wire
@@ -49,10 +49,11 @@ Verbs (params -> result; errors are ``RpcError`` codes):
   reason?, state, event}``. A control the run's state refuses is answered with ``ack:
   "rejected"`` and the table's ``reason``, as :meth:`tether.RunHandle.steer` returns it
   locally and across hosts; only a run that has ended is ``invalid_status``.
-- ``agent.events {name, after_seq?=0, follow?=false, limit?=1000}``: the run's events with
-  ``seq > after_seq``, read from its ``events.jsonl`` (the permanent log).
-  Without ``follow``: ``{name, events: [...], last_seq, more, state}`` (at most ``limit``
-  events; ``more`` says to call again from ``last_seq``). With ``follow``, the events are
+- ``agent.events {name, after_seq?=0, follow?=false, limit?=1000, wait_s?}``: the run's
+  events with ``seq > after_seq``, read from its ``events.jsonl`` (the permanent log).
+  Without ``follow``: ``{name, events: [...], last_seq, more, state, ended}`` (at most
+  ``limit`` events; ``more`` says to call again from ``last_seq``; ``wait_s``: when there
+  is none yet and the run goes on, wait up to that long for one). With ``follow``, the events are
   streamed to the calling connection as daemon-to-client requests ``agent.event {name,
   events: [...]}`` (one batch at a time; the client answers each, any result; an error
   answer stops the stream), first the recorded ones, then live ones until the run ends;
@@ -69,6 +70,15 @@ Verbs (params -> result; errors are ``RpcError`` codes):
   ``list``, ``stop`` and ``rm`` serve them too, and ``agent.drive {name}`` turns the
   connection into a WebSocket onto the terminal (:mod:`tether.daemon.pty.drive`). The wire
   verbs (``ask``, ``steer``, ``events``, ...) answer ``invalid_status`` for them.
+- In a cluster (``tether daemon --nats URL``; :mod:`tether.daemon.fleet.elsewhere`), names
+  are unique across its hosts: a spawn of a name another host runs is ``agent_exists``,
+  ``agent.spawn {host}`` starts the agent on that host, every verb naming an agent another
+  host runs (``ask``, ``status``, ``stop``, ``rm``, ``events``, the controls, ``answer``,
+  ``queue``, ``unqueue``, ``diff``, ``merge``, ``fork``) is answered by that host through
+  this daemon (its reply Struct, or its error code; a host with no daemon is
+  ``shutting_down``), ``list`` shows every host's agents with their ``host``, and
+  ``agent.drive`` of another host's PTY agent says where to drive it. A call relayed from
+  another host is answered by this daemon's own agents alone.
 """
 
 from __future__ import annotations
@@ -82,7 +92,8 @@ import msgspec
 from msgspec import UNSET
 
 from tether.daemon.fleet.answers import AnswerDesk, AnswerParams
-from tether.daemon.fleet.events import read_events, stream_events
+from tether.daemon.fleet.elsewhere import FORWARDED, forwarding, pages
+from tether.daemon.fleet.events import STREAM_BATCH, page, read_events, stream_events, stream_pages
 from tether.daemon.fleet.fleet import Fleet, FleetAgent
 from tether.daemon.fleet.fno_shapes import FIELDS_OMITTED, daemon_status
 from tether.daemon.fleet.params import (
@@ -221,7 +232,12 @@ class AgentVerbs:
             "unqueue": self.unqueue,
         }
         for verb, handler in handlers.items():
-            daemon.methods.register(f"agent.{verb}", handler)
+            method, wrapped, elsewhere = f"agent.{verb}", handler, self.fleet.elsewhere
+            if verb in FORWARDED and elsewhere is not None:
+                follow = self._follow_elsewhere if verb == "events" else None
+                reply, where = FORWARDED[verb], self.fleet.host_of
+                wrapped = forwarding(method, reply, handler, elsewhere, where=where, follow=follow)
+            daemon.methods.register(method, wrapped)
 
     def _wire(self, name: str) -> WireAgent:
         return self.fleet.require(check_name(name)).wire()
@@ -234,7 +250,13 @@ class AgentVerbs:
         if args.cwd is not None and not Path(args.cwd).is_absolute():
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "cwd must be an absolute path")
         if self.fleet.taken(args.name):
-            raise RpcFailure(ErrorCode.AGENT_EXISTS, f"an agent named {args.name!r} already exists")
+            where = self.fleet.host_of(args.name)
+            on = f" on host {where!r}" if where else ""
+            raise RpcFailure(
+                ErrorCode.AGENT_EXISTS, f"an agent named {args.name!r} already exists{on}"
+            )
+        if args.host is not None and args.host != self._host:
+            return await self._spawn_on(context, args.host, params)
         if args.pty:
             if args.channel:
                 flags, channel_id = self._claude_channel(args.name, context, to_agent=False)
@@ -324,17 +346,19 @@ class AgentVerbs:
     # run are not cached do they return a coroutine (the server awaits it in a task).
 
     def list_agents(self, context: CallContext, params: Any) -> Reply:
+        """This daemon's agents and, in a cluster, every other host's (a call relayed from
+        another host: this daemon's only), oldest first."""
         args = decode_params(params, ListParams)
         agents = [agent for agent in self.fleet.all() if _matches(agent, args)]
-        filters = {"cwd": args.cwd, "provider": args.provider, "status": args.status}
+        far = [] if context.relayed else self._elsewhere_rows(args)
         versions = _versions(agents)
         found, missing = self.answers.cached(versions)
         if not missing:
-            return ListReply([self._row(a, found) for a in agents], filters, list(FIELDS_OMITTED))
+            return self._listed(args, [self._row(a, found) for a in agents], far)
 
         async def read() -> ListReply:
             found = await self.answers.questions(versions)
-            return ListReply([self._row(a, found) for a in agents], filters, list(FIELDS_OMITTED))
+            return self._listed(args, [self._row(a, found) for a in agents], far)
 
         return read()
 
@@ -353,6 +377,19 @@ class AgentVerbs:
 
         return read()
 
+    def _elsewhere_rows(self, args: ListParams) -> list[AgentStatus]:
+        if self.fleet.elsewhere is None:
+            return []
+        return [row for row in self.fleet.elsewhere.rows() if _row_matches(row, args)]
+
+    def _listed(
+        self, args: ListParams, rows: list[AgentStatus], far: list[AgentStatus]
+    ) -> ListReply:
+        if far:
+            rows = sorted([*rows, *far], key=lambda row: (row.created_at, row.name))
+        filters = {"cwd": args.cwd, "provider": args.provider, "status": args.status}
+        return ListReply(rows, filters, list(FIELDS_OMITTED))
+
     def status_of(
         self, context: CallContext, params: Any
     ) -> StatusReply | Coroutine[Any, Any, StatusReply]:
@@ -361,7 +398,7 @@ class AgentVerbs:
             return DaemonStatus(**daemon_status(context.daemon.statistics(), self.fleet.all()))
         agent = self.fleet.require(check_name(name))
         if not isinstance(agent, WireAgent):
-            return agent.status()
+            return self._row(agent)
         questions = self.answers.cached_one(agent.run_id, agent.inbox_version)
         if questions is None:
 
@@ -393,9 +430,9 @@ class AgentVerbs:
         final: bool = False,
     ) -> AgentStatus:
         row = agent.status()
+        extra: dict[str, Any] = {} if self._host is None else {"host": self._host}
         if not isinstance(agent, WireAgent):
-            return row
-        extra: dict[str, Any] = {}
+            return msgspec.structs.replace(row, **extra) if extra else row
         if agent.queued:
             extra["queue_position"] = self.sup.queue_position(agent.name) or UNSET
         if questions is not None:
@@ -500,16 +537,38 @@ class AgentVerbs:
         agent = self._wire(args.name)
         if args.follow:
             return await stream_events(context, agent, args.after_seq)
-        batch, more = await asyncio.to_thread(
-            read_events, agent.run.events, agent.run_id, args.after_seq, args.limit
-        )
-        return EventsReply(
-            agent.name,
-            [msgspec.Raw(raw) for _, raw in batch],
-            batch[-1][0] if batch else args.after_seq,
-            more,
-            agent.state,
-        )
+        return await page(agent, args)
+
+    # -- the other hosts of a cluster -------------------------------------------------
+
+    @property
+    def _host(self) -> str | None:
+        """This daemon's host in its cluster (None: in none)."""
+        return None if self.fleet.elsewhere is None else self.fleet.elsewhere.host
+
+    async def _spawn_on(self, context: CallContext, host: str, params: Any) -> AgentStatus:
+        """``agent.spawn {host}``: start the agent on that host of the cluster."""
+        elsewhere = self.fleet.elsewhere
+        if elsewhere is None:
+            raise RpcFailure(
+                ErrorCode.INVALID_PARAMS,
+                f"cannot spawn on host {host!r}: this daemon is in no cluster "
+                "(start it with tether daemon --nats URL)",
+            )
+        if context.relayed:  # another host's call is answered here, never sent on
+            raise RpcFailure(ErrorCode.INVALID_PARAMS, f"this is host {elsewhere.host!r}")
+        forwarded = {key: value for key, value in params.items() if key != "host"}
+        return await elsewhere.call(host, "agent.spawn", forwarded, AgentStatus)
+
+    async def _follow_elsewhere(self, context: CallContext, host: str, params: Any) -> StreamEnd:
+        """``agent.events {follow}`` of another host's agent: its host's pages, streamed."""
+        assert self.fleet.elsewhere is not None
+        args = decode_params(params, EventsParams)
+        source = pages(self.fleet.elsewhere, host, args.name, args.after_seq, STREAM_BATCH)
+        try:
+            return await stream_pages(context, args.name, args.after_seq, source)
+        finally:
+            await source.aclose()
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -529,6 +588,15 @@ def _matches(agent: FleetAgent, args: ListParams) -> bool:
         if args.provider not in (harness, record.provider):
             return False
     return args.status is None or args.status in (agent.status().status, agent.state)
+
+
+def _row_matches(row: AgentStatus, args: ListParams) -> bool:
+    """:func:`_matches` for another host's row."""
+    if args.cwd is not None and row.cwd != args.cwd:
+        return False
+    if args.provider is not None and args.provider not in (row.harness, row.provider):
+        return False
+    return args.status is None or args.status in (row.status, row.state)
 
 
 def _ask_kind(agent: WireAgent) -> ControlKind:

@@ -101,9 +101,23 @@ class Workspaces:
         self.sup = supervisor
 
     def register(self, daemon: Daemon) -> None:
-        daemon.methods.register("agent.diff", self.diff)
-        daemon.methods.register("agent.merge", self.merge)
-        daemon.methods.register("agent.fork", self.fork)
+        """The verbs; in a cluster, one naming another host's agent is answered there
+        (:mod:`tether.daemon.fleet.elsewhere`)."""
+        from tether.daemon.fleet.elsewhere import forwarding
+        from tether.daemon.fleet.replies import AgentStatus
+
+        verbs: dict[str, tuple[Any, type[Any]]] = {
+            "agent.diff": (self.diff, DiffReply),
+            "agent.merge": (self.merge, MergeReply),
+            "agent.fork": (self.fork, AgentStatus),
+        }
+        elsewhere = self.fleet.elsewhere
+        for method, (handler, reply) in verbs.items():
+            wrapped = handler
+            if elsewhere is not None:
+                where = self.fleet.host_of
+                wrapped = forwarding(method, reply, handler, elsewhere, where=where)
+            daemon.methods.register(method, wrapped)
 
     def _worktree(self, name: str) -> Worktree:
         agent = self.fleet.require(check_name(name))

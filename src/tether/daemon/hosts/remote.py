@@ -16,10 +16,10 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgspec
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from tether import jsondepth
 from tether.daemon.fleet.fno_shapes import FIELDS_OMITTED
@@ -31,7 +31,13 @@ from tether.daemon.rpc.client import (
     DaemonUnavailable,
     result_of,
 )
-from tether.daemon.rpc.protocol import ErrorCode, ProtocolError, Request, decode_response
+from tether.daemon.rpc.protocol import (
+    ErrorCode,
+    ProtocolError,
+    Request,
+    RpcError,
+    decode_response,
+)
 from tether.transports.channel import TransportError
 from tether.transports.cluster import (
     BadClusterURL,
@@ -43,7 +49,9 @@ from tether.transports.cluster import (
 if TYPE_CHECKING:
     from tether.transports.cluster import Cluster, ClusterChannel
 
-__all__ = ["RemoteClient", "call_host", "cluster_agents", "connect", "decode_row"]
+__all__ = ["RemoteClient", "call_host", "call_host_as", "cluster_agents", "connect", "decode_row"]
+
+R = TypeVar("R")
 
 DEFAULT_TIMEOUT_S = 60.0
 # A call in flight is probed (call_host) from PROBE_AFTER_S on, every PROBE_EVERY_S, each
@@ -92,12 +100,69 @@ async def call_host(
     answers the calls it cuts, while a verb that takes long (a steer waiting for its ack
     on a busy host, an ask) waits on: its host answers the probes.
     """
+    reply = await _exchange(cluster, host, method, params, wait_s)
+    response = decode_response(reply)
+    if isinstance(response, ProtocolError):
+        raise DaemonCallError(
+            ErrorCode.INTERNAL, f"unreadable answer from {host}: {response.message}"
+        )
+    return result_of(response)
+
+
+async def call_host_as(
+    cluster: Cluster,
+    host: str,
+    method: str,
+    params: Any,
+    reply: type[R],
+    *,
+    wait_s: float | None = DEFAULT_TIMEOUT_S,
+) -> R:
+    """:func:`call_host`, its answer decoded into the verb's reply Struct (an answer that
+    does not fit is ``internal``)."""
+    body = await _exchange(cluster, host, method, params, wait_s)
+    try:
+        answer = jsondepth.decode(_typed(reply), body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise DaemonCallError(
+            ErrorCode.INTERNAL, f"unreadable answer from {host} to {method}: {error}"
+        ) from None
+    if isinstance(answer.error, RpcError):
+        raise DaemonCallError(answer.error.code, answer.error.message)
+    if answer.result is UNSET:
+        raise DaemonCallError(ErrorCode.INTERNAL, f"host {host!r} answered {method} with nothing")
+    result: R = answer.result
+    return result
+
+
+class _Answer(msgspec.Struct, Generic[R]):
+    """A response body whose result is the verb's reply Struct."""
+
+    id: int = 0
+    result: R | UnsetType = UNSET
+    error: RpcError | UnsetType = UNSET
+
+
+_DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
+def _typed(reply: type[R]) -> msgspec.json.Decoder[_Answer[R]]:
+    decoder = _DECODERS.get(reply)
+    if decoder is None:
+        decoder = _DECODERS[reply] = msgspec.json.Decoder(_Answer[reply])  # type: ignore[valid-type]
+    return decoder
+
+
+async def _exchange(
+    cluster: Cluster, host: str, method: str, params: Any, wait_s: float | None
+) -> bytes:
+    """The reply body to one call on ``host`` (see :func:`call_host`)."""
     call_id = _call_id()
     subject = rpc_subject(host)
     body = msgspec.json.encode(Request(call_id, method, params))
     watch = _Watch(cluster, subject, call_id)
     try:
-        reply = await cluster.request(subject, body, wait_s=wait_s)
+        return await cluster.request(subject, body, wait_s=wait_s)
     except asyncio.CancelledError:
         lost = watch.taken_back(host)
         if lost is not None:
@@ -111,12 +176,6 @@ async def call_host(
         raise DaemonConnectionLost(f"host {host!r}: {error}") from None
     finally:
         watch.stop()
-    response = decode_response(reply)
-    if isinstance(response, ProtocolError):
-        raise DaemonCallError(
-            ErrorCode.INTERNAL, f"unreadable answer from {host}: {response.message}"
-        )
-    return result_of(response)
 
 
 def _call_id() -> int:

@@ -173,6 +173,12 @@ def drive_handler(ptys: PtyFleet, fleet: Fleet) -> Any:
         name = decode_params(params, DriveParams).name
         agent = ptys.get(name)
         if agent is None:
+            host = fleet.host_of(name)
+            if host is not None:
+                raise RpcFailure(
+                    ErrorCode.INVALID_STATUS,
+                    f"agent {name!r} runs on host {host!r}: drive its terminal there",
+                )
             if fleet.get(name) is not None:
                 raise RpcFailure(
                     ErrorCode.INVALID_STATUS,

@@ -126,6 +126,12 @@ class CallContext(msgspec.Struct, frozen=True):
     connection: Connection | None
     request: Request
 
+    @property
+    def relayed(self) -> bool:
+        """A call made inside the process (another host's, relayed by the host link):
+        this daemon answers it alone (its own agents), never forwarding it again."""
+        return self.connection is None
+
     def socket(self) -> Connection:
         """The caller's socket connection, or ``invalid_params`` when it has none."""
         if self.connection is None:
