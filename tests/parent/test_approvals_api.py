@@ -141,6 +141,8 @@ def test_approval_flags_go_to_tether_child_never_to_the_agents_command() -> None
     assert argv.index("--approve=read") < argv.index("--") < argv.index(program)
     with pytest.raises(BadOptions, match="not argv"):
         child_command(SpawnOptions(argv=("my-wire-child",), deny=("shell",)))
+    bare = child_command(SpawnOptions(argv=("my-wire-child",), no_one_to_ask="tether.run()"))
+    assert bare.argv == ["my-wire-child"]  # what tether.run() sets: nothing to pass on
 
 
 def test_tether_run_cannot_answer_so_it_never_waits(tmp_path: Path) -> None:

@@ -129,6 +129,18 @@ def approval_args(options: SpawnOptions) -> list[str]:
     return config.to_args()
 
 
+def _decides(options: SpawnOptions) -> bool:
+    """The run sets how its approvals are decided (rules, a policy, ask, a timeout)."""
+    return bool(
+        options.approve
+        or options.deny
+        or options.policy is not None
+        or options.approval is not None
+        or options.approval_timeout_s is not None
+        or options.approval_default is not None
+    )
+
+
 def _read_policy(path: str) -> str:
     from tether.fsafe import UnsafeFileError, read_given
     from tether.policy.file import MAX_POLICY_BYTES
@@ -146,7 +158,7 @@ def _builtin(options: SpawnOptions, approvals: list[str]) -> list[str]:
         _check_strings("argv", options.argv, empty_ok=False)
         if options.script is not None:
             raise BadOptions("script goes with the built-in child, not with argv")
-        if approvals:
+        if _decides(options):  # a bare no_one_to_ask is no setting: nothing asks there
             raise BadOptions("approval settings go with tether's child or an agent, not argv")
         return list(options.argv)
     from tether.agent.registry import ProviderSetupError, check_provider
