@@ -28,6 +28,7 @@ __all__ = [
     "ChannelStats",
     "ControlReply",
     "DaemonStatus",
+    "EncodedList",
     "EventsReply",
     "ListReply",
     "PtyInfo",
@@ -181,6 +182,16 @@ class ListReply(msgspec.Struct, frozen=True):
     agents: list[AgentStatus]
     filters_applied: dict[str, str | None] = msgspec.field(default_factory=dict)
     fields_omitted: list[str] = msgspec.field(default_factory=list)
+
+
+class EncodedList(msgspec.Struct, frozen=True):
+    """:class:`ListReply` as the daemon sends it: each row an :class:`AgentStatus` or that
+    row already encoded (``msgspec.Raw``, kept per agent while it does not change). The
+    same JSON: clients decode it as :class:`ListReply`."""
+
+    agents: list[AgentStatus | msgspec.Raw]
+    filters_applied: dict[str, str | None]
+    fields_omitted: list[str]
 
 
 class AskReply(msgspec.Struct, frozen=True, kw_only=True):

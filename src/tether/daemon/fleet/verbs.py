@@ -91,7 +91,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import msgspec
 from msgspec import UNSET
 
-from tether.daemon.fleet.answers import AnswerDesk, AnswerParams
+from tether.daemon.fleet.answers import AnswerDesk, AnswerParams, Questions
 from tether.daemon.fleet.elsewhere import FORWARDED, forwarding, pages
 from tether.daemon.fleet.events import STREAM_BATCH, page, read_events, stream_events, stream_pages
 from tether.daemon.fleet.fleet import Fleet, FleetAgent
@@ -119,8 +119,8 @@ from tether.daemon.fleet.replies import (
     AskReply,
     ControlReply,
     DaemonStatus,
+    EncodedList,
     EventsReply,
-    ListReply,
     Question,
     QueueReply,
     ReconcileReport,
@@ -154,7 +154,8 @@ __all__ = [
 
 
 StatusReply = AgentStatus | DaemonStatus | msgspec.Raw
-Reply = ListReply | Coroutine[Any, Any, ListReply]
+Reply = EncodedList | Coroutine[Any, Any, EncodedList]
+_NO_QUESTIONS: Final[Questions] = []
 
 
 class AgentChannels(Protocol):
@@ -354,11 +355,11 @@ class AgentVerbs:
         versions = _versions(agents)
         found, missing = self.answers.cached(versions)
         if not missing:
-            return self._listed(args, [self._row(a, found) for a in agents], far)
+            return self._listed(args, agents, found, far)
 
-        async def read() -> ListReply:
+        async def read() -> EncodedList:
             found = await self.answers.questions(versions)
-            return self._listed(args, [self._row(a, found) for a in agents], far)
+            return self._listed(args, agents, found, far)
 
         return read()
 
@@ -383,12 +384,35 @@ class AgentVerbs:
         return [row for row in self.fleet.elsewhere.rows() if _row_matches(row, args)]
 
     def _listed(
-        self, args: ListParams, rows: list[AgentStatus], far: list[AgentStatus]
-    ) -> ListReply:
+        self,
+        args: ListParams,
+        agents: list[FleetAgent],
+        questions: dict[str, Questions],
+        far: list[AgentStatus],
+    ) -> EncodedList:
+        """This daemon's rows (:meth:`_rows`) and, oldest first among them, another host's."""
+        rows = self._rows(agents, questions)
         if far:
-            rows = sorted([*rows, *far], key=lambda row: (row.created_at, row.name))
+            local = zip(agents, rows, strict=True)
+            keyed = [((a.record.created_at, a.name), row) for a, row in local]
+            keyed += [((row.created_at, row.name), row) for row in far]
+            keyed.sort(key=lambda item: item[0])
+            rows = [row for _, row in keyed]
         filters = {"cwd": args.cwd, "provider": args.provider, "status": args.status}
-        return ListReply(rows, filters, list(FIELDS_OMITTED))
+        return EncodedList(rows, filters, list(FIELDS_OMITTED))
+
+    def _rows(
+        self, agents: list[FleetAgent], questions: dict[str, Questions]
+    ) -> list[AgentStatus | msgspec.Raw]:
+        """Each agent's row; a wire agent's as it was encoded last while it has not changed."""
+        rows: list[AgentStatus | msgspec.Raw] = []
+        for agent in agents:
+            if isinstance(agent, WireAgent):
+                asked = questions.get(agent.run_id, _NO_QUESTIONS)
+                rows.append(self._encoded_row(agent, asked, final=False))
+            else:
+                rows.append(agent.status())
+        return rows
 
     def status_of(
         self, context: CallContext, params: Any
@@ -404,28 +428,33 @@ class AgentVerbs:
 
             async def read() -> StatusReply:
                 found = await self.answers.questions({agent.run_id: agent.inbox_version})
-                return self._status_of(agent, found.get(agent.run_id, []))
+                return self._encoded_row(agent, found.get(agent.run_id, []), final=True)
 
             return read()
-        return self._status_of(agent, questions)
+        return self._encoded_row(agent, questions, final=True)
 
-    def _status_of(self, agent: WireAgent, questions: list[dict[str, Any]]) -> StatusReply:
-        """The agent's status with its final text, encoded once per change."""
+    def _encoded_row(
+        self, agent: WireAgent, questions: Questions, *, final: bool
+    ) -> AgentStatus | msgspec.Raw:
+        """The agent's row (with its final text when ``final``), encoded once per change:
+        equal stamps and equal questions, equal rows (see :meth:`WireAgent.status_stamp`);
+        a row whose stamp cannot be told cheaply is built each time."""
         stamp = agent.status_stamp()
         if stamp is None:
-            return self._row(agent, {agent.run_id: questions}, final=True)
+            return self._row(agent, {agent.run_id: questions}, final=final)
+        final = final and agent.ended and bool(agent.final_text)  # the text rides along
         key = (stamp, questions)  # tuple equality: equal questions, equal answer
-        hit = agent.status_cache
+        hit = agent.row_cache.get(final)
         if hit is not None and hit[0] == key:
             return hit[1]
-        raw = msgspec.Raw(_ENCODER.encode(self._row(agent, {agent.run_id: questions}, final=True)))
-        agent.status_cache = (key, raw)
+        raw = msgspec.Raw(_ENCODER.encode(self._row(agent, {agent.run_id: questions}, final=final)))
+        agent.row_cache[final] = (key, raw)
         return raw
 
     def _row(
         self,
         agent: FleetAgent,
-        questions: dict[str, list[dict[str, Any]]] | None = None,
+        questions: dict[str, Questions] | None = None,
         *,
         final: bool = False,
     ) -> AgentStatus:

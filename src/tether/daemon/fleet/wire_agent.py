@@ -93,8 +93,10 @@ class WireAgent(Observer):
         # open questions) is current while this is unchanged.
         self.inbox_version = 0
         self._resumable: bool | None = None  # see resumable
-        # agent.status's encoded answer and what it was built from (see status_stamp)
-        self.status_cache: tuple[tuple[Any, ...], msgspec.Raw] | None = None
+        # Its row encoded once per change, for agent.status and agent.list alike, and what
+        # it was built from (status_stamp, questions); keyed by whether the row carries the
+        # final text (agent.status of an ended agent does, its agent.list row does not).
+        self.row_cache: dict[bool, tuple[tuple[Any, ...], msgspec.Raw]] = {}
         self._asks: dict[int, asyncio.Future[Outcome]] = {}
         self._final: str | None = None  # the final status once ended
         self.error: str | None = None
@@ -282,18 +284,21 @@ class WireAgent(Observer):
     # -- status -----------------------------------------------------------------------
 
     def status_stamp(self) -> tuple[Any, ...] | None:
-        """Everything :meth:`status_dict` (and the reference's keys beside it) is built from
-        that can change, or None when that is not cheap to tell (notes or channel counters,
-        which change in place): equal stamps, equal answers."""
-        if self.notes or self.record.channel_id or self.handle is None:
+        """Everything :meth:`status` (and the reference's keys beside it) is built from that
+        can change, or None when that is not cheap to tell (notes or channel counters,
+        which change in place): equal stamps, equal answers. (Read once per agent by every
+        ``agent.list``: each value is read where it lives, no property on the way.)"""
+        handle = self.handle
+        if handle is None or handle.has_notes or self.record.channel_id:
             return None
+        mirror = handle.mirror
         return (
             self._final,
-            self.handle.live_state,
-            self.turn,
-            self.last_seq,
+            handle.watch.live_state,
+            mirror.turn,
+            mirror.receiver.seq,
             self.orphaned,
-            self.final_text,
+            handle.final_text,
         )
 
     def status(self) -> AgentStatus:
