@@ -13,13 +13,15 @@ import socket
 import struct
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
+from tests.support.waits import HANG_S, wait_until
 from tether.daemon.rpc.lifecycle import probe
 
 
@@ -45,18 +47,10 @@ class DaemonProcess:
             self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        """A hang detector: a niced suite beside other work on 2 cores was seen starved of
-        the CPU for minutes (a start needs ~0.3 s of it); a daemon that never answers fails."""
+    def wait_ready(self, timeout: float = HANG_S) -> None:
+        """Until the daemon answers (see :func:`wait_answering`); fails if it exits first."""
         assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"daemon exited {self.proc.returncode}:\n{self.stderr()}")
-            if probe(self.socket, timeout=0.5):
-                return
-            time.sleep(0.02)
-        pytest.fail(f"daemon did not answer within {timeout}s:\n{self.stderr()}")
+        wait_answering(self.socket, self.proc, describe=self.stderr, timeout=timeout)
 
     def stderr(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -82,6 +76,26 @@ class DaemonProcess:
         sock.settimeout(timeout)
         sock.connect(str(self.socket))
         return sock
+
+
+def wait_answering(
+    socket_path: Path,
+    proc: subprocess.Popen[Any],
+    *,
+    describe: Callable[[], str] = str,
+    timeout: float = HANG_S,
+) -> None:
+    """Until the daemon ``proc`` answers on ``socket_path``: checked when the socket file
+    appears (inotify), then by a request that waits for its answer (the daemon listens
+    before it serves); a stale socket file refuses at once, and its replacement wakes us."""
+    wait_until(
+        lambda: probe(socket_path, timeout=timeout),
+        "the daemon to answer",
+        files=[socket_path],
+        proc=proc,
+        describe=describe,
+        timeout=timeout,
+    )
 
 
 def make_env(root: Path) -> dict[str, str]:

@@ -184,6 +184,12 @@ def _settle(future: asyncio.Future[int], fd: int) -> None:
         future.set_result(fd)
 
 
+def sqlite_files(db: str | os.PathLike[str]) -> list[Path]:
+    """What a commit to the SQLite database ``db`` changes: the file, and its write-ahead
+    log (a WAL database appends each commit there); for ``files=``."""
+    return [Path(db), Path(f"{os.fspath(db)}-wal")]
+
+
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` is a running process (a zombie is not)."""
     try:

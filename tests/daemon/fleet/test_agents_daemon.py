@@ -8,13 +8,13 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support.agentd import AgentDaemon, agentd, alive, kill_agents
 from tests.support.daemon import DaemonProcess
+from tests.support.waits import sqlite_files, wait_until
 
 from tether.daemon.channels.hub import ENVELOPE_METHOD, META_KEY, envelope_problem
 from tether.daemon.rpc.aclient import AsyncDaemonClient
@@ -306,7 +306,7 @@ def test_inbox_messages_are_pushed_to_the_agents_channel(agentd: AgentDaemon) ->
         append_inbox(inbox, {"type": "custom", "payload": [1, 2]})
         assert got_two.wait(15), received
         # the count moves once the daemon has read the answer to the second delivery
-        agentd.wait_for("ch", lambda status: status["channel"]["pushed"] == 2)
+        agentd.wait_for("ch", lambda status: status["channel"]["pushed"] == 2, by_events=False)
     finally:
         channel.close()
     first, second = received
@@ -334,15 +334,15 @@ def test_inbox_lines_longer_than_a_slice_are_drained_and_the_daemon_goes_idle(
     for size in (1_100_000, 2 << 20):
         append_inbox(inbox, {"type": "progress", "text": "x" * size})
     append_inbox(inbox, {"type": "progress", "text": "after"})
-    with InboxStore(db_path(agentd.env)) as store:
-        for _ in range(3000):  # a hang guard, not a verdict: until the third line is in
-            texts = [
-                json.loads(m.body or "{}").get("text", "")
-                for m in store.messages(spawned["run_id"])
-            ]
-            if texts[-1:] == ["after"]:
-                break
-            time.sleep(0.02)
+    db = db_path(agentd.env)
+    with InboxStore(db) as store:
+
+        def stored() -> list[str] | None:  # until the third line is in
+            rows = store.messages(spawned["run_id"])
+            texts = [json.loads(m.body or "{}").get("text", "") for m in rows]
+            return texts if texts[-1:] == ["after"] else None
+
+        texts = wait_until(stored, "the inbox's third line", files=sqlite_files(db))
         assert [len(t) for t in texts] == [1_100_000, 2 << 20, 5]
     pid = agentd.process.proc.pid  # type: ignore[union-attr]
     agentd.status("long")  # the loop has turned since: any drain pass it owed is done
@@ -473,8 +473,6 @@ def test_a_follow_whose_client_hung_up_ends(agentd: AgentDaemon) -> None:
         stream.cancel()
 
     asyncio.run(follow_then_hang_up())
-    for _ in range(1500):  # a hang guard (30 s), not a verdict
-        if agentd.call("daemon.status")["connections"] <= baseline:
-            break
-        time.sleep(0.02)
-    assert agentd.call("daemon.status")["connections"] <= baseline
+    wait_until(  # (the daemon's count: no event to wait on)
+        lambda: agentd.call("daemon.status")["connections"] <= baseline, "the connection's end"
+    )

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.event_files import wait_for_event
 from tests.support.agentd import AgentDaemon, agent_pids, agentd, alive
 from tests.support.daemon import frame, read_frame
-from tests.support.waits import wait_until
+from tests.support.waits import wait_gone, wait_until
 from tests.wake_probe import blocked_without_timer, inotify_instances
 
 from tether.daemon.rpc.client import DaemonClientError
@@ -93,11 +93,12 @@ def test_sigkill_mid_turn_then_restart_recovers_everything(agentd: AgentDaemon) 
 def test_dead_children_are_orphaned_and_ended(agentd: AgentDaemon) -> None:
     victim = agentd.spawn("victim", [{"text": "x"}])["pid"]
     survivor = agentd.spawn("survivor", [{"text": "still here"}])["pid"]
-    agentd.spawn("timer", [{"text": "x"}], deadline_s=1)
+    timer = Path(agentd.spawn("timer", [{"text": "x"}], deadline_s=1)["run_dir"], "events.jsonl")
     agentd.kill()
     os.killpg(victim, signal.SIGKILL)
-    _wait_gone(victim)
-    _wait_timer_exit(agentd)
+    wait_gone([victim], "the victim")
+    # the timer's deadline passes while no daemon runs: it writes its exit itself
+    wait_for_event(timer, lambda e: e["type"] == "exit", proc=None, describe=timer.read_text)
     agentd.restart()
     report = agentd.call("agent.reconcile")
     assert report["recovered"] == ["survivor"], (report, agentd.process.log.read_text()[-3000:])
@@ -140,30 +141,14 @@ def test_sigkill_then_readoption_still_acks_and_wakes_through_the_fifo(
 
 
 def _wait_acked(agentd: AgentDaemon, name: str, seq: int) -> None:
-    for _ in range(500):
-        if any(e.get("ref") == seq for e in agentd.events(name) if e["type"] == "control-ack"):
-            return
-        threading.Event().wait(0.01)
-    pytest.fail(f"control {seq} of {name} was never acknowledged")
-
-
-def _wait_gone(pid: int) -> None:
-    for _ in range(500):
-        if not alive(pid):
-            return
-        threading.Event().wait(0.01)
-    pytest.fail(f"pid {pid} did not die")
-
-
-def _wait_timer_exit(agentd: AgentDaemon) -> None:
-    """The ``timer`` agent's deadline passes while no daemon runs; it writes ``exit``."""
-    runs = Path(agentd.env["TETHER_HOME"]) / "runs"
-    for _ in range(500):
-        for events in runs.glob("*/events.jsonl"):
-            if '"status":"timed-out"' in events.read_text():
-                return
-        threading.Event().wait(0.01)
-    pytest.fail("the timer agent never timed out")
+    """Until the child has acknowledged control ``seq`` in its log (read as it grows)."""
+    log = Path(agentd.status(name)["run_dir"], "events.jsonl")
+    wait_for_event(
+        log,
+        lambda e: e["type"] == "control-ack" and e.get("ref") == seq,
+        proc=None,
+        describe=log.read_text,
+    )
 
 
 def _agent_processes(home: Path, name: str) -> list[int]:
@@ -190,7 +175,7 @@ def test_sigkill_right_after_the_fork_never_leaves_a_child_nobody_owns(
     try:
         name, sock = _reserve_unrecorded(agentd, db, script)
         with sock:
-            _wait_for(lambda: _agent_processes(home, name), "the fork")
+            wait_until(lambda: _agent_processes(home, name), "the fork")  # (a /proc state)
             agentd.kill()
     finally:
         db.close()
@@ -198,7 +183,7 @@ def test_sigkill_right_after_the_fork_never_leaves_a_child_nobody_owns(
     row = _registry_row(agentd, name)
     assert row["pid"] is None
     assert row["state"] == "failed"
-    _wait_for(lambda: not [p for p in _agent_processes(home, name) if alive(p)], "no child")
+    wait_gone(_agent_processes(home, name), "no child")
 
 
 def _reserve_unrecorded(
@@ -241,14 +226,6 @@ def _settled(pid: int, row: dict[str, Any]) -> bool:
     assert row["pid"] == pid, (row, pid)
     assert row["state"] != "failed", row
     return True
-
-
-def _wait_for(check: Any, what: str) -> None:
-    for _ in range(2000):
-        if check():
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_idle_agents_leave_the_daemon_no_timer(agentd: AgentDaemon) -> None:

@@ -11,13 +11,12 @@ import json
 import select
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.support.agentd import kill_agents
-from tests.support.daemon import DaemonProcess, probe
+from tests.support.daemon import DaemonProcess, wait_answering
 
 from tether.daemon.fleet.params import SpawnParams
 from tether.daemon.fleet.registry import AgentRecord
@@ -119,9 +118,7 @@ def test_a_stopped_daemon_leaves_no_fork_server_behind(daemon_env: DaemonProcess
         assert helper.stdout is not None
         try:
             int(helper.stdout.readline())
-            while not probe(daemon_env.socket, timeout=0.5):  # (as DaemonProcess.wait_ready)
-                assert helper.poll() is None, "the daemon did not start"
-                time.sleep(0.02)
+            wait_answering(daemon_env.socket, helper)
             # it answers: its start hooks ran, the template is started
             said, _ = helper.communicate("stop\n", timeout=60)
         finally:
