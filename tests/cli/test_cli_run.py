@@ -7,10 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.waits import wait_glob, wait_text
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "demo"
@@ -176,14 +177,6 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert "5 timed-out, 2 usage error" in help_text.stdout
 
 
-def _wait_for(path: Path, text: str) -> None:
-    for _ in range(3000):  # a hang guard (60 s), not a verdict
-        if path.exists() and text in path.read_text():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"{text} never appeared in {path}")
-
-
 def _interrupt(
     tmp_path: Path, times: int, *, finalize_delay_ms: int = 0
 ) -> subprocess.CompletedProcess[str]:
@@ -208,16 +201,11 @@ def _interrupt(
         env=_env(tmp_path),
         cwd=tmp_path,
     )
-    runs = tmp_path / "home" / "runs"
-    for _ in range(3000):  # a hang guard (60 s), not a verdict
-        if list(runs.glob("*/events.jsonl")):
-            break
-        time.sleep(0.02)
-    (run_dir,) = [p.parent for p in runs.glob("*/events.jsonl")]
-    _wait_for(run_dir / "events.jsonl", '"type":"tool-call"')
+    run_dir = wait_glob(tmp_path / "home" / "runs", "*/events.jsonl", proc=proc).parent
+    wait_text(run_dir / "events.jsonl", '"type":"tool-call"', proc=proc)
     for control in ["finalize", "cancel"][:times]:
         proc.send_signal(signal.SIGINT)
-        _wait_for(run_dir / "control.jsonl", f'"type":"{control}"')
+        wait_text(run_dir / "control.jsonl", f'"type":"{control}"', proc=proc)
     stdout, stderr = proc.communicate(timeout=TIMEOUT)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 

@@ -14,12 +14,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.waits import pid_alive, spin_until, wait_gone, wait_until
 from tether.cli import COMMANDS
 
 CONTRACT = {0, 2, 3, 4, 5}
@@ -242,12 +242,8 @@ def test_a_signal_stops_a_blocked_command_with_3(
 
 def _wait_reading_stdin(proc: subprocess.Popen[bytes]) -> None:
     """Until the main thread sits in read(0, ...) (``/proc/PID/syscall``: nr 0, fd 0x0)."""
-    deadline = time.monotonic() + TIMEOUT
     syscall = Path(f"/proc/{proc.pid}/syscall")
-    while not syscall.read_text().startswith("0 0x0 "):
-        assert proc.poll() is None, "the command ended before reading its stdin"
-        assert time.monotonic() < deadline, "the command never read its stdin"
-        time.sleep(0.01)
+    wait_until(lambda: syscall.read_text().startswith("0 0x0 "), "a read of stdin", proc=proc)
 
 
 def test_sigterm_after_the_run_ended_does_not_kill_it(env: dict[str, str], tmp_path: Path) -> None:
@@ -357,16 +353,10 @@ def _tether_processes(env: dict[str, str]) -> list[tuple[int, str]]:
 
 def _wait_for_child(env: dict[str, str], proc: subprocess.Popen[bytes]) -> None:
     """Until a ``tether child`` of this test exists (the parent is then mid-start)."""
-    deadline = time.monotonic() + TIMEOUT
-    while not any(pid != proc.pid for pid, _ in _tether_processes(env)):
-        assert proc.poll() is None, "tether run ended before starting its child"
-        assert time.monotonic() < deadline, "tether run never started its child"
-        time.sleep(0.001)
+    spin_until(lambda: any(pid != proc.pid for pid, _ in _tether_processes(env)), "the child")
 
 
 def _left_running(env: dict[str, str]) -> list[tuple[int, str]]:
-    """This test's processes still alive (zombies are gone once reaped by init)."""
-    deadline = time.monotonic() + TIMEOUT
-    while (left := _tether_processes(env)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
+    """This test's processes still alive (not zombies), once those that end have ended."""
+    wait_gone([pid for pid, _ in _tether_processes(env)], "this test's processes")
+    return [(pid, cmdline) for pid, cmdline in _tether_processes(env) if pid_alive(pid)]

@@ -7,9 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from tests.support.waits import wait_glob, wait_gone, wait_text
 from tether.store.index import RunIndex
 
 from .test_cli_run import TIMEOUT, _env
@@ -66,14 +66,9 @@ def _sleeping_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
         env=_env(tmp_path),
         cwd=tmp_path,
     )
-    for _ in range(3000):
-        runs = list((tmp_path / "home" / "runs").glob("*/events.jsonl"))
-        if runs and '"type":"tool-call"' in runs[0].read_text():
-            return proc, runs[0].parent
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.01)
-    proc.kill()
-    raise AssertionError("the run never reached its tool call")
+    events = wait_glob(tmp_path / "home" / "runs", "*/events.jsonl", proc=proc)
+    wait_text(events, '"type":"tool-call"', proc=proc)
+    return proc, events.parent
 
 
 def _row(tmp_path: Path, run_id: str) -> dict[str, object]:
@@ -90,22 +85,6 @@ def _row(tmp_path: Path, run_id: str) -> dict[str, object]:
     return row
 
 
-def _wait_gone(pid: int) -> None:
-    for _ in range(3000):
-        if not _alive(pid):
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"pid {pid} is still running")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0]
-    except OSError:
-        return False
-    return state != b"Z"
-
-
 def test_sighup_cancels_the_run_and_ends_its_row(tmp_path: Path) -> None:
     proc, run_dir = _sleeping_run(tmp_path)
     record = RunIndex(tmp_path / "home" / "tether.db").get(run_dir.name)
@@ -115,7 +94,7 @@ def test_sighup_cancels_the_run_and_ends_its_row(tmp_path: Path) -> None:
     _, stderr = proc.communicate(timeout=TIMEOUT)
     assert proc.returncode == 3, stderr
     assert b"Traceback" not in stderr
-    _wait_gone(record.pid)
+    wait_gone([record.pid], "the child")
     row = _row(tmp_path, run_dir.name)
     assert row["status"] == "cancelled", row
 
@@ -129,7 +108,7 @@ def test_after_sigkill_of_tether_run_its_row_reads_lost(tmp_path: Path) -> None:
     assert record.pid is not None
     proc.kill()
     proc.communicate(timeout=TIMEOUT)
-    _wait_gone(record.pid)  # the lifeline ends the child when its parent is gone
+    wait_gone([record.pid], "the child")  # the lifeline ends it when its parent is gone
     row = _row(tmp_path, run_dir.name)
     assert row["status"] == "failed", row
     assert str(row["error"]).startswith("lost: its parent process"), row

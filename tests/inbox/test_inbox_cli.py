@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.waits import HANG_S, sqlite_files, wait_until
 from tether.inbox.writer import append_inbox, create_inbox
 
 MESSAGES = [
@@ -145,7 +146,7 @@ class LineReader:
         self.thread.join(timeout=20)
         self.stream.close()
 
-    def take(self, n: int, limit: float = 20.0) -> list[str]:
+    def take(self, n: int, limit: float = HANG_S) -> list[str]:
         deadline = time.monotonic() + limit
         got = []
         while len(got) < n and (left := deadline - time.monotonic()) > 0:
@@ -188,12 +189,12 @@ def test_drain_follow_keeps_draining_until_terminated(tmp_path: Path) -> None:
     try:
         for message in MESSAGES:
             append_inbox(path, message)
-        deadline = time.monotonic() + 20
-        rows: list[str] = []
-        while len(rows) < len(MESSAGES) and time.monotonic() < deadline:
-            time.sleep(0.1)
+
+        def all_stored() -> bool:  # checked at each commit to the database
             rows = tether("r", "--json", "--no-drain", "--db", str(db)).stdout.splitlines()
-        assert len(rows) == len(MESSAGES)
+            return len(rows) == len(MESSAGES)
+
+        wait_until(all_stored, "every message stored", files=sqlite_files(db), proc=proc)
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)

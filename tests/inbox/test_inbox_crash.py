@@ -5,6 +5,11 @@ follow mode, and an InboxDrain tailing both files) are started and killed with
 SIGKILL at random instants, again and again. At the end one clean drain runs,
 and the table must hold exactly the lines of each file: every one, in order,
 none twice, each kept as a message or as a rejected row with its raw text.
+
+Nothing here is paced by the clock: a writer writes its next stretch when the test
+feeds its stdin a byte (a random number of stretches each round), a round's drainers are
+killed after a random number of commits (each seen on the database's WAL), and the
+writers run to their end once their stdin closes.
 """
 
 from __future__ import annotations
@@ -16,11 +21,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.waits import HANG_S, sqlite_files, wait_until
 from tether.inbox.writer import create_inbox
 
 ECHO_WRITER = r"""
@@ -31,12 +36,12 @@ for ((i = 0; i < n; i++)); do
   else
     echo "{\"type\":\"progress\",\"text\":\"e$k-$i\"}" >> "$f"
   fi
-  if (( i % 25 == 0 )); then sleep 0.05; fi
+  if (( i % 25 == 0 )); then read -r -n 1 _ || true; fi  # the next stretch, when fed
 done
 """
 
 SPLIT_WRITER = r"""
-import json, os, random, sys, time
+import json, os, random, sys
 path, n = sys.argv[1], int(sys.argv[2])
 rnd = random.Random(7)
 fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -56,8 +61,8 @@ for i in range(n):
     for cut in cuts:
         os.write(fd, line[start:cut])
         start = cut
-        if rnd.random() < 0.25:
-            time.sleep(0.002)
+        if rnd.random() < 0.01:
+            sys.stdin.buffer.read(1)  # the next stretch, when fed (EOF: to the end)
 """
 
 BOTH_DRAINER = r"""
@@ -68,7 +73,7 @@ async def main():
     async with InboxDrain(sys.argv[1]) as drain:
         drain.add(sys.argv[2], "run-echo")
         drain.add(sys.argv[4], "run-split")
-        await asyncio.sleep(3600)
+        await asyncio.Event().wait()  # until killed
 
 asyncio.run(main())
 """
@@ -156,17 +161,41 @@ def committed(db: Path) -> int:
 
 def wait_for_progress(
     db: Path, before: int, drainers: list[subprocess.Popen[bytes]], inboxes: tuple[Path, Path]
-) -> None:
-    """Until the drainers commit past ``before``, or have nothing left to drain."""
-    deadline = time.monotonic() + 60  # a hang guard, not a verdict
-    while time.monotonic() < deadline:
+) -> int:
+    """Until the drainers commit past ``before`` (each commit changes the WAL), or have
+    nothing left to drain, or have all ended (a one-shot drain); what is committed then."""
+
+    def moved() -> bool:
         now = committed(db)
-        if now > before or now >= sum(p.stat().st_size for p in inboxes):
-            return
-        if all(proc.poll() is not None for proc in drainers):
-            return  # a one-shot drain ended
-        time.sleep(0.01)
-    raise AssertionError(f"the drainers made no progress past {before} bytes in 60 s")
+        if now > before or now >= sum(map(complete_bytes, inboxes)):
+            return True
+        return all(proc.poll() is not None for proc in drainers)
+
+    wait_until(moved, f"progress past {before} bytes", files=sqlite_files(db), pids=drainers)
+    return committed(db)
+
+
+def complete_bytes(path: Path) -> int:
+    """Bytes of ``path`` up to its last newline (a writer may pause inside a line)."""
+    with path.open("rb") as file:
+        end = file.seek(0, 2)
+        while end > 0:
+            start = max(0, end - 65536)
+            file.seek(start)
+            newline = file.read(end - start).rfind(b"\n")
+            if newline >= 0:
+                return start + newline + 1
+            end = start
+    return 0
+
+
+def feed(writers: list[subprocess.Popen[bytes]], stretches: int) -> None:
+    """Let each writer still writing write ``stretches`` more stretches."""
+    for writer in writers:
+        assert writer.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # it has written everything
+            writer.stdin.write(b"x" * stretches)
+            writer.stdin.flush()
 
 
 @pytest.mark.slow
@@ -177,32 +206,38 @@ def test_sigkilled_drainers_lose_nothing_and_duplicate_nothing(tmp_path: Path) -
         path.parent.mkdir()
         create_inbox(path)
     per_echo_writer = 2500
+    fed = {"stdin": subprocess.PIPE}
     writers = [
         subprocess.Popen(
-            ["bash", "-c", ECHO_WRITER, "bash", str(k), str(per_echo_writer), str(echo)]
+            ["bash", "-c", ECHO_WRITER, "bash", str(k), str(per_echo_writer), str(echo)], **fed
         )
         for k in range(3)
     ]
-    writers.append(subprocess.Popen([sys.executable, "-c", SPLIT_WRITER, str(split), "3000"]))
+    writers.append(
+        subprocess.Popen([sys.executable, "-c", SPLIT_WRITER, str(split), "3000"], **fed)
+    )
 
     rnd = random.Random(20260706)
     kills = mid_work = 0
-    # A fixed number of rounds (more while the writers write), each decided by events:
-    # the drainers are killed once they have committed something new, at a random moment
-    # after that; no round depends on how fast this machine is.
-    while kills < KILL_ROUNDS or any(w.poll() is None for w in writers):
+    # A fixed number of rounds, each decided by events: the writers write a few stretches,
+    # the drainers are killed after a random number of commits; no round depends on how
+    # fast this machine is.
+    while kills < KILL_ROUNDS:
+        feed(writers, rnd.randint(1, 6))
         before = committed(db)
         drainers = start_drainers(kills, db, echo, split)
-        wait_for_progress(db, before, drainers, (echo, split))
-        time.sleep(rnd.uniform(0.0, 0.05))  # where in a chunk the kill lands (not a verdict)
+        for _ in range(rnd.randint(1, 3)):  # where the kill lands
+            before = wait_for_progress(db, before, drainers, (echo, split))
         mid_work += committed(db) < echo.stat().st_size + split.stat().st_size
         for proc in drainers:
             proc.send_signal(signal.SIGKILL)
         for proc in drainers:
-            proc.wait(timeout=30)
+            proc.wait(timeout=HANG_S)
         kills += 1
     for writer in writers:
-        assert writer.wait(timeout=60) == 0
+        assert writer.stdin is not None
+        writer.stdin.close()  # EOF: each writes the rest at once
+        assert writer.wait(timeout=HANG_S) == 0
     assert mid_work >= 1, "no drainer was killed with work left"
 
     for path, run in ((echo, "run-echo"), (split, "run-split")):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.waits import settle, wait_until_async
 from tether.inbox.live import InboxDrain
 from tether.inbox.messages import Clarification, Progress
 from tether.inbox.store import InboxStore, StoredMessage
@@ -23,7 +24,7 @@ def watcher(request: pytest.FixtureRequest) -> Iterator[FileWatcher]:
     w.close()
 
 
-async def take(iterator: object, n: int, limit: float = 10.0) -> list[StoredMessage]:
+async def take(iterator: object, n: int) -> list[StoredMessage]:
     got: list[StoredMessage] = []
 
     async def collect() -> None:
@@ -32,7 +33,7 @@ async def take(iterator: object, n: int, limit: float = 10.0) -> list[StoredMess
             if len(got) == n:
                 return
 
-    await asyncio.wait_for(collect(), limit)
+    await settle(collect(), f"{n} messages")
     return got
 
 
@@ -83,9 +84,14 @@ def test_split_writes_arrive_whole_and_in_order(
             fd = os.open(inbox, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             try:
                 for line in lines:
-                    for piece in (line[:5], line[5:17], line[17:]):
+                    for piece in (line[:5], line[5:17]):
+                        passes = drain.statistics().passes
                         os.write(fd, piece)
-                        await asyncio.sleep(0.002)
+                        # a drain pass after each part: it reads the line in parts
+                        await wait_until_async(
+                            lambda n=passes: drain.statistics().passes > n, "a drain pass"
+                        )
+                    os.write(fd, line[17:])
             finally:
                 os.close(fd)
             return await take(stream, len(lines))
@@ -143,7 +149,7 @@ def test_a_backlog_is_drained_in_bounded_slices(db_path: Path, tmp_path: Path) -
         async with InboxDrain(db_path, max_bytes=16 * 1024) as drain:
             stream = drain.messages(maxsize=100)  # a slow reader holds the drain back
             drain.add(inbox, "r")
-            got = await take(stream, 5000, limit=60)
+            got = await take(stream, 5000)
             return got, drain.statistics().passes
 
     got, passes = asyncio.run(scenario())
@@ -179,10 +185,8 @@ def test_a_failing_drain_is_retried_and_reported(db_path: Path, tmp_path: Path) 
         async with InboxDrain(db_path, idle_interval=0.05) as drain:
             stream = drain.messages()
             drain.add(inbox, "r")
-            for _ in range(3000):  # a failure, then its retry (60 s: a hang guard)
-                if drain.statistics().errors >= 2:
-                    break
-                await asyncio.sleep(0.02)
+            # a failure, then its retry
+            await wait_until_async(lambda: drain.statistics().errors >= 2, "a retried failure")
             stats = drain.statistics()
             inbox.rmdir()
             append_inbox(inbox, {"type": "progress", "text": "recovered"})

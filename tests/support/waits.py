@@ -261,3 +261,36 @@ async def loop_pass() -> None:
     passed: asyncio.Future[None] = loop.create_future()
     loop.call_soon(passed.set_result, None)
     await passed
+
+
+def wait_text(path: Path, text: str, *, proc: subprocess.Popen[Any] | None = None) -> None:
+    """Until ``text`` is in the file at ``path`` (re-read as it changes: inotify)."""
+    wait_until(
+        lambda: path.exists() and text in path.read_text(errors="replace"),
+        f"{text!r} in {path}",
+        files=[path],
+        proc=proc,
+    )
+
+
+def wait_glob(root: Path, pattern: str, *, proc: subprocess.Popen[Any] | None = None) -> Path:
+    """The first path under ``root`` matching ``pattern``: a name the test cannot know
+    beforehand (a run's directory), so polled."""
+    found: Path = wait_until(
+        lambda: next(iter(sorted(root.glob(pattern))), None), f"{pattern} in {root}", proc=proc
+    )
+    return found
+
+
+def spin_until(
+    check: Callable[[], T], what: str, *, proc: subprocess.Popen[Any] | None = None
+) -> T:
+    """:func:`wait_until` with no pause between checks, for a state that lasts only a few
+    milliseconds (a race the test must land in); bounded by :data:`HANG_S` too."""
+    deadline = time.monotonic() + HANG_S
+    while not (value := check()):
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"{what}: the process exited ({proc.returncode}) first")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {HANG_S} s (a hang)")
+    return value

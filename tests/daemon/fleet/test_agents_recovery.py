@@ -7,14 +7,13 @@ import signal
 import socket
 import sqlite3
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from tests.event_files import wait_for_event
 from tests.support.agentd import AgentDaemon, agent_pids, agentd, alive
-from tests.support.daemon import frame, read_frame
-from tests.support.waits import wait_gone, wait_until
+from tests.support.daemon import frame
+from tests.support.waits import spin_until, wait_gone, wait_until
 from tests.wake_probe import blocked_without_timer, inotify_instances
 
 from tether.daemon.rpc.client import DaemonClientError
@@ -195,7 +194,7 @@ def _reserve_unrecorded(
         request = {"name": name, "script": script, "cwd": str(agentd.root)}
         sock = agentd.process.connect()
         sock.sendall(frame({"id": 1, "method": "agent.spawn", "params": request}))
-        assert _spin(lambda: _row_exists(db, name)), read_frame(sock)  # noqa: B023
+        spin_until(lambda: _row_exists(db, name), "the reservation")  # noqa: B023
         db.execute("BEGIN IMMEDIATE")  # the pid update now waits on us
         pid = db.execute("SELECT pid FROM daemon_agents WHERE name = ?", (name,)).fetchone()[0]
         if pid is None:
@@ -208,15 +207,6 @@ def _reserve_unrecorded(
 def _row_exists(db: sqlite3.Connection, name: str) -> bool:
     row = db.execute("SELECT 1 FROM daemon_agents WHERE name = ?", (name,)).fetchone()
     return row is not None
-
-
-def _spin(check: Any, limit_s: float = 20.0) -> bool:
-    """Poll without sleeping (the window to hit is a few milliseconds wide)."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-    return False
 
 
 def _settled(pid: int, row: dict[str, Any]) -> bool:
