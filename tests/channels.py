@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.nats_server import NatsServer, run_nats_server
-from tether.transports.channel import Channel, Entry, FileChannel
+from tests.support.waits import HANG_S, retry_async
+from tether.transports.channel import Channel, Entry, FileChannel, TransportError
 
 BACKENDS = ["file", "jetstream"]
 
@@ -62,3 +63,27 @@ async def read_all(
     finally:
         await tail.aclose()  # type: ignore[attr-defined]
     return got
+
+
+async def read_through_marker(channel: Channel, name: str) -> list[Entry]:
+    """A channel from its start up to a marker line appended now: every entry before it,
+    a doubled line included (a channel keeps append order), decided by the marker's
+    arrival, not by how long nothing else came."""
+    token = os.urandom(8).hex()
+    marker = b'{"marker":"%s"}' % token.encode()
+    # retried while a cluster elects a leader; its id keeps a retried marker single
+    await retry_async(
+        lambda: channel.append(name, marker, msg_id=f"marker:{token}"), TransportError, "a marker"
+    )
+    got: list[Entry] = []
+    tail = channel.tail(name)
+    try:
+        async with asyncio.timeout(HANG_S):
+            async for item in tail:
+                assert isinstance(item, Entry)
+                if item.data == marker:
+                    return got
+                got.append(item)
+    finally:
+        await tail.aclose()  # type: ignore[attr-defined]
+    raise AssertionError(f"the channel {name} ended before its marker")

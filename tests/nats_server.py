@@ -7,7 +7,6 @@ the test; elsewhere it skips with the reason.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
@@ -196,13 +195,9 @@ def run_nats_cluster(root: Path, size: int = 3) -> Iterator[NatsCluster]:
 async def open_r3(urls: str, prefix: str) -> JetStreamChannel:
     """A channel on a new cluster's R3 stream: the cluster elects its JetStream leader a
     moment after its nodes listen, so opening is retried until then."""
+    from tests.support.waits import retry_async
     from tether.transports.jetstream import open_jetstream
 
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return await open_jetstream(urls, prefix=prefix, replicas=3)
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.25)
+    return await retry_async(
+        lambda: open_jetstream(urls, prefix=prefix, replicas=3), Exception, "an R3 stream"
+    )

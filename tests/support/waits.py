@@ -294,3 +294,20 @@ def spin_until(
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: not within {HANG_S} s (a hang)")
     return value
+
+
+async def retry_async(
+    attempt: Callable[[], Awaitable[T]], retry_on: type[BaseException], what: str
+) -> T:
+    """``attempt()``'s result, tried again while it raises ``retry_on``: for a state the
+    test cannot watch, only try (a NATS cluster electing its leader). Tried every
+    :data:`POLL_S`: the one poll of the async tests; after :data:`HANG_S` the error
+    propagates."""
+    deadline = time.monotonic() + HANG_S
+    while True:
+        try:
+            return await attempt()
+        except retry_on:
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(POLL_S)  # no event to wait on: the one timed pause

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from tests.channels import backend, nats_server, open_channel
+from tests.support.waits import wait_until_async
 
 from tether.transports.channel import Channel, Entry, FileChannel, Skipped, TransportError
 
@@ -191,13 +193,18 @@ READER = textwrap.dedent(
     sys.path.insert(0, {root!r})
     from tests.channels import open_channel
 
+    def step():  # the test's go: one byte of stdin per step (EOF: no more holding back)
+        sys.stdin.buffer.read(1)
+
     async def main():
         channel = await open_channel({kind!r}, {where!r})
         after = await channel.committed("work", "reader")
         with open({out!r}, "a") as out:
             async for entry in channel.tail("work", after=after):
+                step()
                 out.write(f"{{entry.offset}} {{entry.data.decode()}}\\n")
                 out.flush()
+                step()
                 await channel.commit("work", "reader", entry.offset)
 
     asyncio.run(main())
@@ -233,17 +240,27 @@ def test_a_reader_killed_at_any_moment_resumes_from_its_commit(
 ) -> None:
     """SIGKILL a real reader process again and again. Every restart resumes just past its
     committed offset: what it recorded, with a repeat collapsed where a kill fell between
-    recording an entry and committing it, is every entry once, in order."""
-    total = 200
+    recording an entry and committing it, is every entry once, in order.
+
+    The reader takes one step per byte the test feeds it (record, then commit): fed an odd
+    number, it is killed between recording an entry and committing it; fed an even one,
+    right after a commit. No kill depends on how fast the reader runs."""
+    total = 100  # 4 rounds at least: at most 30 entries a round
     out = tmp_path / "seen.txt"
     script = READER.format(root=str(ROOT), kind=backend[0], where=backend[1], out=str(out))
+    rnd = random.Random(20260707)
 
     async def body(channel: Channel) -> None:
         offsets = [await channel.append("work", b"item-%d" % i) for i in range(total)]
         kills = 0
         while len(set(_offsets(out))) < total:
-            reader = await asyncio.create_subprocess_exec(sys.executable, "-c", script)
-            await _wait_for_progress(out, reader, total)
+            reader = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", script, stdin=asyncio.subprocess.PIPE
+            )
+            assert reader.stdin is not None
+            steps = rnd.randint(20, 60)
+            reader.stdin.write(b"x" * steps)
+            await _wait_for_progress(out, reader, total, (steps + 1) // 2)
             reader.send_signal(signal.SIGKILL)
             await reader.wait()
             kills += 1
@@ -256,13 +273,17 @@ def test_a_reader_killed_at_any_moment_resumes_from_its_commit(
     with_channel(body)
 
 
-async def _wait_for_progress(out: Path, reader: asyncio.subprocess.Process, total: int) -> None:
-    """Until the reader has recorded 30 more entries, or all of them."""
+async def _wait_for_progress(
+    out: Path, reader: asyncio.subprocess.Process, total: int, more: int
+) -> None:
+    """Until the reader has recorded ``more`` entries, or all of them (its file, inotify)."""
     before = len(_offsets(out))
-    async with asyncio.timeout(60):
-        while len(_offsets(out)) < before + 30 and len(set(_offsets(out))) < total:
-            assert reader.returncode is None, "the reader died on its own"
-            await asyncio.sleep(0.005)
+
+    def progressed() -> bool:
+        assert reader.returncode is None, "the reader died on its own"
+        return len(_offsets(out)) >= before + more or len(set(_offsets(out))) >= total
+
+    await wait_until_async(progressed, "the reader's progress", files=[out], pids=[reader.pid])
 
 
 def _offsets(out: Path) -> list[str]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.nats_server import NatsCluster, open_r3, run_nats_cluster
+from tests.support.waits import retry_async
 
 from tether.transports.channel import Entry, TransportError
 from tether.transports.jetstream import JetStreamChannel
@@ -29,14 +29,12 @@ def cluster(tmp_path: Path) -> Iterator[NatsCluster]:
 
 
 async def _append_with_retry(channel: JetStreamChannel, index: int) -> int:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return await channel.append("run.x.events", b'{"n":%d}' % index, msg_id=f"w:{index}")
-        except TransportError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)
+    """The append, retried while the stream has no leader (the cluster elects one)."""
+    return await retry_async(
+        lambda: channel.append("run.x.events", b'{"n":%d}' % index, msg_id=f"w:{index}"),
+        TransportError,
+        "an append to the stream",
+    )
 
 
 def test_killing_the_stream_leader_loses_and_doubles_nothing(cluster: NatsCluster) -> None:

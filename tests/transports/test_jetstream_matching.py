@@ -8,6 +8,7 @@ import os
 import pytest
 from tests.channels import nats_server
 from tests.nats_server import NatsServer
+from tests.support.waits import HANG_S, loop_pass
 
 from tether.transports.channel import Entry, TransportError
 from tether.transports.jetstream import JetStreamChannel, open_jetstream
@@ -19,7 +20,7 @@ async def _take(
     channel: JetStreamChannel, pattern: str, count: int, after: int | None = None
 ) -> list[tuple[str, Entry]]:
     got: list[tuple[str, Entry]] = []
-    async with asyncio.timeout(20):
+    async with asyncio.timeout(HANG_S):
         async for item in channel.tail_matching(pattern, after=after):
             got.append(item)
             if len(got) == count:
@@ -43,9 +44,10 @@ def test_one_tail_follows_the_matching_channels_in_stream_order(nats_server: Nat
             # resuming the whole set after the last offset handled
             resumed = await _take(channel, "run.*.events", 10, after=got[19][1].offset)
             assert [entry.data for _, entry in resumed] == [line for *_, line in wrote[20:]]
-            # a live one, appended once the tail waits
+            # a live one, appended once the tail has started (it reads from `after`: the
+            # line is its whether the subscription was up by then or not)
             waiting = asyncio.ensure_future(_take(channel, "run.>", 1, after=last))
-            await asyncio.sleep(0)
+            await loop_pass()
             offset = await channel.append("run.r9.inbox", b"late")
             assert [(name, entry) for name, entry in await waiting] == [
                 ("run.r9.inbox", Entry(offset, b"late"))
@@ -88,11 +90,11 @@ def test_a_reader_far_behind_the_stream_misses_nothing(
                 batch = [(line, None) for line in lines[start : start + 500]]
                 await channel.append_many("run.r1.events", batch)
             got: list[bytes] = []
-            async with asyncio.timeout(60):
+            async with asyncio.timeout(HANG_S):
                 async for item in channel.tail("run.r1.events"):
                     assert isinstance(item, Entry)
                     got.append(item.data)
-                    await asyncio.sleep(0)  # a reader with work of its own between lines
+                    await loop_pass()  # a reader with work of its own between lines
                     if len(got) == len(lines):
                         break
             assert got == lines

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.channels import read_all
+from tests.channels import read_through_marker
 from tests.nats_server import NatsCluster, open_r3, run_nats_cluster
 
 from tether.transports.channel import PartialAppend, TransportError
@@ -83,7 +83,7 @@ def test_a_leader_change_in_the_middle_of_bursts_keeps_every_line_once_in_order(
         try:
             stepped, failures = await asyncio.wait_for(_forward(writer, admin, name, lines), 150)
             assert stepped >= 1, "no leader change happened during the bursts"
-            stored = await read_all(admin, name, len(lines), wait=5.0, last_wait=0.5)
+            stored = await read_through_marker(admin, name)
             numbers = [json.loads(entry.data)["n"] for entry in stored]
             assert numbers == list(range(len(lines))), (
                 f"{stepped} leader changes, {failures} failed bursts: "

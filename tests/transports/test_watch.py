@@ -6,10 +6,12 @@ import asyncio
 import os
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.waits import HANG_S, loop_pass, settle
 
 from tether.transports.watch import (
     IN_IGNORED,
@@ -34,14 +36,21 @@ def watcher(request: pytest.FixtureRequest) -> Iterator[FileWatcher]:
     w.close()
 
 
-def collect(w: FileWatcher, expected: set[Path], limit: float = 5.0) -> set[Path]:
-    """Wait until every expected path has been reported (or the limit passes)."""
+def collect(w: FileWatcher, expected: set[Path]) -> set[Path]:
+    """Every path reported until all the expected ones have been (or the hang detector)."""
     seen: set[Path] = set()
-    loop_deadline = limit
-    while not expected <= seen and loop_deadline > 0:
-        seen |= w.wait_sync(timeout=0.25)
-        loop_deadline -= 0.25
+    deadline = time.monotonic() + HANG_S
+    while not expected <= seen and time.monotonic() < deadline:
+        seen |= w.wait_sync(timeout=deadline - time.monotonic())
     return seen
+
+
+def reported_before(w: FileWatcher, marker: Path) -> set[Path]:
+    """What the watcher reports before a change the test makes now to ``marker`` (a
+    watched file): events come in order (one inotify queue; one stat pass over every
+    polled file), so anything pending shows up no later than the marker's report."""
+    append(marker, b"marker\n")
+    return collect(w, {marker}) - {marker}
 
 
 def append(path: Path, data: bytes) -> None:
@@ -50,9 +59,11 @@ def append(path: Path, data: bytes) -> None:
 
 
 def test_file_created_after_watch(watcher: FileWatcher, tmp_path: Path) -> None:
-    target = tmp_path / "later.jsonl"
+    target, marker = tmp_path / "later.jsonl", tmp_path / "marker"
+    marker.write_bytes(b"")
     watcher.watch(target)
-    assert watcher.wait_sync(timeout=0.05) == set()
+    watcher.watch(marker)
+    assert reported_before(watcher, marker) == set()  # a missing file is no change
     target.write_bytes(b"x\n")
     assert target in collect(watcher, {target})
 
@@ -91,7 +102,7 @@ def test_many_files_in_one_directory(watcher: FileWatcher, tmp_path: Path) -> No
         watcher.watch(f)
     if watcher.using_inotify:
         assert len(watcher._wds) == 1  # one watch for the whole directory
-    watcher.wait_sync(timeout=0.1)  # creating the files was a change too
+    reported_before(watcher, files[0])  # creating the files was a change too: taken here
     touched = {files[3], files[17], files[59]}
     for f in touched:
         append(f, b"more\n")
@@ -108,16 +119,17 @@ def test_many_directories(watcher: FileWatcher, tmp_path: Path) -> None:
         watcher.watch(files[-1])
     if watcher.using_inotify:
         assert len(watcher._wds) == 25
-    watcher.wait_sync(timeout=0.05)
     for f in files[::2]:
         f.write_bytes(b"hi\n")
     assert collect(watcher, set(files[::2])) == set(files[::2])
 
 
 def test_directory_created_after_watch(watcher: FileWatcher, tmp_path: Path) -> None:
-    target = tmp_path / "not-yet" / "inbox.jsonl"
+    target, marker = tmp_path / "not-yet" / "inbox.jsonl", tmp_path / "marker"
+    marker.write_bytes(b"")
     watcher.watch(target)
-    assert watcher.wait_sync(timeout=0.05) == set()
+    watcher.watch(marker)
+    assert reported_before(watcher, marker) == set()  # a missing directory is no change
     target.parent.mkdir()
     target.write_bytes(b"x\n")
     assert target in collect(watcher, {target})
@@ -136,7 +148,7 @@ def test_unwatch_stops_reports_and_drops_the_directory_watch(
     append(a, b"ignored\n")
     append(b, b"seen\n")
     assert collect(watcher, {b}) == {b}
-    assert watcher.wait_sync(timeout=0.1) == set()
+    assert reported_before(watcher, b) == set()  # a's change was never reported
     watcher.unwatch(b)
     watcher.unwatch(b)  # twice is harmless
     assert watcher.watched() == set()
@@ -169,15 +181,13 @@ def test_async_wait_sees_a_write_from_a_task(watcher: FileWatcher, tmp_path: Pat
 
     async def scenario() -> set[Path]:
         async def writer() -> None:
-            await asyncio.sleep(0.05)
+            await loop_pass()  # the wait below has registered its readers by then
             target.write_bytes(b"hello\n")
 
         task = asyncio.create_task(writer())
         seen: set[Path] = set()
-        for _ in range(20):
-            seen |= await watcher.wait(timeout=0.25)
-            if target in seen:
-                break
+        while target not in seen:
+            seen |= await settle(watcher.wait(), "the write's report")
         await task
         return seen
 
@@ -189,7 +199,8 @@ def test_async_wait_can_be_cancelled(watcher: FileWatcher, tmp_path: Path) -> No
 
     async def scenario() -> None:
         task = asyncio.create_task(watcher.wait())
-        await asyncio.sleep(0.05)
+        await loop_pass()  # the task is waiting, its readers registered
+        assert not task.done()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
