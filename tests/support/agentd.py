@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.support.daemon import DaemonProcess
-from tests.support.waits import HANG_S, wait_until
+from tests.support.waits import wait_until
 from tether.daemon.rpc.client import DaemonCallError, DaemonClient
 from tether.daemon.rpc.protocol import ErrorCode
 
@@ -72,56 +72,21 @@ class AgentDaemon:
         result: dict[str, Any] = self.call("agent.status", {"name": name})
         return result
 
-    def wait_for(
-        self, name: str, check: Callable[[dict[str, Any]], bool], *, by_events: bool = True
-    ) -> dict[str, Any]:
-        """The agent's status once ``check`` holds, checked again at each event of its run
-        (``agent.events --follow``: the daemon has mirrored an event before it sends it) and
-        once its stream ends with the run. What changes without an event of the run (a
-        terminal's size, the inbox's questions, a channel's counters): ``by_events=False``,
-        polled (tests/support/waits.py)."""
-        status = self.status(name)
-        if check(status):
-            return status
-        live = status["state"] in ("starting", "ready", "running", "closing", "finalizing")
-        if by_events and live and status.get("kind", "wire") == "wire":  # a queued one: no run
-            found = self._follow_until(name, check, status["last_seq"])
-            if found is not None:
-                return found
+    def wait_for(self, name: str, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """The agent's status once ``check`` holds. The status is the daemon's view, which
+        moves with the run's events but also without one (a run re-adopted after a
+        restart, a queued one started, a terminal resized), and only a call shows it: it
+        is polled, in tests/support/waits.py."""
         last: list[dict[str, Any]] = []
 
         def reached() -> dict[str, Any] | None:
             last[:] = [self.status(name)]
             return last[0] if check(last[0]) else None
 
-        return wait_until(reached, f"agent {name}'s status", describe=lambda: str(last))
-
-    def _follow_until(
-        self, name: str, check: Callable[[dict[str, Any]], bool], after_seq: int
-    ) -> dict[str, Any] | None:
-        """The status that holds, re-checked at each event streamed after ``after_seq``;
-        None when the stream ends first (the run is over: the caller looks once more)."""
-
-        class Reached(Exception):
-            status: dict[str, Any]
-
-        def on_event(request: Any) -> None:
-            status = self.status(name)
-            if check(status):
-                reached = Reached()
-                reached.status = status
-                raise reached
-
-        with self.client(timeout=HANG_S) as follow:
-            follow.on_request = on_event
-            params = {"name": name, "after_seq": after_seq, "follow": True}
-            try:
-                follow.call("agent.events", params)
-            except Reached as done:
-                return done.status
-            except TimeoutError:
-                pytest.fail(f"agent {name}: no event for {HANG_S} s (a hang): {self.status(name)}")
-        return None
+        status: dict[str, Any] = wait_until(
+            reached, f"agent {name}'s status", describe=lambda: str(last)
+        )
+        return status
 
     def events(self, name: str, after_seq: int = 0) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []

@@ -24,7 +24,7 @@ def tether(agentd: AgentDaemon, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def questions(agentd: AgentDaemon, name: str) -> list[dict[str, Any]]:
-    status = agentd.wait_for(name, lambda s: bool(s.get("questions")), by_events=False)
+    status = agentd.wait_for(name, lambda s: bool(s.get("questions")))
     found: list[dict[str, Any]] = status["questions"]
     return found
 

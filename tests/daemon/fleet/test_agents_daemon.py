@@ -306,7 +306,7 @@ def test_inbox_messages_are_pushed_to_the_agents_channel(agentd: AgentDaemon) ->
         append_inbox(inbox, {"type": "custom", "payload": [1, 2]})
         assert got_two.wait(15), received
         # the count moves once the daemon has read the answer to the second delivery
-        agentd.wait_for("ch", lambda status: status["channel"]["pushed"] == 2, by_events=False)
+        agentd.wait_for("ch", lambda status: status["channel"]["pushed"] == 2)
     finally:
         channel.close()
     first, second = received

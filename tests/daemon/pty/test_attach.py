@@ -78,18 +78,13 @@ def test_attach_types_resizes_and_detaches_restoring_the_terminal(agentd: AgentD
     try:
         assert term.lflag() & termios.ICANON  # a fresh pty is cooked
         term.read_until(b"detach with Ctrl-]")
-        assert (
-            agentd.wait_for("tty", lambda s: s["pty"]["cols"] == 100, by_events=False)["attached"]
-            is True
-        )
+        assert agentd.wait_for("tty", lambda s: s["pty"]["cols"] == 100)["attached"] is True
         assert not term.lflag() & termios.ICANON  # raw while attached
         term.type(b"echo at-$((3*3))\r")
         term.read_until(b"at-9")
 
         term.resize(120, 40)  # the kernel sends the CLI SIGWINCH
-        agentd.wait_for(
-            "tty", lambda s: (s["pty"]["cols"], s["pty"]["rows"]) == (120, 40), by_events=False
-        )
+        agentd.wait_for("tty", lambda s: (s["pty"]["cols"], s["pty"]["rows"]) == (120, 40))
         term.type(b"stty size\r")
         term.read_until(b"40 120")
 
