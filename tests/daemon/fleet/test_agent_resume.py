@@ -95,11 +95,11 @@ def test_agents_resume_after_a_reboot(
     kill_agents(Path(env["TETHER_HOME"]))
     shutil.rmtree(env["XDG_RUNTIME_DIR"])
     daemon_env.start()
-    assert tether(env, "list").stdout.count("failed (resumable)") == 2
+    assert tether(env, "list").stdout.count("stopped (resumable)") == 2
 
     for name, word, reply in (("bi", "PINEAPPLE", 3), ("cl", "MANGO", 4)):
         before = state(env, name)
-        assert before["state"] == "failed"  # its process was gone at recovery
+        assert before["state"] == "stopped"  # its process was gone at recovery (a reboot)
         assert before["resumable"] is True
         assert f"{name}" in tether(env, "list").stdout
         resumed = tether(env, "follow-up", name, "what was the word?")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tether.daemon.channels import claude as cc
 from tether.daemon.channels.hub import ChannelHub, PushResult, make_channel_envelope
-from tether.daemon.fleet.supervisor import FleetExtension
+from tether.daemon.fleet.assembly import FleetExtension
 from tether.daemon.rpc.methods import RpcFailure
 from tether.daemon.rpc.protocol import ErrorCode
 from tether.errors import RunEnded

@@ -34,7 +34,7 @@ class Agent(Protocol):
 
 SCHEMA_VERSION: Final = 1
 _LIVE: Final = frozenset({"starting", "ready", "running", "closing", "finalizing"})
-_EXITED: Final = frozenset({"done", "cancelled", "failed", "timed-out"})
+_EXITED: Final = frozenset({"done", "cancelled", "failed", "timed-out", "stopped"})
 # The keys the reference's agent.list projection leaves out (it returns them elsewhere).
 FIELDS_OMITTED: Final = ("task", "argv", "snapshot")
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from tether.daemon.fleet.assembly import FleetExtension
 from tether.daemon.fleet.replies import (
     Approval,
     ApprovalsReply,
@@ -34,7 +35,6 @@ from tether.daemon.fleet.replies import (
     QueuedItem,
     QueueReply,
 )
-from tether.daemon.fleet.supervisor import FleetExtension
 from tether.daemon.fleet.wire_agent import send_control
 from tether.runtime.parent.observer import Observer
 from tether.runtime.parent.queue import QueueBook

@@ -30,16 +30,16 @@ import logging
 import os
 import shlex
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from tether.daemon.fleet.admission import Admission
+from tether.daemon.fleet.assembly import AgentParts, FleetExtension
 from tether.daemon.fleet.followers import is_live_state, restore_mirror
 from tether.daemon.fleet.launch import check_descriptors, launch
 from tether.daemon.fleet.params import SpawnParams
+from tether.daemon.fleet.queue import AgentQueue
 from tether.daemon.fleet.registry import (
     AgentExists,
     AgentNotFound,
@@ -56,41 +56,20 @@ from tether.procs import proc_start_time, process_matches
 from tether.runtime.child.adapters.config import write_config
 from tether.runtime.parent import forkserver
 from tether.runtime.parent.command import ChildCommand, child_command
-from tether.runtime.parent.driver import LocalRunHandle
 from tether.runtime.parent.hub import WatchHub, shared_hub
 from tether.runtime.parent.launch import (
     PreparedRun,
-    make_inbox,
-    monotonic_at,
     prepare_run,
 )
 from tether.runtime.parent.mirror import RunMirror
-from tether.runtime.parent.observer import Observer
-from tether.runtime.parent.options import SpawnOptions
-from tether.runtime.parent.outcome import RunResult, Timeouts
+from tether.runtime.parent.outcome import Timeouts
 from tether.runtime.parent.process import ChildProcess
 from tether.runtime.parent.rundir import RunDir
-from tether.runtime.parent.sidecars import InboxTail, Recorder
-from tether.runtime.parent.supervise import RunWatch
 from tether.runtime.parent.worktrees import RUN_OWNER
-from tether.store.index import LIVE_STATUSES, RunIndex, RunRecord
+from tether.store.index import LIVE_STATUSES, RunIndex
 from tether.transports.tail import FileTail
-from tether.transports.wake import ControlWriter
-from tether.wire.session import State
 
 log = logging.getLogger("tether.daemon.fleet")
-
-
-class FleetExtension:
-    """What a composition adds to the fleet's wire agents (every method optional): a check
-    of a spawn's parameters before anything exists, and observers of each agent's run."""
-
-    def check_spawn(self, params: SpawnParams) -> None:
-        """Raise :class:`~tether.daemon.rpc.methods.RpcFailure` to refuse the spawn."""
-
-    def observers(self, agent: WireAgent) -> list[Observer]:
-        """Observers of ``agent``'s run (its driver tells them what happens)."""
-        return []
 
 
 def spawn_failed(message: str) -> RpcFailure:
@@ -124,8 +103,22 @@ class Supervisor:
         self._registry: AgentRegistry | None = None
         self._hub: WatchHub | None = None
         self._spawning: dict[str, asyncio.Future[Any]] = {}  # name -> its spawn
-        self.admission = Admission(max_running)
-        self._starting: set[asyncio.Task[None]] = set()  # queued agents being started
+        self.parts = AgentParts(
+            db=db,
+            timeouts=self.timeouts,
+            extensions=extensions,
+            registry=lambda: self.registry,
+            hub=lambda: self.hub,
+            released=self._released,
+            leave_queue=self._leave_queue,
+        )
+        self.queue = AgentQueue(
+            max_running,
+            registry=lambda: self.registry,
+            agents=self.agents,
+            make_agent=self.parts.agent,
+            start=self._start_queued,
+        )
 
     @property
     def registry(self) -> AgentRegistry:
@@ -221,8 +214,8 @@ class Supervisor:
 
     async def _spawn(self, p: SpawnParams) -> tuple[WireAgent, asyncio.Future[Any] | None]:
         p, command, cwd = await self._checked(p)
-        if not self.admission.request(p.name):  # --max-running: it waits its turn
-            return self._queue(p, command, cwd), None
+        if not self.queue.request(p.name):  # --max-running: it waits its turn
+            return self.queue.hold(p, command.argv, cwd), None
         try:
             return await self._start(p, command, cwd)
         except BaseException:
@@ -274,12 +267,12 @@ class Supervisor:
             gate.close()
             raise
         gate.open()
-        watch = self._watch(prepared.mirror, record, close_when_idle=p.close_when_idle)
-        handle = self._handle(record, watch, events, ChildProcess(popen), control=control)
-        agent = self._agent(record, handle)
+        watch = self.parts.watch(prepared.mirror, record, close_when_idle=p.close_when_idle)
+        handle = self.parts.handle(record, watch, events, ChildProcess(popen), control=control)
+        agent = self.parts.agent(record, handle)
         answer = agent.expect_answer(first_seq) if p.wait and first_seq is not None else None
         self.agents[p.name] = agent
-        await self._record(agent, handle, p.options())
+        await self.parts.record(agent, handle, p.options())
         agent.start()
         await handle.wait_started(self.timeouts.start_s + 1.0)
         if not handle.watch.was_ready:  # an agent that ended after `ready` was spawned
@@ -288,75 +281,21 @@ class Supervisor:
 
     # -- admission (--max-running) ----------------------------------------------------
 
-    def _queue(self, p: SpawnParams, command: ChildCommand, cwd: str) -> WireAgent:
-        """A row that waits its turn (its spawn parameters kept in it), and its agent."""
-        record = AgentRecord(
-            name=p.name,
-            run_dir="",
-            state="queued",
-            task=p.task,
-            provider=p.provider,
-            model=p.model,
-            cwd=cwd,
-            argv=command.argv,
-            channel_id=p.channel_id,
-            created_at=time.time(),
-            spawn=msgspec.to_builtins(msgspec.structs.replace(p, wait=False)),
-        )
-        try:
-            self.registry.insert(record)
-        except AgentExists:
-            self.admission.release(p.name)
-            message = f"an agent named {p.name!r} already exists"
-            raise RpcFailure(ErrorCode.AGENT_EXISTS, message) from None
-        agent = self.agents[p.name] = self._agent(record, None, queued=True)
-        return agent
-
     def queue_position(self, name: str) -> int | None:
         """A queued agent's place, 1 first."""
-        return self.admission.position(name)
+        return self.queue.position(name)
 
     def _released(self, name: str) -> None:
-        """``name`` no longer runs (or waits): start the queued agents that may run now."""
-        for admitted in self.admission.release(name):
-            self._begin(admitted)
+        self.queue.released(name)
 
-    def _begin(self, name: str) -> None:
-        """Start the queued agent ``name`` (admitted) in a task of its own."""
-        task = asyncio.get_running_loop().create_task(self._start_queued(name))
-        self._starting.add(task)
-        task.add_done_callback(self._starting.discard)
-
-    async def _start_queued(self, name: str) -> None:
-        agent = self.agents.get(name)
-        if agent is None or not agent.queued:
-            self._released(name)
-            return
-        try:
-            p = msgspec.convert(agent.record.spawn or {}, SpawnParams)
-            p, command, cwd = await self._checked(p, extensions=False)
-            await self._start(p, command, cwd, queued=agent.record)
-        except (RpcFailure, msgspec.ValidationError) as exc:
-            reason = exc.message if isinstance(exc, RpcFailure) else str(exc)
-            self._queued_failed(agent, reason)
-        except Exception as exc:  # one failed start must not stop the queue
-            log.exception("agent %s: cannot start from the queue", name)
-            self._queued_failed(agent, f"cannot start: {exc!r}")
-
-    def _queued_failed(self, agent: WireAgent, reason: str) -> None:
-        with contextlib.suppress(Exception):
-            record = self.registry.update(agent.name, state="failed", detail=reason)
-            self.agents[agent.name] = self._agent(record, None)
-        self._released(agent.name)
+    async def _start_queued(self, agent: WireAgent) -> None:
+        """Start a queued agent from the parameters its row kept (the queue's starter)."""
+        p = msgspec.convert(agent.record.spawn or {}, SpawnParams)
+        p, command, cwd = await self._checked(p, extensions=False)
+        await self._start(p, command, cwd, queued=agent.record)
 
     async def _leave_queue(self, agent: WireAgent) -> None:
-        """A queued agent stopped before it ran: it ends ``cancelled``, its place freed."""
-        with contextlib.suppress(AgentNotFound):
-            record = self.registry.update(
-                agent.name, state="cancelled", detail="stopped while queued"
-            )
-            self.agents[agent.name] = self._agent(record, None)
-        self._released(agent.name)
+        await self.queue.leave(agent)
 
     async def _checked(
         self, p: SpawnParams, *, extensions: bool = True
@@ -448,94 +387,6 @@ class Supervisor:
             raise RpcFailure(ErrorCode.AGENT_EXISTS, message) from None
         return record
 
-    def _watch(
-        self, mirror: RunMirror, record: AgentRecord, *, close_when_idle: bool | None = None
-    ) -> RunWatch:
-        deadline = record.deadline_at
-        return RunWatch(
-            mirror,
-            self.timeouts,
-            now=time.monotonic(),
-            deadline=None if deadline is None else monotonic_at(deadline),
-            close_when_idle=bool(close_when_idle),  # long-lived unless asked
-        )
-
-    def _handle(
-        self,
-        record: AgentRecord,
-        watch: RunWatch,
-        events: FileTail,
-        process: ChildProcess | None,
-        *,
-        control: ControlWriter | None = None,
-    ) -> LocalRunHandle:
-        run = RunDir(Path(record.run_dir).name, Path(record.run_dir))
-        if control is not None:  # a new run: its inbox is created now
-            inbox = make_inbox(run, self.db)
-        else:  # a re-adopted run: its inbox, if it has one
-            inbox = InboxTail(run.inbox, run.run_id, self.db) if run.inbox.exists() else None
-        return LocalRunHandle(
-            run=run,
-            watch=watch,
-            events=events,
-            process=process,
-            hub=self.hub,
-            control=control,
-            inbox=inbox,
-            created_at=record.created_at,
-            task=record.task,
-            keep_updates=False,
-        )
-
-    def _agent(
-        self,
-        record: AgentRecord,
-        handle: LocalRunHandle | None,
-        *,
-        adopted: bool = False,
-        orphaned: bool = False,
-        queued: bool = False,
-    ) -> WireAgent:
-        agent = WireAgent(
-            record,
-            handle,
-            registry=self.registry,
-            adopted=adopted,
-            orphaned=orphaned,
-            queued=self._leave_queue if queued else None,
-        )
-        if handle is not None:
-            for extension in self.extensions:
-                handle.observe(*extension.observers(agent))
-            handle.observe(_Release(lambda: self._released(record.name)))
-        return agent
-
-    async def _record(
-        self, agent: WireAgent, handle: LocalRunHandle, options: SpawnOptions
-    ) -> None:
-        """The run's row in the run index (with its options: a later resume or fork reads
-        them), kept current by its :class:`Recorder`."""
-        record = agent.record
-        recorder = Recorder(RunIndex(self.db), agent.run_id)
-        row = RunRecord(
-            id=agent.run_id,
-            task=record.task or "",
-            status=State.RUNNING.value,
-            created_at=record.created_at,
-            run_dir=record.run_dir,
-            provider=record.provider,
-            model=record.model,
-            cwd=record.cwd,
-            argv=record.argv,
-            pid=agent.pid,
-            deadline=record.deadline_at,
-            options=msgspec.to_builtins(options.replace(cwd=record.cwd)),
-        )
-        note = await recorder.start(row)
-        if note:
-            handle.note(note)
-        handle.observe(recorder)
-
     async def _spawn_failed(self, agent: WireAgent) -> None:
         if not agent.ended:
             await agent.kill("the child did not become ready")
@@ -575,12 +426,8 @@ class Supervisor:
 
     async def _resume(self, old: WireAgent, p: SpawnParams) -> tuple[WireAgent, int | None]:
         p, command, cwd = await self._checked(p, extensions=False)
-        if not self.admission.request(p.name):
-            record = self.registry.update(
-                p.name, state="queued", spawn=msgspec.to_builtins(p), detail=None
-            )
-            self.agents[p.name] = self._agent(record, None, queued=True)
-            return self.agents[p.name], None
+        if not self.queue.request(p.name):
+            return self.queue.hold_again(p), None
         try:
             agent, _ = await self._start(p, command, cwd, queued=old.record)
         except BaseException:
@@ -634,22 +481,22 @@ class Supervisor:
     def _adopt(self, row: AgentRecord) -> WireAgent | None:
         """Supervise ``row`` again; None for an ended one (kept as history)."""
         if row.state == "queued":  # it waits again, in spawn order (rows come oldest first)
-            agent = self.agents[row.name] = self._agent(row, None, queued=True)
-            if self.admission.request(row.name):  # there is room: it starts now
-                self._begin(row.name)
+            agent = self.agents[row.name] = self.parts.agent(row, None, queued=True)
+            if self.queue.request(row.name):  # there is room: it starts now
+                self.queue.begin(row.name)
             return agent
         run = RunDir(Path(row.run_dir).name, Path(row.run_dir))
         if not is_live_state(row.state):
-            self.agents[row.name] = self._agent(row, None)
+            self.agents[row.name] = self.parts.agent(row, None)
             return None
         row, mirror = _restored(row, run)
         alive = process_matches(row.pid, row.pid_start_time)
         process = ChildProcess(row.pid) if alive and row.pid is not None else None
         events = FileTail(run.events, offset=row.event_offset)
-        handle = self._handle(row, self._watch(mirror, row), events, process)
-        agent = self._agent(row, handle, adopted=alive, orphaned=not alive)
+        handle = self.parts.handle(row, self.parts.watch(mirror, row), events, process)
+        agent = self.parts.agent(row, handle, adopted=alive, orphaned=not alive)
         if alive:
-            self.admission.adopt(row.name)
+            self.queue.adopt(row.name)
             self.recovered.append(row.name)
         else:
             handle.fail_soon("failed", f"its process (pid {row.pid}) was gone at recovery")
@@ -664,7 +511,7 @@ class Supervisor:
         with contextlib.suppress(Exception):
             self.registry.update(row.name, state="failed", detail=error)
         with contextlib.suppress(Exception):
-            self.agents[row.name] = self._agent(self.registry.require(row.name), None)
+            self.agents[row.name] = self.parts.agent(self.registry.require(row.name), None)
 
     # -- remove -----------------------------------------------------------------------
 
@@ -704,17 +551,6 @@ def _commanded(p: SpawnParams, index: RunIndex) -> tuple[SpawnParams, ChildComma
     if command.config is not None and command.config.home:  # kept for its resume
         p = msgspec.structs.replace(p, home=command.config.home)
     return p, command
-
-
-class _Release(Observer):
-    """Frees an agent's place in the admission once its run has ended."""
-
-    def __init__(self, released: Callable[[], None]) -> None:
-        self._released = released
-
-    async def on_end(self, result: RunResult) -> str | None:
-        self._released()
-        return None
 
 
 def _restored(row: AgentRecord, run: RunDir) -> tuple[AgentRecord, RunMirror]:

@@ -267,7 +267,10 @@ class WireAgent(Observer):
         self.exit_code = handle.watch.exit_code
         # only now, with the answer read, does the agent say it has ended
         self.error, self.ended_at = result.error, handle.ended_at
-        self._final = result.status
+        # gone when this daemon came (a reboot, a kill) with no exit of its own: stopped,
+        # not failed; it can be resumed like any ended agent
+        gone = self.orphaned and handle.mirror.exit is None and self.record.pid is not None
+        self._final = "stopped" if gone else result.status
         for outcome in self.tracker.fail_all(f"the run ended ({result.status}) before answering"):
             self._settle_ask(outcome)
         for follower in self.followers:

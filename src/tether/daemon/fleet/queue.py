@@ -1,0 +1,138 @@
+"""``tether daemon --max-running N``: which wire agents run and which wait, and starting
+the waiting ones in spawn order as places free.
+
+A spawn beyond the limit becomes a row in state ``queued`` that keeps its spawn
+parameters (so the queue survives a daemon restart) and an agent with no run yet; when a
+running agent ends, or a queued one is stopped or removed, :meth:`AgentQueue.released`
+hands the places that freed to the next in line, each started by the supervisor's
+``start`` in a task of its own. Which names run and in what order is the sans-IO
+:class:`~tether.daemon.fleet.admission.Admission`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from tether.daemon.fleet.admission import Admission
+from tether.daemon.fleet.registry import AgentExists, AgentNotFound, AgentRecord, AgentRegistry
+from tether.daemon.rpc.methods import RpcFailure
+from tether.daemon.rpc.protocol import ErrorCode
+
+if TYPE_CHECKING:
+    from tether.daemon.fleet.params import SpawnParams
+    from tether.daemon.fleet.wire_agent import WireAgent
+
+__all__ = ["AgentQueue"]
+
+log = logging.getLogger("tether.daemon.fleet")
+
+MakeAgent = Callable[..., "WireAgent"]
+
+
+class AgentQueue:
+    """The fleet's admission and its queued agents; see the module docstring."""
+
+    def __init__(
+        self,
+        limit: int | None,
+        *,
+        registry: Callable[[], AgentRegistry],
+        agents: dict[str, WireAgent],
+        make_agent: MakeAgent,
+        start: Callable[[WireAgent], Awaitable[None]],
+    ) -> None:
+        self.admission = Admission(limit)
+        self._registry = registry
+        self._agents = agents
+        self._make_agent = make_agent
+        self._start = start
+        self._starting: set[asyncio.Task[None]] = set()
+
+    def request(self, name: str) -> bool:
+        """True when ``name`` may run now (it then counts), else it waits in line."""
+        return self.admission.request(name)
+
+    def adopt(self, name: str) -> None:
+        """A running agent found again after a restart counts, whatever the limit."""
+        self.admission.adopt(name)
+
+    def position(self, name: str) -> int | None:
+        return self.admission.position(name)
+
+    def hold(self, p: SpawnParams, argv: list[str], cwd: str) -> WireAgent:
+        """A new row that waits its turn (its spawn parameters kept in it), and its agent."""
+        record = AgentRecord(
+            name=p.name,
+            run_dir="",
+            state="queued",
+            task=p.task,
+            provider=p.provider,
+            model=p.model,
+            cwd=cwd,
+            argv=argv,
+            channel_id=p.channel_id,
+            created_at=time.time(),
+            spawn=_kept(p),
+        )
+        try:
+            self._registry().insert(record)
+        except AgentExists:
+            self.admission.release(p.name)
+            message = f"an agent named {p.name!r} already exists"
+            raise RpcFailure(ErrorCode.AGENT_EXISTS, message) from None
+        return self._hold(record)
+
+    def hold_again(self, p: SpawnParams) -> WireAgent:
+        """An ended agent resumed while every place is taken: its row waits again."""
+        record = self._registry().update(p.name, state="queued", spawn=_kept(p), detail=None)
+        return self._hold(record)
+
+    def _hold(self, record: AgentRecord) -> WireAgent:
+        agent = self._agents[record.name] = self._make_agent(record, None, queued=True)
+        return agent
+
+    def released(self, name: str) -> None:
+        """``name`` no longer runs (or waits): start those that may run now, in order."""
+        for admitted in self.admission.release(name):
+            self.begin(admitted)
+
+    def begin(self, name: str) -> None:
+        """Start the admitted queued agent ``name`` in a task of its own."""
+        task = asyncio.get_running_loop().create_task(self._begin(name))
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
+
+    async def leave(self, agent: WireAgent) -> None:
+        """A queued agent stopped before it ran: it ends ``cancelled``, its place freed."""
+        self._end(agent, "cancelled", "stopped while queued")
+
+    async def _begin(self, name: str) -> None:
+        agent = self._agents.get(name)
+        if agent is None or not agent.queued:
+            self.released(name)
+            return
+        try:
+            await self._start(agent)
+        except (RpcFailure, msgspec.ValidationError) as exc:
+            self._end(agent, "failed", exc.message if isinstance(exc, RpcFailure) else str(exc))
+        except Exception as exc:  # one failed start must not stop the queue
+            log.exception("agent %s: cannot start from the queue", name)
+            self._end(agent, "failed", f"cannot start: {exc!r}")
+
+    def _end(self, agent: WireAgent, state: str, detail: str) -> None:
+        with contextlib.suppress(AgentNotFound):
+            record = self._registry().update(agent.name, state=state, detail=detail)
+            self._agents[agent.name] = self._make_agent(record, None)
+        self.released(agent.name)
+
+
+def _kept(p: SpawnParams) -> Any:
+    """What the row keeps of a spawn: its parameters, the caller's wait aside."""
+    return msgspec.to_builtins(msgspec.structs.replace(p, wait=False))
