@@ -83,6 +83,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from bytecode import compile_tether  # bench/bytecode.py: tether as installed
+
 import tether
 from tether.modelserver import open_model_server
 from tether.modelserver.clients import CLIENTS
@@ -614,6 +616,7 @@ def main() -> int:
         "--fresh", action="store_true", help="also spawn from a new process's first call"
     )
     args = parser.parse_args()
+    compile_tether(*([args.before] if args.before else []))
     os.environ.setdefault("TETHER_CI_CACHE", "/var/cache/tether-ci")
     for name in args.agent or list(CLIS):
         if program_of(name) is None:

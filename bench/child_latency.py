@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bytecode import compile_tether  # bench/bytecode.py: tether as installed
 from idle import idle_cpu, settle
 
 from tether.transports.wake import WakePipe
@@ -342,6 +343,7 @@ def main() -> int:
     parser.add_argument("--alive", type=int, default=0, help="more idle children meanwhile")
     parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
     args = parser.parse_args()
+    compile_tether()
     if args.quick:
         args.samples, args.spawns, args.cpu_seconds = 40, 4, 3.0
     n, few = args.samples, max(20, args.samples // 5)  # idle polling: ~300 ms a sample

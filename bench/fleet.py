@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from bytecode import compile_tether  # bench/bytecode.py: tether as installed
 from idle import cpu_seconds, idle_cpu  # bench/idle.py: CPU and wake-ups of processes
 
 from daemon import (  # bench/daemon.py: the servers, the round-trip client
@@ -426,6 +427,7 @@ def main() -> None:
     parser.add_argument("--statuses", type=int, default=1000)
     parser.add_argument("--lists", type=int, default=20)
     args = parser.parse_args()
+    compile_tether()
     n = args.agents
     print(f"load average before: {uptime()}; {os.cpu_count()} CPUs")
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="tf"))

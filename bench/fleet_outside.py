@@ -56,6 +56,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bytecode import compile_tether  # bench/bytecode.py: tether as installed
 from fleet import memory_kib, ms  # bench/fleet.py: /proc readers
 from fleet_attacks import ATTACKS, attacked, limited
 from idle import idle_cpu  # bench/idle.py: CPU and wake-ups of processes
@@ -94,6 +95,7 @@ def main() -> None:
     parser.add_argument("--limits-run", help=argparse.SUPPRESS)  # see limited()
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    compile_tether()
     if args.limits_run:
         print(asyncio.run(limited(args.root, args.limits_run)))
         return

@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bytecode import compile_tether  # bench/bytecode.py: tether as installed
+
 
 def _median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
@@ -298,6 +300,7 @@ def main() -> None:
     parser.add_argument("--only-spawns", action="store_true", help="skip the run and ack rounds")
     parser.add_argument("--cold", type=int, default=0, help="cold `tether run` starts (0: skip)")
     args = parser.parse_args()
+    compile_tether()
     with tempfile.TemporaryDirectory() as home:
         os.environ["TETHER_HOME"] = home
         quick = Path(home) / "quick.json"
