@@ -137,6 +137,10 @@ def test_a_queued_follow_up_is_listed_and_withdrawn(agentd: AgentDaemon) -> None
     ]
     listed = tether(agentd, "queue", "queued")
     assert "follow-up NEVER TO BE SEEN" in listed.stdout
+    agentd.kill()  # a restarted daemon still lists what was queued before it
+    agentd.restart()
+    again = agentd.call("agent.queue", {"name": "queued"})["queue"]
+    assert [(q["ref"], q["text"]) for q in again] == [(sent["seq"], "NEVER TO BE SEEN")]
     withdrawn = tether(agentd, "unqueue", "queued", str(sent["seq"]))
     assert withdrawn.returncode == 0, withdrawn.stderr
     assert agentd.call("agent.queue", {"name": "queued"})["queue"] == []

@@ -5,7 +5,8 @@ The verbs' replies are built here too: :func:`queue_reply` (``agent.queue``),
 
 Theory of operation. Each wire agent's run gets a
 :class:`~tether.runtime.parent.queue.QueueBook` (what its child accepted and has not
-injected yet; a restarted daemon's book starts with the events it sees).
+injected yet; a restarted daemon's book first reads back the events before where it
+resumes, so what was queued before the restart is listed too).
 :class:`Queues` is the :class:`~tether.daemon.fleet.supervisor.FleetExtension` that gives
 every wire agent its book (and, with ``tether daemon --notify CMD``, a
 :class:`Notifier`): the composition root hands it to the supervisor and the verbs.
@@ -81,6 +82,8 @@ class Queues(FleetExtension):
 
     def observers(self, agent: WireAgent) -> list[Observer]:
         book = self.books[agent.name] = QueueBook(agent.run.control)
+        if agent.handle is not None and agent.handle.event_offset > 0:  # re-adopted
+            book.replay(agent.run.events, agent.handle.event_offset)
         found: list[Observer] = [book]
         if self.notify:
             found.append(Notifier(self, agent))

@@ -13,13 +13,15 @@ run over still knows the controls sent before it. Texts are kept cut to
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from tether.runtime.parent.observer import Observer
-from tether.wire import ControlAck, Exit, FollowUpInjected, Info, SteeringInjected
+from tether.transports.tail import FileTail
+from tether.wire import ControlAck, Exit, FollowUpInjected, Info, SteeringInjected, TooLarge
 
 if TYPE_CHECKING:
     from tether.wire import AnyEvent
@@ -48,6 +50,20 @@ class QueueBook(Observer):
         self._offset = 0
         self._sent: OrderedDict[int, tuple[str, str, bool]] = OrderedDict()
         self.queued: OrderedDict[int, Queued] = OrderedDict()
+
+    def replay(self, events: Path, upto: int) -> None:
+        """A book made for a run already under way (a daemon that re-adopted it): the
+        events before ``upto`` are read back, so what was queued before is listed too."""
+        from tether.wire import Rejection, decode_event
+
+        with contextlib.suppress(OSError), FileTail(events) as tail:
+            while tail.offset < upto and (read := tail.read()).items:
+                for item in read.items:
+                    if isinstance(item, TooLarge) or item.offset >= upto:
+                        continue
+                    event = decode_event(item.data)
+                    if not isinstance(event, Rejection):
+                        self.on_event(event, item.data)
 
     def items(self) -> list[Queued]:
         return list(self.queued.values())
