@@ -518,7 +518,10 @@ def _approvals_text(reply: ApprovalsReply) -> str:
     lines = []
     for row in reply.approvals:
         what = f"{row.tool}: {row.summary}" if row.tool else row.reason
-        lines.append(f"{row.name}  {row.key}  {what}  ({_age(row.since)})")
+        where = f"{row.host}/" if row.host else ""
+        lines.append(f"{where}{row.name}  {row.key}  {what}  ({_age(row.since)})")
+    if reply.unreachable:
+        lines.append(f"(not answering: {', '.join(reply.unreachable)})")
     return _for_terminal("\n".join(lines))
 
 

@@ -20,6 +20,7 @@ import pytest
 from test_hosts import hosts, nats, tether  # noqa: F401  (fixtures)
 from tests.nats_server import NatsServer
 from tests.support.daemon import DaemonProcess
+from tests.support.waits import wait_until
 
 from tether.daemon.hosts import remote
 from tether.daemon.rpc.client import DaemonCallError, DaemonClient
@@ -164,3 +165,38 @@ def test_unknown_names_relayed_calls_and_another_hosts_terminal(
     drive = tether(a, "attach", "p1")
     assert drive.returncode == 2
     assert "runs on host 'B'" in drive.stderr
+
+
+def test_approvals_are_listed_and_answered_cluster_wide(
+    hosts: dict[str, DaemonProcess],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """An approval that waits in B's agent is listed by A's `tether agent approvals`, with
+    its host, and answered through A: the call runs on B, once."""
+    a, b = _local(hosts["A"]), _local(hosts["B"])
+    work = tmp_path / "work"
+    work.mkdir()
+    touch = {"name": "bash", "arguments": {"command": f"touch {work / 'done'}"}}
+    script = tmp_path / "asking.json"
+    script.write_text(json.dumps([{"text": "Touching.", "tool_calls": [touch]}, {"text": "Ok."}]))
+    spawned = tether(
+        b, "spawn", "asker", "--task", "touch it", "--script", str(script),
+        "--approval", "ask", "--cwd", str(work),
+    )  # fmt: skip
+    assert spawned.returncode == 0, spawned.stderr
+    _wait_row(a, "asker")
+
+    def listed() -> list[dict[str, object]]:
+        done = tether(a, "approvals", "--json")
+        assert done.returncode == 0, done.stderr
+        return [row for row in json.loads(done.stdout)["approvals"] if row["name"] == "asker"]
+
+    rows = wait_until(listed, what="B's approval listed on A")
+    assert rows[0]["host"] == "B"
+    assert not (work / "done").exists()  # nothing ran while nobody answered
+    key = str(rows[0]["key"])
+    answered = tether(a, "answer", "asker", key, "--approve")
+    assert answered.returncode == 0, answered.stderr
+    wait_until((work / "done").exists, files=[work / "done"], what="the call ran")
+    again = tether(a, "answer", "asker", key, "--approve")
+    assert again.returncode != 0  # answered once

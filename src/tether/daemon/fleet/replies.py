@@ -78,12 +78,15 @@ class Approval(msgspec.Struct, frozen=True, omit_defaults=True):
     tool: str | None = None
     kind: str | None = None
     summary: str | None = None
+    host: str | None = None  # in a cluster: the host the agent runs on (None: this one)
 
 
 class ApprovalsReply(msgspec.Struct, frozen=True):
-    """``agent.approvals``: every approval that waits, fleet-wide, oldest first."""
+    """``agent.approvals``: every approval that waits, fleet-wide (in a cluster: on every
+    host that answered), oldest first; ``unreachable``: the hosts that did not answer."""
 
     approvals: list[Approval]
+    unreachable: list[str] = msgspec.field(default_factory=list)
 
 
 class QueuedItem(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -92,7 +92,7 @@ import msgspec
 from msgspec import UNSET
 
 from tether.daemon.fleet.answers import AnswerDesk, AnswerParams, Questions
-from tether.daemon.fleet.elsewhere import FORWARDED, forwarding, pages
+from tether.daemon.fleet.elsewhere import FORWARDED, Elsewhere, forwarding, pages
 from tether.daemon.fleet.events import STREAM_BATCH, page, read_events, stream_events, stream_pages
 from tether.daemon.fleet.fleet import Fleet, FleetAgent
 from tether.daemon.fleet.fno_shapes import FIELDS_OMITTED, daemon_status
@@ -153,6 +153,7 @@ __all__ = [
 ]
 
 
+APPROVALS_WAIT_S: Final = 5.0  # each other host's agent.approvals, at most
 StatusReply = AgentStatus | DaemonStatus | msgspec.Raw
 Reply = EncodedList | Coroutine[Any, Any, EncodedList]
 _NO_QUESTIONS: Final[Questions] = []
@@ -366,15 +367,20 @@ class AgentVerbs:
     def approvals(
         self, context: CallContext, params: Any
     ) -> ApprovalsReply | Coroutine[Any, Any, ApprovalsReply]:
-        """Every approval that waits in a live wire agent, oldest first."""
+        """Every approval that waits in a live wire agent, oldest first; in a cluster, the
+        other hosts' too (a call relayed from another host: this host's alone)."""
         agents = {a.run_id: a for a in self.fleet.all() if isinstance(a, WireAgent) and not a.ended}
         versions = _versions(list(agents.values()))
+        elsewhere = None if context.relayed else self.fleet.elsewhere
         found, missing = self.answers.cached(versions)
-        if not missing:
+        if not missing and elsewhere is None:
             return approvals_reply(agents, found)
 
         async def read() -> ApprovalsReply:
-            return approvals_reply(agents, await self.answers.questions(versions))
+            here = approvals_reply(agents, await self.answers.questions(versions))
+            if elsewhere is None:
+                return here
+            return await _with_other_hosts(here, elsewhere)
 
         return read()
 
@@ -601,6 +607,30 @@ class AgentVerbs:
 
 
 # -- helpers --------------------------------------------------------------------------------
+
+
+async def _with_other_hosts(here: ApprovalsReply, elsewhere: Elsewhere) -> ApprovalsReply:
+    """``here`` and every other host's approvals (asked at once, each bounded), each with
+    its host, oldest first; a host that does not answer is named in ``unreachable``."""
+    hosts = sorted({row.host for row in elsewhere.rows() if isinstance(row.host, str)})
+
+    async def ask(host: str) -> ApprovalsReply | None:
+        try:
+            async with asyncio.timeout(APPROVALS_WAIT_S):
+                return await elsewhere.call(host, "agent.approvals", {}, ApprovalsReply)
+        except (RpcFailure, TimeoutError):
+            return None
+
+    answers = await asyncio.gather(*(ask(host) for host in hosts))
+    rows = list(here.approvals)
+    unreachable = []
+    for host, answer in zip(hosts, answers, strict=True):
+        if answer is None:
+            unreachable.append(host)
+            continue
+        rows += [msgspec.structs.replace(row, host=host) for row in answer.approvals]
+    rows.sort(key=lambda row: (row.since, row.key))
+    return ApprovalsReply(rows, unreachable)
 
 
 def _versions(agents: list[FleetAgent]) -> dict[str, int]:
