@@ -303,6 +303,14 @@ def _flood(child: Hostile) -> None:
         sent += batch
 
 
+@mode("flood-then-swap", READY, "--count info events, then events.jsonl replaced by an empty file")
+def _flood_then_swap(child: Hostile) -> None:
+    _flood.act(child)
+    fresh = child.run_dir / ".events.hostile"
+    fresh.write_bytes(b"")
+    os.replace(fresh, child.run_dir / "events.jsonl")
+
+
 @mode("inbox-flood", READY, "--count inbox lines of about 1 KiB, then a normal run")
 def _inbox_flood(child: Hostile) -> None:
     fd = os.open(child.inbox_path, os.O_WRONLY | os.O_APPEND)

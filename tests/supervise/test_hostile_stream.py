@@ -18,6 +18,7 @@ import pytest
 
 from tests.doubles import hostile
 from tests.supervise.drivers import DRIVERS, FAST, Driver, Run
+from tests.support.waits import settle
 from tether.runtime.parent.driver import LocalRunHandle
 from tether.runtime.parent.replay import read_log
 from tether.runtime.parent.spawn import spawn
@@ -83,6 +84,28 @@ def test_an_unread_flood_stays_bounded_and_loses_nothing(tmp_path: Path) -> None
         if isinstance(u, RunEvent)
     ]
     assert [(e.event.seq, e.state) for e in events] == [(r.event.seq, r.state) for r in replayed]
+
+
+def test_a_reader_behind_a_log_the_child_replaced_goes_on(tmp_path: Path) -> None:
+    """The child floods past MAX_UNREAD, then replaces its events.jsonl with an empty file
+    (its own descriptor writes on): the reader that fell behind cannot be served from the
+    log. It is told so once and the updates end with the run (before: the catch-up found
+    nothing to read and asked the log again, at 100 % CPU, for ever)."""
+
+    async def go() -> tuple[str, list[Update]]:
+        handle = await _flood(tmp_path, "flood-then-swap", 2 * MAX_UNREAD)
+        result = await handle.wait()  # nobody reads meanwhile: the reader falls behind
+        items = await settle(_all(handle), "the updates of a run whose log was replaced")
+        return result.status, items
+
+    status, items = asyncio.run(go())
+    assert status == "done"
+    lost = [i for i in items if "no longer hold" in getattr(i, "reason", "")]
+    assert len(lost) == 1, items[:3]
+
+
+async def _all(handle: LocalRunHandle) -> list[Update]:
+    return [item async for item in handle.updates()]
 
 
 @pytest.mark.parametrize("reader", ["after-the-end", "alongside"])

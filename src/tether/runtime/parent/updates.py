@@ -201,24 +201,42 @@ class UpdateQueue:
             self._dropped += 1
 
     async def _catch_up(self) -> None:
-        """One batch from the logs; live again once the cursor reached what was published."""
+        """One batch from the logs; live again once the cursor reached what was published.
+        Every call makes progress: a log that no longer holds what was published before
+        the read (a child replaced or cut its ``events.jsonl``) is said, and skipped."""
         assert self._source is not None
+        published = (self._seen_seq, self._seen_offset)  # all in the logs before the read
         try:
             batch = await asyncio.to_thread(self._read_batch)
         except Exception as exc:  # noqa: BLE001 (the logs must never break the reader)
             self._behind = False  # live again; what could not be read back is said
             reason = f"updates after seq {self._seq} could not be read back from the logs: {exc}"
             self._items.append(ChannelError(reason, run=self._run))
+            self._end_replay()
             return
         for item in batch:
             self._items.append(item)
             self._bytes += _size(item)
-        if not batch and self._seq >= self._seen_seq and self._offset >= self._seen_offset:
+        if batch:
+            return
+        if self._seq < published[0] or self._offset < published[1]:
+            reason = (
+                f"the run's logs no longer hold what it published (events after seq "
+                f"{self._seq} up to {published[0]}, inbox after offset {self._offset} up to "
+                f"{published[1]}): its events.jsonl was replaced or cut; going on from there"
+            )
+            self._items.append(ChannelError(reason, run=self._run))
+            self._seq = max(self._seq, published[0])
+            self._offset = max(self._offset, published[1])
+        if self._seq >= self._seen_seq and self._offset >= self._seen_offset:
             self._behind = False  # caught up: live from here (put skips what was read)
-            if self._events is not None:
-                with contextlib.suppress(Exception):
-                    self._events.close()
-                self._events = None
+            self._end_replay()
+
+    def _end_replay(self) -> None:
+        if self._events is not None:
+            with contextlib.suppress(Exception):
+                self._events.close()
+            self._events = None
 
     def _read_batch(self) -> list[Update]:
         source = self._source
