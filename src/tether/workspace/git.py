@@ -7,6 +7,14 @@ index (``GIT_DIR``, ``GIT_INDEX_FILE``, ... : a hook or a test may set them), wi
 prompt for credentials and no pager. :func:`scratch_index` gives a throw-away index
 (a copy of a worktree's own) for the commands that must see untracked files without
 touching the worktree's index.
+
+An agent's worktree is the agent's to write, its ``.git`` entry too: git run there
+would take the repository that entry names, with that repository's configuration
+(``core.fsmonitor`` and ``core.hooksPath`` run commands) and its objects and refs (a
+diff to review, a branch to merge into, of the agent's making). So git is never run in
+a worktree by discovery: a :class:`Pinned` place names the worktree's administrative
+directory in the repository (:func:`admin_dir`, found from the repository's side) as
+``--git-dir`` and the worktree as ``--work-tree``, and the ``.git`` entry is not read.
 """
 
 from __future__ import annotations
@@ -22,7 +30,17 @@ from typing import Final, NamedTuple
 
 from tether.workspace.errors import GitFailed
 
-__all__ = ["GitFailed", "Output", "git", "git_env", "names", "scratch_index"]
+__all__ = [
+    "GitFailed",
+    "Output",
+    "Pinned",
+    "Where",
+    "admin_dir",
+    "git",
+    "git_env",
+    "names",
+    "scratch_index",
+]
 
 # Variables that point git somewhere else than the directory it is run in.
 _REPO_ENV: Final = (
@@ -39,10 +57,24 @@ _REPO_ENV: Final = (
 _ERROR_LIMIT: Final = 600  # characters of git's stderr kept in an error
 
 
+_LINK_LIMIT: Final = 8192  # bytes of an administrative directory's ``gitdir`` file
+
+
 class Output(NamedTuple):
     code: int
     out: str
     err: str
+
+
+class Pinned(NamedTuple):
+    """A worktree and its administrative directory: where git runs without reading the
+    worktree's own ``.git`` entry (see the module docstring)."""
+
+    tree: str
+    gitdir: str
+
+
+Where = str | os.PathLike[str] | Pinned
 
 
 def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -53,13 +85,18 @@ def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def git(
-    cwd: str | os.PathLike[str],
+    cwd: Where,
     *args: str,
     ok: Sequence[int] = (0,),
     env: Mapping[str, str] | None = None,
 ) -> Output:
-    """``git -C cwd ARGS...``; :class:`GitFailed` when its exit status is not in ``ok``."""
-    argv = ["git", "-C", os.fspath(cwd), *args]
+    """``git -C cwd ARGS...`` (a :class:`Pinned` place: with its ``--git-dir`` and
+    ``--work-tree``); :class:`GitFailed` when its exit status is not in ``ok``."""
+    if isinstance(cwd, Pinned):
+        place = ["-C", cwd.tree, f"--git-dir={cwd.gitdir}", f"--work-tree={cwd.tree}"]
+    else:
+        place = ["-C", os.fspath(cwd)]
+    argv = ["git", *place, *args]
     try:
         done = subprocess.run(
             argv, capture_output=True, env=git_env(env), stdin=subprocess.DEVNULL, check=False
@@ -87,8 +124,31 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
+def admin_dir(top: str, tree: str) -> str:
+    """The administrative directory (``<common dir>/worktrees/ID``) of the worktree at
+    ``tree`` of the repository checked out at ``top``, found from the repository's side:
+    the one whose ``gitdir`` names ``tree/.git``. :class:`GitFailed` when there is none."""
+    common = git(top, "rev-parse", "--path-format=absolute", "--git-common-dir").out.strip()
+    want = os.path.join(os.path.normpath(tree), ".git")
+    folder = os.path.join(common, "worktrees")
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            if _names_tree(os.path.join(entry.path, "gitdir"), want):
+                return entry.path
+    raise GitFailed(f"the repository {top} has no worktree at {tree} (git worktree list)")
+
+
+def _names_tree(link: str, want: str) -> bool:
+    try:
+        with open(link, "rb") as file:
+            text = file.read(_LINK_LIMIT).decode("utf-8", "surrogateescape").strip()
+    except OSError:
+        return False
+    return os.path.normpath(text) == want
+
+
 @contextlib.contextmanager
-def scratch_index(worktree: str | os.PathLike[str]) -> Iterator[dict[str, str]]:
+def scratch_index(worktree: Where) -> Iterator[dict[str, str]]:
     """A private copy of ``worktree``'s index as ``GIT_INDEX_FILE`` (an environment to
     pass to :func:`git`), removed afterwards: ``git add -A`` there stages everything,
     untracked files included, and the worktree's own index never changes."""
@@ -98,5 +158,5 @@ def scratch_index(worktree: str | os.PathLike[str]) -> Iterator[dict[str, str]]:
     with tempfile.TemporaryDirectory(prefix="tether-index-") as folder:
         copy = Path(folder, "index")
         with contextlib.suppress(FileNotFoundError):  # a worktree with nothing staged yet
-            shutil.copyfile(index, copy)
+            shutil.copy2(index, copy)  # its mtime too: git then re-reads racily clean files
         yield {"GIT_INDEX_FILE": str(copy)}

@@ -26,6 +26,7 @@ import msgspec
 
 from tether import fsafe
 from tether.workspace.errors import WorkspaceRefused, WorktreeTaken
+from tether.workspace.git import Pinned, admin_dir
 
 __all__ = [
     "RECORD_FILE",
@@ -51,11 +52,18 @@ class Worktree(msgspec.Struct, frozen=True, kw_only=True):
     base: str  # the branch its work merges into; "" when the base was no branch
     base_commit: str  # the commit it started from
     owner: str = ""  # the agent (or run) it is given to; "" when free
+    gitdir: str = ""  # its administrative directory in the repository (git.admin_dir)
 
     @property
     def home(self) -> Path:
         """The private directory that holds the worktree and its record."""
         return Path(self.path).parent
+
+    @property
+    def at(self) -> Pinned:
+        """Where git runs on the worktree: never through its own ``.git`` entry, which the
+        agent may have rewritten (see :mod:`tether.workspace.git`)."""
+        return Pinned(self.path, self.gitdir or admin_dir(self.repo, self.path))
 
     @property
     def name(self) -> str:

@@ -71,23 +71,24 @@ class Merged(msgspec.Struct, frozen=True, kw_only=True):
 
 def fork_point(worktree: Worktree) -> str:
     """Where the agent's work began, as its base branch sees it now."""
-    tip = rev(worktree.path, f"refs/heads/{worktree.base}") if worktree.base else ""
+    at = worktree.at
+    tip = rev(at, f"refs/heads/{worktree.base}") if worktree.base else ""
     if not tip:
         return worktree.base_commit
-    found = git(worktree.path, "merge-base", tip, "HEAD", ok=(0, 1)).out.strip()
+    found = git(at, "merge-base", tip, "HEAD", ok=(0, 1)).out.strip()
     return found or worktree.base_commit
 
 
 def diff(worktree: Worktree, *, stat: bool = False) -> WorktreeDiff:
     """The agent's changes, committed or not, untracked files included (see above)."""
-    path = worktree.path
+    at = worktree.at
     since = fork_point(worktree)
     style = ("--stat",) if stat else ("--patch",)
-    with scratch_index(path) as index:
-        git(path, "add", "--all", env=index)
-        listed = git(path, "diff", "--cached", "--name-only", "-z", since, "--", env=index)
+    with scratch_index(at) as index:
+        git(at, "add", "--all", env=index)
+        listed = git(at, "diff", "--cached", "--name-only", "-z", since, "--", env=index)
         text = git(
-            path, "diff", "--cached", "--no-color", "--no-ext-diff", *style, since, "--", env=index
+            at, "diff", "--cached", "--no-color", "--no-ext-diff", *style, since, "--", env=index
         )
     return WorktreeDiff(
         branch=worktree.branch,
@@ -100,7 +101,7 @@ def diff(worktree: Worktree, *, stat: bool = False) -> WorktreeDiff:
 
 def checkout_of(worktree: Worktree, branch: str) -> str:
     """The worktree of the repository where ``branch`` is checked out ("" when none)."""
-    listing = git(worktree.path, "worktree", "list", "--porcelain", "-z").out
+    listing = git(worktree.at, "worktree", "list", "--porcelain", "-z").out
     current = ""
     for entry in names(listing):
         if entry.startswith("worktree "):
@@ -139,7 +140,8 @@ def merge(
 ) -> Merged:
     """Merge the agent's work into its base branch (see the module docstring)."""
     target = worktree.base
-    old = rev(worktree.path, f"refs/heads/{target}") if target else ""
+    at = worktree.at
+    old = rev(at, f"refs/heads/{target}") if target else ""
     if not old:
         why = f"the branch {target} is gone" if target else "it began at a tag or commit"
         raise NoBaseBranch(
@@ -147,13 +149,11 @@ def merge(
             f"merge it yourself: git merge {worktree.branch}"
         )
     snap = snapshot(worktree, author)
-    merged = merge_tree(worktree.path, old, snap.commit)
+    merged = merge_tree(at, old, snap.commit)
     if merged.conflicts:
         what = f"merging {worktree.branch} into {target} conflicts in"
         raise _refusal(MergeConflict, what, list(merged.conflicts))
-    touched = names(
-        git(worktree.path, "diff-tree", "-r", "-z", "--name-only", old, merged.tree).out
-    )
+    touched = names(git(at, "diff-tree", "-r", "-z", "--name-only", old, merged.tree).out)
     if not touched:
         return Merged(
             branch=worktree.branch,
@@ -176,7 +176,7 @@ def merge(
         git(checkout, "merge", "--ff-only", "--quiet", new)
     else:
         git(
-            worktree.path,
+            at,
             "update-ref",
             "-m",
             f"tether: merge {worktree.branch}",
@@ -206,5 +206,6 @@ def _merge_commit(
         else f"Merge {worktree.branch} (the work of agent {name}) into {worktree.base}"
     )
     parents = ("-p", old) if squash else ("-p", old, "-p", work)
-    env = identity_env(worktree.path, author_of(worktree) if squash else None)
-    return git(worktree.path, "commit-tree", tree, *parents, "-m", text, env=env).out.strip()
+    at = worktree.at
+    env = identity_env(at, author_of(worktree) if squash else None)
+    return git(at, "commit-tree", tree, *parents, "-m", text, env=env).out.strip()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Final, NamedTuple
 
 from tether.workspace.errors import WorkspaceRefused
-from tether.workspace.git import git, names, scratch_index
+from tether.workspace.git import Where, git, names, scratch_index
 from tether.workspace.record import Worktree
 
 __all__ = [
@@ -58,12 +58,12 @@ def author_of(worktree: Worktree) -> Author:
     return Author(f"{worktree.name} (tether agent)", AGENT_EMAIL)
 
 
-def rev(cwd: str, what: str) -> str:
+def rev(cwd: Where, what: str) -> str:
     """The object ``what`` names (``git rev-parse --verify``); "" when it names none."""
     return git(cwd, "rev-parse", "--verify", "--quiet", what, ok=(0, 1, 128)).out.strip()
 
 
-def identity_env(cwd: str, author: Author | None = None) -> dict[str, str]:
+def identity_env(cwd: Where, author: Author | None = None) -> dict[str, str]:
     """The environment a commit is made with: ``author`` as its author (else the user);
     the user is who git knows, else :data:`FALLBACK_NAME` at :data:`AGENT_EMAIL`."""
     env: dict[str, str] = {}
@@ -79,23 +79,23 @@ def identity_env(cwd: str, author: Author | None = None) -> dict[str, str]:
 def snapshot(worktree: Worktree, author: Author | None = None) -> Snapshot:
     """The worktree's work as a commit (see the module docstring); refused when the
     worktree is no longer on its branch (the agent switched branches)."""
-    path = worktree.path
-    on = git(path, "symbolic-ref", "-q", "HEAD", ok=(0, 1)).out.strip()
+    path, at = worktree.path, worktree.at
+    on = git(at, "symbolic-ref", "-q", "HEAD", ok=(0, 1)).out.strip()
     if on != f"refs/heads/{worktree.branch}":
         where = on.removeprefix("refs/heads/") or "a detached HEAD"
         raise WorkspaceRefused(
             f"the worktree {path} is on {where}, not on its branch {worktree.branch}: "
             f"run `git -C {path} switch {worktree.branch}` first"
         )
-    head = rev(path, "HEAD")
-    with scratch_index(path) as index:
-        git(path, "add", "--all", env=index)
-        tree = git(path, "write-tree", env=index).out.strip()
-    if tree == rev(path, "HEAD^{tree}"):
+    head = rev(at, "HEAD")
+    with scratch_index(at) as index:
+        git(at, "add", "--all", env=index)
+        tree = git(at, "write-tree", env=index).out.strip()
+    if tree == rev(at, "HEAD^{tree}"):
         return Snapshot(head, head)
     message = f"tether: the uncommitted work of agent {worktree.name}"
-    env = identity_env(path, author or author_of(worktree))
-    commit = git(path, "commit-tree", tree, "-p", head, "-m", message, env=env).out.strip()
+    env = identity_env(at, author or author_of(worktree))
+    commit = git(at, "commit-tree", tree, "-p", head, "-m", message, env=env).out.strip()
     return Snapshot(head, commit)
 
 
@@ -103,13 +103,13 @@ def record(worktree: Worktree, snap: Snapshot) -> None:
     """Put ``snap`` on the agent's branch (nothing to do when it has no uncommitted work)."""
     if not snap.uncommitted:
         return
-    path = worktree.path
+    at = worktree.at
     ref = f"refs/heads/{worktree.branch}"
-    git(path, "update-ref", "-m", "tether: the agent's work committed", ref, snap.commit, snap.head)
-    git(path, "reset", "--quiet")
+    git(at, "update-ref", "-m", "tether: the agent's work committed", ref, snap.commit, snap.head)
+    git(at, "reset", "--quiet")
 
 
-def merge_tree(cwd: str, ours: str, theirs: str) -> Merge:
+def merge_tree(cwd: Where, ours: str, theirs: str) -> Merge:
     """``git merge-tree --write-tree`` of two commits: the tree and the conflicted files."""
     args = ("merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", ours, theirs)
     out = git(cwd, *args, ok=(0, 1))

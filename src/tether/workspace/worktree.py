@@ -37,7 +37,7 @@ from tether.workspace.errors import (
     WorkspaceRefused,
     WorktreeTaken,
 )
-from tether.workspace.git import failure, git, names
+from tether.workspace.git import admin_dir, failure, git, names
 from tether.workspace.record import TREE_DIR, Worktree, write_record
 from tether.workspace.snapshot import merge_tree, record, rev, snapshot
 
@@ -141,6 +141,7 @@ def _add(
             base=base[0],
             base_commit=base[1],
             owner=owner,
+            gitdir=admin_dir(top, str(tree)),
         )
         write_record(worktree)
     except BaseException:
@@ -205,7 +206,7 @@ def _make_home(top: str, branch: str, root: Path | None) -> Path:
 def _target(worktree: Worktree) -> str:
     """The commit the agent's work merges into: its base branch's, else where it began."""
     if worktree.base:
-        tip = rev(worktree.path, f"refs/heads/{worktree.base}")
+        tip = rev(worktree.at, f"refs/heads/{worktree.base}")
         if tip:
             return tip
     return worktree.base_commit
@@ -216,12 +217,13 @@ def pending_work(worktree: Worktree) -> tuple[str, ...]:
     (committed or not); () when all of its work is merged (see the module docstring)."""
     target = _target(worktree)
     work = snapshot(worktree).commit
-    merged = merge_tree(worktree.path, target, work)
+    at = worktree.at
+    merged = merge_tree(at, target, work)
     if merged.conflicts:
         return merged.conflicts
-    if merged.tree == rev(worktree.path, f"{target}^{{tree}}"):
+    if merged.tree == rev(at, f"{target}^{{tree}}"):
         return ()
-    out = git(worktree.path, "diff-tree", "-r", "-z", "--name-only", target, merged.tree)
+    out = git(at, "diff-tree", "-r", "-z", "--name-only", target, merged.tree)
     return tuple(names(out.out))
 
 
@@ -244,10 +246,10 @@ def remove_worktree(
         record(worktree, snapshot(worktree))
     top = worktree.repo
     git(top, "worktree", "remove", "--force", worktree.path, ok=(0, 128))
+    shutil.rmtree(worktree.home, ignore_errors=True)  # (git refuses a tree whose .git moved)
     git(top, "worktree", "prune")
     if not keep_branch:
         git(top, "branch", "-D", worktree.branch, ok=(0, 1))
-    shutil.rmtree(worktree.home, ignore_errors=True)
     dropped = "" if keep_branch or not pending else f"{len(pending)} file(s) of work"
     return Removed(
         path=worktree.path, branch=worktree.branch, branch_kept=keep_branch, dropped=dropped

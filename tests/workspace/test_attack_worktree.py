@@ -1,0 +1,81 @@
+"""An agent's worktree attacked by the agent (its ``.git`` rewritten, a repository of its
+own planted inside): tether's git calls on the user's behalf never run what the agent
+configured, and review and merge the user's repository, not the agent's.
+
+An agent confined to its worktree (Codex's or Claude Code's own sandbox) may write there,
+``.git`` included; tether's git runs outside any sandbox, in the daemon or the user's
+shell, so it must never take its repository, configuration or hooks from that entry.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.workspace.test_worktree import sh
+from tether import workspace
+
+
+def _repo(tmp_path: Path) -> Path:
+    path = tmp_path / "repo"
+    path.mkdir()
+    sh(path, "init", "-q", "-b", "main")
+    (path / "shared.txt").write_text("one\ntwo\nthree\n")
+    sh(path, "add", ".")
+    sh(path, "commit", "-q", "-m", "start")
+    return path
+
+
+def _trap(folder: Path, marker: Path) -> str:
+    """A script that leaves ``marker`` when anything runs it."""
+    script = folder / "trap.sh"
+    script.write_text(f"#!/bin/sh\necho ran >> {marker}\nexit 1\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def _forge(tree: Path, repo: Path, trap: str) -> Path:
+    """What a hostile agent does: its ``.git`` a repository of its own (a copy of the
+    user's, every ``main`` and its own branch at a commit it made), with a file system
+    monitor and hooks that run its command."""
+    forged = tree / ".git"
+    forged.unlink()
+    shutil.copytree(repo / ".git", forged)
+    shutil.rmtree(forged / "worktrees")
+    sh(tree, "config", "core.worktree", str(tree))
+    sh(tree, "symbolic-ref", "HEAD", "refs/heads/tether/a")
+    sh(tree, "config", "core.fsmonitor", trap)
+    hooks = forged / "hooks"
+    for hook in ("reference-transaction", "post-checkout", "pre-commit", "post-merge"):
+        (hooks / hook).write_text(f"#!/bin/sh\nexec {trap}\n")
+        (hooks / hook).chmod(0o755)
+    sh(tree, "config", "core.hooksPath", str(hooks))
+    return forged
+
+
+def test_attack_an_agent_that_rewrites_its_dot_git_runs_nothing_and_fools_no_review(
+    tmp_path: Path,
+) -> None:
+    repo, root = _repo(tmp_path), tmp_path / "state" / "worktrees"
+    marker = tmp_path / "ran"
+    trap = _trap(tmp_path, marker)
+    made = workspace.create_worktree(repo, "tether/a", owner="a", root=root)
+    tree = Path(made.path)
+    (tree / "shared.txt").write_text("one\nTWO\nthree\n")  # the agent's real work
+    forged = _forge(tree, repo, trap)
+
+    found = workspace.load_worktree(tree)
+    shown = workspace.diff(found)
+    assert not marker.exists(), "the agent's fsmonitor ran on a review"
+    assert "shared.txt" in shown.files
+    assert "+TWO" in shown.text
+    assert workspace.pending_work(found)
+    merged = workspace.merge(found)
+    assert merged.commit == sh(repo, "rev-parse", "main").strip()
+    assert "TWO" in sh(repo, "show", "main:shared.txt")
+    assert sh(tree, "rev-parse", "main").strip() != merged.commit  # the forgery, untouched
+    workspace.remove_worktree(workspace.load_worktree(tree), force=True)
+    assert not marker.exists(), marker.read_text()
+    assert not forged.exists()
+    assert "tether/a" not in sh(repo, "branch", "--list", "tether/a")
+    assert str(tree) not in sh(repo, "worktree", "list")
