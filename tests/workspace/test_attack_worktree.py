@@ -12,8 +12,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.workspace.test_worktree import sh
 from tether import workspace
+from tether.workspace import WorkspaceRefused
 
 
 def _repo(tmp_path: Path) -> Path:
@@ -79,3 +82,48 @@ def test_attack_an_agent_that_rewrites_its_dot_git_runs_nothing_and_fools_no_rev
     assert not forged.exists()
     assert "tether/a" not in sh(repo, "branch", "--list", "tether/a")
     assert str(tree) not in sh(repo, "worktree", "list")
+
+
+def _commit_in(folder: Path) -> None:
+    sh(folder, "init", "-q")
+    (folder / "lib.rs").write_text("fn main() {}\n")
+    sh(folder, "add", ".")
+    sh(folder, "commit", "-q", "-m", "the agent's own")
+
+
+@pytest.mark.parametrize("commit", [False, True], ids=["no-commit", "committed"])
+def test_attack_a_repository_of_its_own_in_the_worktree_is_refused_not_lost(
+    tmp_path: Path, commit: bool
+) -> None:
+    """An agent that runs ``git init`` in its worktree (a new project of its own), with or
+    without a commit there: its files are not the worktree's to git (a gitlink to a commit
+    only the worktree holds, or nothing at all). Review and merge say so, naming it (before:
+    ``internal`` errors from ``git add``, or a merge of a dangling link), and ``rm`` keeps
+    the worktree unless forced (before: it found no work and deleted the only copy)."""
+    repo, root = _repo(tmp_path), tmp_path / "state" / "worktrees"
+    made = workspace.create_worktree(repo, "tether/a", owner="a", root=root)
+    project = Path(made.path, "project")
+    project.mkdir()
+    if commit:
+        _commit_in(project)
+    else:
+        sh(project, "init", "-q")
+        (project / "lib.rs").write_text("fn main() {}\n")
+    before = sh(repo, "rev-parse", "main")
+    with pytest.raises(WorkspaceRefused, match="project") as refused:
+        workspace.merge(made)
+    assert "project" in refused.value.files[0]
+    assert sh(repo, "rev-parse", "main") == before
+    with pytest.raises(WorkspaceRefused, match="project"):
+        workspace.remove_worktree(made)
+    with pytest.raises(WorkspaceRefused, match="project"):
+        workspace.remove_worktree(made, keep_branch=True)
+    assert (project / "lib.rs").exists()
+    if commit:  # a review shows the link (git's own "Subproject commit")
+        assert "project" in workspace.diff(made).files
+    else:
+        with pytest.raises(WorkspaceRefused, match="no commit"):
+            workspace.diff(made)
+    removed = workspace.remove_worktree(made, force=True)
+    assert removed.dropped
+    assert not Path(made.path).exists()

@@ -39,6 +39,7 @@ from tether.workspace.snapshot import (
     record,
     rev,
     snapshot,
+    stage_all,
 )
 
 __all__ = ["Merged", "WorktreeDiff", "checkout_of", "diff", "fork_point", "merge"]
@@ -85,7 +86,7 @@ def diff(worktree: Worktree, *, stat: bool = False) -> WorktreeDiff:
     since = fork_point(worktree)
     style = ("--stat",) if stat else ("--patch",)
     with scratch_index(at) as index:
-        git(at, "add", "--all", env=index)
+        stage_all(at, index)
         listed = git(at, "diff", "--cached", "--name-only", "-z", since, "--", env=index)
         text = git(
             at, "diff", "--cached", "--no-color", "--no-ext-diff", *style, since, "--", env=index

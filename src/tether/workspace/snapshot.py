@@ -11,10 +11,11 @@ which also touches no worktree.
 
 from __future__ import annotations
 
+import re
 from typing import Final, NamedTuple
 
-from tether.workspace.errors import WorkspaceRefused
-from tether.workspace.git import Where, git, names, scratch_index
+from tether.workspace.errors import GitFailed, WorkspaceRefused
+from tether.workspace.git import Where, failure, git, names, scratch_index
 from tether.workspace.record import Worktree
 
 __all__ = [
@@ -27,9 +28,13 @@ __all__ = [
     "record",
     "rev",
     "snapshot",
+    "stage_all",
 ]
 
 AGENT_EMAIL: Final = "tether-agent@localhost"
+_GITLINK: Final = "160000"  # a tree entry's mode for a commit of another repository
+_LISTED: Final = 5  # repositories named in a refusal
+_NO_COMMIT: Final = re.compile(r"error: '([^']*)' does not have a commit checked out")
 FALLBACK_NAME: Final = "tether"  # the user when git knows none (a fresh machine, a container)
 
 
@@ -89,14 +94,50 @@ def snapshot(worktree: Worktree, author: Author | None = None) -> Snapshot:
         )
     head = rev(at, "HEAD")
     with scratch_index(at) as index:
-        git(at, "add", "--all", env=index)
+        stage_all(at, index)
         tree = git(at, "write-tree", env=index).out.strip()
+    nested = embedded(at, worktree.base_commit, tree)
+    if nested:
+        listed = ", ".join(nested[:_LISTED]) + (", ..." if len(nested) > _LISTED else "")
+        raise WorkspaceRefused(
+            f"the worktree {path} holds git repositories of their own ({listed}): their "
+            "work would go as links to commits that exist only in the worktree; remove "
+            "their .git to make their files the agent's work, or move them out",
+            nested,
+        )
     if tree == rev(at, "HEAD^{tree}"):
         return Snapshot(head, head)
     message = f"tether: the uncommitted work of agent {worktree.name}"
     env = identity_env(at, author or author_of(worktree))
     commit = git(at, "commit-tree", tree, "-p", head, "-m", message, env=env).out.strip()
     return Snapshot(head, commit)
+
+
+def stage_all(at: Where, index: dict[str, str]) -> None:
+    """``git add --all`` into the scratch ``index``; a repository of its own with no
+    commit in the worktree (``git init`` there) is refused, naming it (git cannot add it)."""
+    out = git(at, "add", "--all", ok=(0, 128), env=index)
+    if out.code != 0:
+        found = _NO_COMMIT.findall(out.err)
+        if not found:
+            raise GitFailed(f"git add --all failed ({out.code}): {failure(out)}")
+        raise WorkspaceRefused(
+            f"{', '.join(found[:_LISTED])} in the worktree is a git repository of its own "
+            "with no commit: tether cannot review or merge its files; remove its .git to "
+            "make them the agent's work",
+            found,
+        )
+
+
+def embedded(at: Where, since: str, tree: str) -> list[str]:
+    """The repositories of their own (gitlinks) ``tree`` has that ``since`` did not."""
+    raw = names(git(at, "diff-tree", "-r", "-z", "--raw", since, tree).out)
+    found: list[str] = []
+    for status, path in zip(raw[::2], raw[1::2], strict=False):
+        modes = status.lstrip(":").split(" ")[:2]
+        if len(modes) == 2 and modes[1] == _GITLINK and modes[0] != _GITLINK:
+            found.append(path)
+    return found
 
 
 def record(worktree: Worktree, snap: Snapshot) -> None:

@@ -233,7 +233,16 @@ def remove_worktree(
     """Remove the worktree and its branch. Work not merged is refused
     (:class:`UnmergedWork`) unless ``force`` drops it or ``keep_branch`` keeps it: the
     uncommitted part is then committed on the branch (the agent as its author) first."""
-    pending = pending_work(worktree) if os.path.isdir(worktree.path) else ()
+    alive = os.path.isdir(worktree.path)
+    kept = snapshot(worktree) if alive and keep_branch else None  # (refused: nothing done)
+    pending: tuple[str, ...] = ()
+    if alive and not keep_branch:
+        try:
+            pending = pending_work(worktree)
+        except WorkspaceRefused as exc:  # work that cannot be told (a repository of its own)
+            if not force:
+                raise
+            pending = exc.files or ("?",)
     if pending and not (force or keep_branch):
         listed = ", ".join(pending[:_LISTED]) + (", ..." if len(pending) > _LISTED else "")
         raise UnmergedWork(
@@ -242,8 +251,8 @@ def remove_worktree(
             "--force (drops the work) or --keep-branch (keeps it on the branch)",
             pending,
         )
-    if keep_branch and os.path.isdir(worktree.path):
-        record(worktree, snapshot(worktree))
+    if kept is not None:
+        record(worktree, kept)
     top = worktree.repo
     git(top, "worktree", "remove", "--force", worktree.path, ok=(0, 128))
     shutil.rmtree(worktree.home, ignore_errors=True)  # (git refuses a tree whose .git moved)

@@ -28,6 +28,7 @@ from tether.daemon.rpc.methods import RpcFailure, decode_params, invalid_status
 from tether.daemon.rpc.protocol import ErrorCode
 from tether.errors import BadOptions, SpawnError
 from tether.workspace import WorkspaceRefused, Worktree
+from tether.workspace.snapshot import snapshot
 
 if TYPE_CHECKING:
     from tether.daemon.fleet.fleet import Fleet
@@ -165,9 +166,12 @@ class Workspaces:
     async def check_rm(self, agent: WireAgent, *, force: bool, keep_branch: bool) -> None:
         """Refuse removing an agent whose worktree holds work merged nowhere (unless
         ``force`` or ``keep_branch``); nothing is changed."""
-        if agent.record.worktree is None or force or keep_branch:
+        if agent.record.worktree is None or force:
             return
         tree = self._worktree(agent.name)
+        if keep_branch:  # what cannot go on the branch is refused before anything ends
+            await _git(snapshot, tree)
+            return
         pending = await _git(workspace.pending_work, tree)
         if pending:
             listed = ", ".join(pending[:5]) + (", ..." if len(pending) > 5 else "")
