@@ -1,8 +1,8 @@
 """``agent.list`` and ``agent.status`` answer a wire agent's row from its encoding kept
 while nothing the row shows has changed (``WireAgent.row_cache``, keyed by its status
 stamp and its questions): the list reuses what the status encoded, and every answer equals
-the row built afresh, before and after a turn and after the end. Decided by the agent's
-own futures, in this process."""
+the row built afresh, before and after a turn, after a note and after the end. Decided by
+the agent's own futures, in this process."""
 
 from __future__ import annotations
 
@@ -92,6 +92,10 @@ def test_list_rows_reuse_the_status_encoding_and_follow_every_change(home: Path)
             await asked
             second = await _check(verbs, agent)
             assert (second["turn"], second["last_seq"] > first["last_seq"]) == (2, True)
+            assert agent.handle is not None
+            agent.handle.note("a problem noticed on the way")  # the row changes in place
+            noted = await _check(verbs, agent)
+            assert noted["notes"] == ["a problem noticed on the way"]
             await agent.stop("close", 10, None)
             ended = await _check(verbs, agent)
             assert (ended["state"], ended["final_text"]) == ("done", "two")

@@ -87,6 +87,8 @@ class Fleet:
     def __init__(self, families: Sequence[AgentFamily], elsewhere: Elsewhere | None = None) -> None:
         self.families = tuple(families)
         self.elsewhere = elsewhere  # the cluster's other hosts, when in one
+        self._members: list[FleetAgent] = []  # as the families gave them last
+        self._ordered: list[FleetAgent] = []  # the same, oldest first
 
     def get(self, name: str) -> FleetAgent | None:
         """The agent of this daemon named ``name``."""
@@ -117,10 +119,14 @@ class Fleet:
         )
 
     def all(self) -> list[FleetAgent]:
-        """Every agent, oldest first (then by name)."""
+        """Every agent, oldest first (then by name). The order is kept while the members
+        are the same (every ``agent.list`` asks; an agent's name and creation time never
+        change), so a list does not sort a thousand agents each time."""
         agents = [agent for family in self.families for agent in family.members()]
-        agents.sort(key=lambda agent: (agent.record.created_at, agent.name))
-        return agents
+        if agents != self._members:  # identity first: no agent compares equal to another
+            self._members = agents
+            self._ordered = sorted(agents, key=lambda agent: (agent.record.created_at, agent.name))
+        return list(self._ordered)
 
     async def remove(self, name: str, *, force: bool) -> RmReply:
         for family in self.families:

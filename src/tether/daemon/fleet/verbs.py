@@ -157,6 +157,7 @@ APPROVALS_WAIT_S: Final = 5.0  # each other host's agent.approvals, at most
 StatusReply = AgentStatus | DaemonStatus | msgspec.Raw
 Reply = EncodedList | Coroutine[Any, Any, EncodedList]
 _NO_QUESTIONS: Final[Questions] = []
+_NO_FILTERS: Final = ListParams()
 
 
 class AgentChannels(Protocol):
@@ -351,7 +352,9 @@ class AgentVerbs:
         """This daemon's agents and, in a cluster, every other host's (a call relayed from
         another host: this daemon's only), oldest first."""
         args = decode_params(params, ListParams)
-        agents = [agent for agent in self.fleet.all() if _matches(agent, args)]
+        agents = self.fleet.all()
+        if args != _NO_FILTERS:
+            agents = [agent for agent in agents if _matches(agent, args)]
         far = [] if context.relayed else self._elsewhere_rows(args)
         versions = _versions(agents)
         found, missing = self.answers.cached(versions)

@@ -79,7 +79,8 @@ class WireAgent(Observer):
         self.record = record
         self.name = record.name
         self.run = RunDir(Path(record.run_dir).name, Path(record.run_dir))
-        self.reference = reference_base(record, self.run.run_id)  # the row never changes
+        self.run_id = self.run.run_id  # read for every agent by every agent.list
+        self.reference = reference_base(record, self.run_id)  # the row never changes
         self.handle = handle
         self.adopted = adopted
         self.orphaned = orphaned
@@ -97,6 +98,10 @@ class WireAgent(Observer):
         # it was built from (status_stamp, questions); keyed by whether the row carries the
         # final text (agent.status of an ended agent does, its agent.list row does not).
         self.row_cache: dict[bool, tuple[tuple[Any, ...], msgspec.Raw]] = {}
+        # Bumped by everything that changes what status() shows (see status_stamp).
+        self.row_version = 0
+        self._noted = False  # the run has notes (they change in place: no cached row)
+        self._channel = record.channel_id is not None  # its counters change in place too
         self._asks: dict[int, asyncio.Future[Outcome]] = {}
         self._final: str | None = None  # the final status once ended
         self.error: str | None = None
@@ -121,10 +126,6 @@ class WireAgent(Observer):
             handle.observe(self, self.checkpoint)
 
     # -- what the verbs read ----------------------------------------------------------
-
-    @property
-    def run_id(self) -> str:
-        return self.run.run_id
 
     @property
     def pid(self) -> int | None:
@@ -251,6 +252,7 @@ class WireAgent(Observer):
     # -- observing the run ------------------------------------------------------------
 
     def on_event(self, event: AnyEvent, raw: bytes) -> None:
+        self.row_version += 1  # the mirror moved: state, turn, last seq, usage
         if isinstance(event, TurnComplete) and isinstance(event.usage, dict):
             add_usage(self.usage, event.usage)
         for follower in self.followers:
@@ -260,6 +262,11 @@ class WireAgent(Observer):
 
     def on_inbox(self, messages: list[dict[str, Any]]) -> None:
         self.inbox_version += 1
+        self.row_version += 1
+
+    def on_note(self, text: str) -> None:
+        self._noted = True
+        self.row_version += 1
 
     async def on_end(self, result: RunResult) -> str | None:
         handle = self.handle
@@ -277,6 +284,7 @@ class WireAgent(Observer):
             follower.end()
         self.followers.clear()
         self.inbox_version += 1  # the inbox was read to its end
+        self.row_version += 1
         return None
 
     def _settle_ask(self, outcome: Outcome) -> None:
@@ -287,22 +295,17 @@ class WireAgent(Observer):
     # -- status -----------------------------------------------------------------------
 
     def status_stamp(self) -> tuple[Any, ...] | None:
-        """Everything :meth:`status` (and the reference's keys beside it) is built from that
-        can change, or None when that is not cheap to tell (notes or channel counters,
-        which change in place): equal stamps, equal answers. (Read once per agent by every
-        ``agent.list``: each value is read where it lives, no property on the way.)"""
-        handle = self.handle
-        if handle is None or handle.has_notes or self.record.channel_id:
+        """What :meth:`status` shows changes only with what changes this stamp, or None when
+        its row is not kept: no run here (queued, or history), a channel agent (its counters
+        change in place), a run with notes. Equal stamps, equal rows.
+
+        The row is read from the mirror (state, turn, last seq: moved only by events), the
+        usage (summed from events), the end (``on_end``) and the notes, so the stamp is
+        :attr:`row_version`, bumped by each of those, and :attr:`orphaned`. Touches this
+        object alone: every ``agent.list`` reads it for each agent."""
+        if self.handle is None or self._noted or self._channel:
             return None
-        mirror = handle.mirror
-        return (
-            self._final,
-            handle.watch.live_state,
-            mirror.turn,
-            mirror.receiver.seq,
-            self.orphaned,
-            handle.final_text,
-        )
+        return (self.row_version, self.orphaned)
 
     def status(self) -> AgentStatus:
         record = self.record

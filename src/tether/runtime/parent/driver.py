@@ -267,9 +267,11 @@ class LocalRunHandle(RunHandle):
         self._put(update)
 
     def note(self, text: str) -> None:
-        """Keep a problem noticed on the way (at most :data:`MAX_NOTES`)."""
+        """Keep a problem noticed on the way (at most :data:`MAX_NOTES`); observers are told."""
         self._notes.append(text)
         del self._notes[:-MAX_NOTES]
+        for observer in self.observers:
+            observer.on_note(text)
 
     # -- files ----------------------------------------------------------------------
 

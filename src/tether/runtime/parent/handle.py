@@ -96,11 +96,6 @@ class RunHandle(abc.ABC):
         """Problems noticed on the way (channel errors, index trouble), oldest first."""
         return list(self._notes)
 
-    @property
-    def has_notes(self) -> bool:
-        """Whether :attr:`notes` holds any (without copying them)."""
-        return bool(self._notes)
-
     # -- controls -------------------------------------------------------------------
 
     async def send(self, kind: ControlKind | str, **fields: Any) -> ControlAck:
