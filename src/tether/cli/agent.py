@@ -704,6 +704,9 @@ def _status_text(status: AgentStatus) -> str:
     lines = [f"{key + ':':<11}{'-' if value is None else value}" for key, value in values.items()]
     lines.append(f"{'usage:':<11}{_usage_text(status.usage)} (tokens in/out)")
     lines.append(f"{'started:':<11}{_age(status.started_at)} ago")
+    if status.worktree is not UNSET:
+        lines.append(f"{'worktree:':<11}{status.worktree}")
+        lines.append(f"{'branch:':<11}{status.branch or '-'} (base {status.base or '-'})")
     if status.waiting is not UNSET:
         waiting = status.waiting
         what = f" {waiting.tool}" if waiting.tool else ""

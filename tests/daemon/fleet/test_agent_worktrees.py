@@ -121,6 +121,9 @@ def test_two_agents_in_worktrees_diff_merge_conflict_rm_resume_fork(
     assert Path(a["worktree"], "shared.txt").read_text() == "line by a\n"
     assert Path(b["worktree"], "shared.txt").read_text() == "line by b\n"
     assert (repo / "shared.txt").read_text() == "line\n"
+    shown = tether(env, "status", "a").stdout  # what a person reads shows them too
+    assert f"worktree:  {a['worktree']}\n" in shown
+    assert "branch:    tether/a (base main)\n" in shown
 
     diff = tether(env, "diff", "a")
     assert diff.returncode == 0, diff.stderr
