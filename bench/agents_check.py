@@ -76,10 +76,8 @@ def calls(setup: Setup, *commands: str) -> list[dict[str, Any]]:
 
 
 def tool_reply(setup: Setup, *commands: str, **extra: Any) -> list[dict[str, Any]]:
-    """One reply calling the CLI's shell tool with ``commands`` (one call each), then the
-    fillers the CLI takes after each call."""
-    reply = {"text": "Running them.", "tool_calls": calls(setup, *commands), **extra}
-    return [reply, *setup.client.after_tool * len(commands)]
+    """One reply calling the CLI's shell tool with ``commands`` (one call each)."""
+    return [{"text": "Running them.", "tool_calls": calls(setup, *commands), **extra}]
 
 
 class Check:
@@ -236,7 +234,6 @@ def run_steer_stdin(check: Check) -> None:
 
 
 def run_sigint_script(setup: Setup) -> list[Any]:
-    # no fillers: the interrupted tool's output is never summarized (claude-code-acp)
     return [tool_reply(setup, "sleep 40")[0], {"text": "Wrapped up."}]
 
 

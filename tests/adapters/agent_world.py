@@ -136,10 +136,10 @@ class World:
 
 
 def shell(setup: Setup, command: str, text: str = "Running it.") -> list[dict[str, Any]]:
-    """A reply that runs ``command`` with the CLI's shell tool (and its filler replies)."""
+    """A reply that runs ``command`` with the CLI's shell tool."""
     client = setup.client
     call = {"name": client.shell_tool, "arguments": client.tool_args(command)}
-    return [{"text": text, "tool_calls": [call]}, *client.after_tool]
+    return [{"text": text, "tool_calls": [call]}]
 
 
 async def until(updates: AsyncIterator[Any], kind: str, **fields: Any) -> Event:

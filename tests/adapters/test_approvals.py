@@ -81,7 +81,6 @@ class Asker:
         call = {"name": client.shell_tool, "arguments": args}
         script = [
             {"text": BEFORE, "tool_calls": [call]},
-            *client.after_tool,
             {"text": FINAL},
         ]
         manager = open_model_server(script, log=self.tmp_path / f"requests{len(self.worlds)}")

@@ -101,7 +101,7 @@ def test_run_two_tool_calls_that_really_run_and_a_long_answer(make_world: Worlds
     calls = [{"name": client.shell_tool, "arguments": client.tool_args(c)} for c in commands]
     tools = {"thinking": "Two at once…", "text": "Running both.", "tool_calls": calls}
     answer = {"text": LONG_ANSWER, "usage": {"input": 30, "output": 7}}
-    world = make_world([tools, *client.after_tool * len(calls), answer])
+    world = make_world([tools, answer])
     done = world.run_cli("make the marker")
     assert done.returncode == 0, done.stderr
     assert done.stdout == LONG_ANSWER

@@ -177,6 +177,31 @@ def test_a_structured_output_call_takes_no_reply() -> None:
         assert server.model_requests() == []  # the script is for the agent's own turns
 
 
+def test_the_agent_sdks_file_path_extraction_takes_no_reply() -> None:
+    """claude-code-acp asks a small model which files each Bash command touched, beside
+    its own next call: answered "none", it leaves the script to the agent's turns."""
+    system = [
+        {"type": "text", "text": "You are a Claude agent, built on Anthropic's Claude Agent SDK."},
+        {"type": "text", "text": "Extract any file paths that this command reads or modifies. For"},
+    ]
+    command = {"role": "user", "content": "Command: echo ran >> side.txt\nOutput: \n\n"}
+    extraction = {"model": "haiku", "system": system, "tools": [], "messages": [command]}
+    turn = {"model": "sonnet", "messages": [{"role": "user", "content": "go"}], "tools": [{}]}
+    with open_model_server([{"text": "the turn's reply"}]) as server:
+        status, data = post(f"{server.url}/v1/messages", extraction)
+        assert status == 200
+        assert json.loads(data)["content"][0]["text"].endswith("<filepaths>\n</filepaths>")
+        status, data = post(f"{server.url}/v1/messages", {**extraction, "stream": True})
+        assert status == 200
+        assert "<filepaths>" in data.decode()
+        status, data = post(f"{server.url}/v1/messages", turn)
+        assert json.loads(data)["content"][0]["text"] == "the turn's reply"
+        assert [r["reply"] for r in server.requests] == [None, None, 1]
+        # the same prompt with tools is an agent's turn like any other
+        status, data = post(f"{server.url}/v1/messages", {**extraction, "tools": [{}]})
+        assert status == 400  # it took a reply: the script is used up
+
+
 def test_wait_request_wakes_on_the_request_it_waits_for() -> None:
     import threading
 

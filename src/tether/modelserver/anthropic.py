@@ -5,7 +5,11 @@ signature), a ``text`` block, then one ``tool_use`` block per tool call (its inp
 as one ``input_json_delta``), and ``message_delta`` with the stop reason (the reply's,
 else ``tool_use`` when it calls tools, else ``end_turn``) and the usage. A reply's
 ``error`` is a 400 ``invalid_request_error`` (clients do not retry those); so is a used-up
-script. ``/v1/messages/count_tokens`` answers a rough count without taking a reply.
+script. ``/v1/messages/count_tokens`` answers a rough count without taking a reply, and
+so is the call the Claude Agent SDK (claude-code-acp) makes after each Bash command to
+ask a small model which files the command touched: it is answered "none"
+(:data:`NO_PATHS`). Fired beside the agent's own next call, it would otherwise take
+whichever reply the race gave it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,12 @@ from tether.modelserver.core import Exchange, Script, default_usage, steps
 __all__ = ["API", "AnthropicMessages"]
 
 SIGNATURE: Final = "scripted-signature"
+# The Claude Agent SDK's file-path extraction after each Bash call: its system prompt's
+# opening, and the answer that names no file.
+PATH_EXTRACTION: Final = "Extract any file paths that this command reads or modifies."
+NO_PATHS: Final = (
+    "<is_displaying_contents>\nfalse\n</is_displaying_contents>\n\n<filepaths>\n</filepaths>"
+)
 _PATHS: Final = ("/v1/messages", "/v1/messages/count_tokens")
 
 
@@ -35,7 +45,7 @@ class AnthropicMessages:
         if exchange.path.rstrip("/").endswith("count_tokens"):
             exchange.send_json(200, {"input_tokens": len(json.dumps(body)) // 4})
             return
-        reply = exchange.take(script)
+        reply = Reply(text=(NO_PATHS,)) if _path_extraction(body) else exchange.take(script)
         if reply is None:
             _error(
                 exchange, f"the model server's script is used up ({len(script.replies)} replies)"
@@ -53,6 +63,15 @@ class AnthropicMessages:
             _stream(exchange, reply, model, count)
         else:
             exchange.send_json(200, _whole(reply, model, count, exchange.reply_number or 0))
+
+
+def _path_extraction(body: dict[str, Any]) -> bool:
+    """The request is the Agent SDK's file-path extraction (no tools, its system prompt)."""
+    system = body.get("system")
+    blocks = system if isinstance(system, list) else [{"text": system}]
+    texts = (b.get("text") for b in blocks if isinstance(b, dict))
+    prompt = any(isinstance(t, str) and t.startswith(PATH_EXTRACTION) for t in texts)
+    return prompt and not body.get("tools")
 
 
 def _error(exchange: Exchange, message: str) -> None:

@@ -6,9 +6,7 @@
 returns its environment and ``--agent-arg`` values, plus the permissions a scripted
 tool call needs (Claude Code ``--allowedTools=Bash``, claude-code-acp's session mode,
 Codex's sandbox, Gemini CLI ``--yolo``); ``shell_tool`` / ``tool_args`` say how a
-scripted reply runs a shell command with the CLI's own tool. claude-code-acp asks a
-small model about each Bash output, so a script needs one filler reply after each Bash
-call (``after_tool``).
+scripted reply runs a shell command with the CLI's own tool.
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ class Client(NamedTuple):
     shell_tool: str  # the CLI's shell tool, as the model calls it
     tool_args: Callable[[str], dict[str, Any]]  # its arguments for a command
     permissions: tuple[str, ...] = ()  # --agent-arg values that let scripted tools run
-    after_tool: tuple[dict[str, Any], ...] = ()  # replies the CLI uses up after each tool
 
     def configure(self, url: str, home: Path) -> tuple[dict[str, str], list[str]]:
         """Write the CLI's config under ``home``; its environment (HOME included) and
@@ -64,6 +61,5 @@ CLIENTS: Final[dict[str, Client]] = {
         "Bash",
         lambda command: {"command": command, "description": "run it"},
         ("--session-mode=bypassPermissions",),
-        after_tool=({"text": "ok"},),
     ),
 }
