@@ -8,7 +8,7 @@ none twice, each kept as a message or as a rejected row with its raw text.
 
 Nothing here is paced by the clock: a writer writes its next stretch when the test
 feeds its stdin a byte (a random number of stretches each round), a round's drainers are
-killed after a random number of commits (each seen on the database's WAL), and the
+killed after a random number of commits, and the
 writers run to their end once their stdin closes.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.waits import HANG_S, sqlite_files, wait_until
+from tests.support.waits import HANG_S, wait_until
 from tether.inbox.writer import create_inbox
 
 ECHO_WRITER = r"""
@@ -162,8 +162,8 @@ def committed(db: Path) -> int:
 def wait_for_progress(
     db: Path, before: int, drainers: list[subprocess.Popen[bytes]], inboxes: tuple[Path, Path]
 ) -> int:
-    """Until the drainers commit past ``before`` (each commit changes the WAL), or have
-    nothing left to drain, or have all ended (a one-shot drain); what is committed then."""
+    """Until the drainers commit past ``before`` (a database: polled), or have nothing left
+    to drain, or have all ended (a one-shot drain); what is committed then."""
 
     def moved() -> bool:
         now = committed(db)
@@ -171,7 +171,7 @@ def wait_for_progress(
             return True
         return all(proc.poll() is not None for proc in drainers)
 
-    wait_until(moved, f"progress past {before} bytes", files=sqlite_files(db), pids=drainers)
+    wait_until(moved, f"progress past {before} bytes", pids=drainers, polled=True)
     return committed(db)
 
 

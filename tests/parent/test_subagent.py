@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from tests.support.waits import sqlite_files, wait_until_async
+from tests.support.waits import wait_until_async
 from tether.agent.subagent import SubagentTool
 from tether.agent.tools import ToolContext
 from tether.runtime.parent.spawn import spawn
@@ -112,9 +112,7 @@ def test_cancelling_the_tool_cancels_the_sub_run(tmp_path: Path) -> None:
 
     async def go() -> None:
         task = asyncio.create_task(tool.run({"task": "t"}, context))
-        index = RunIndex()
-        db = sqlite_files(index.path)
-        records = await wait_until_async(index.recent, "the sub-run's row", files=db)
+        records = await wait_until_async(RunIndex().recent, "the sub-run's row")  # (polled)
         events = Path(records[0].run_dir, "events.jsonl")
         await wait_until_async(
             lambda: events.exists() and b'"type":"turn-started"' in events.read_bytes(),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tests.support.waits import loop_pass
 from tether.agent.provider import ModelRequest, Provider, ProviderError, StreamEvent
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -146,7 +147,7 @@ async def _write_reply(writer: asyncio.StreamWriter, reply: Reply) -> bool:
         writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if reply.framing == "chunked" else piece)
         await writer.drain()
         if reply.pieces != "whole":
-            await asyncio.sleep(0)
+            await loop_pass()  # the client reads this piece on its own
     if reply.end == "complete" and reply.framing == "chunked":
         writer.write(b"0\r\n\r\n")
     await writer.drain()

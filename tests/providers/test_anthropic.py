@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.waits import settle
 from tether.agent.provider import (
     AssistantTurn,
     BlockEnd,
@@ -553,16 +554,16 @@ def test_cancellation_stops_the_stream_promptly() -> None:
         async with LocalServer([Reply(body=body, end="stall", drop_after=cut)]) as server:
             p = provider(server.url)
             seen: list[StreamEvent] = []
+            two = asyncio.Event()
 
             async def consume() -> None:
                 async for event in p.stream(HELLO):
                     seen.append(event)
+                    if len(seen) == 2:
+                        two.set()
 
             task = asyncio.create_task(consume())
-            for _ in range(500):  # until two events arrived (bounded)
-                if len(seen) >= 2:
-                    break
-                await asyncio.sleep(0.01)
+            await settle(two.wait(), "two events")
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task

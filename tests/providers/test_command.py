@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.waits import pid_alive, wait_gone, wait_until_async
 from tether.agent.provider import (
     AssistantTurn,
     BlockEnd,
@@ -62,23 +63,6 @@ async def collect(
 
 def text_of(events: list[StreamEvent]) -> str:
     return "".join(e.text for e in events if isinstance(e, TextDelta))
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live (not zombie) process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
-
-
-async def wait_dead(pid: int) -> bool:
-    for _ in range(500):  # bounded: up to ~10 s on a loaded machine
-        if not alive(pid):
-            return True
-        await asyncio.sleep(0.02)
-    return False
 
 
 def test_success_streams_stdout_and_receives_the_conversation(tmp_path: Path) -> None:
@@ -265,7 +249,7 @@ def test_cancellation_kills_the_process_group_including_a_grandchild(tmp_path: P
     seen = _cancel_after_first_delta(command, "2")
     assert seen == [TextDelta(0, "started\n")]
     pid = int(pidfile.read_text())
-    assert asyncio.run(wait_dead(pid)), f"sleep grandchild {pid} survived cancellation"
+    wait_gone([pid], "the sleep grandchild to end with the cancellation")
 
 
 def test_cancellation_escalates_to_sigkill_when_term_is_ignored(tmp_path: Path) -> None:
@@ -277,7 +261,7 @@ def test_cancellation_escalates_to_sigkill_when_term_is_ignored(tmp_path: Path) 
     seen = _cancel_after_first_delta(command, "0.3")
     assert seen == [TextDelta(0, "started\n")]
     pid = int(pidfile.read_text())
-    assert asyncio.run(wait_dead(pid)), f"TERM-ignoring grandchild {pid} survived"
+    wait_gone([pid], "the TERM-ignoring grandchild to end")
 
 
 def test_leftover_child_holding_stdout_is_stopped_after_exit(tmp_path: Path) -> None:
@@ -290,7 +274,7 @@ def test_leftover_child_holding_stdout_is_stopped_after_exit(tmp_path: Path) -> 
     assert error is None
     assert text_of(events) == "answer\n"
     assert events[-1] == Finished("end_turn")
-    assert asyncio.run(wait_dead(int(pidfile.read_text())))
+    wait_gone([int(pidfile.read_text())], "the leftover child to be stopped")
 
 
 def test_closing_the_stream_early_stops_the_command(tmp_path: Path) -> None:
@@ -299,11 +283,13 @@ def test_closing_the_stream_early_stops_the_command(tmp_path: Path) -> None:
         tmp_path, f"sleep 1000 &\necho $! > {shlex.quote(str(pidfile))}\necho started\nwait\n"
     )
 
-    async def main() -> tuple[StreamEvent, bool]:
+    async def main() -> StreamEvent:
         p = CommandProvider(options={"command": command})
         stream = p.stream(HELLO)
         first = await anext(stream)
         await stream.aclose()  # what `async with aclosing(...)` does when the loop stops early
-        return first, await wait_dead(int(pidfile.read_text()))
+        pid = int(pidfile.read_text())  # stopped by the close, while the loop still runs:
+        await wait_until_async(lambda: not pid_alive(pid), "the command's end", pids=[pid])
+        return first
 
-    assert asyncio.run(main()) == (TextDelta(0, "started\n"), True)
+    assert asyncio.run(main()) == TextDelta(0, "started\n")

@@ -85,13 +85,13 @@ def wait_answering(
     describe: Callable[[], str] = str,
     timeout: float = HANG_S,
 ) -> None:
-    """Until the daemon ``proc`` answers on ``socket_path``: checked when the socket file
-    appears (inotify), then by a request that waits for its answer (the daemon listens
-    before it serves); a stale socket file refuses at once, and its replacement wakes us."""
+    """Until the daemon ``proc`` answers on ``socket_path``: a request that connects waits
+    for its answer (the daemon listens before it serves); one refused (no socket yet, a
+    stale one, bound but not yet listening: a state no file event marks) is tried again
+    in tests/support/waits.py's poll."""
     wait_until(
         lambda: probe(socket_path, timeout=timeout),
         "the daemon to answer",
-        files=[socket_path],
         proc=proc,
         describe=describe,
         timeout=timeout,

@@ -10,8 +10,12 @@ blocks until one of the events that can change the answer happens, and checks ag
 - ``proc``: the process the state comes from exits: one last check, then the test fails
   at once (a child that died never writes the line the test waits for).
 
-A state that only ``/proc``, a socket or a database shows, with no event named, is checked
-again every :data:`POLL_S`: the one poll of the suite, written here once.
+A state that only ``/proc``, a socket or a database shows is checked again every
+:data:`POLL_S`: the one poll of the suite, written here once. A file event counts only
+for a state read from that file: a database's commit is not seen by its reader when its
+WAL file changes (the commit is published in the shared-memory index after), and a
+socket file appears before it listens; those are polled (``polled=True`` keeps the
+poll when events are named too).
 
 :data:`HANG_S` bounds every wait. It is a hang detector, not a speed check: a niced suite
 beside other work on 2 cores was measured starved for 100 s of wall clock with 3 s of CPU
@@ -52,7 +56,9 @@ class _Sources:
         files: Iterable[str | os.PathLike[str]],
         pids: Iterable[Pid],
         proc: subprocess.Popen[Any] | None = None,
+        polled: bool = False,
     ) -> None:
+        self.polled = polled
         self.watcher: FileWatcher | None = None
         paths = [Path(f) for f in files]
         if paths:
@@ -71,7 +77,7 @@ class _Sources:
     @property
     def named(self) -> bool:
         """Whether an event is named for every change of the answer (else: poll)."""
-        return self.watcher is not None or bool(self.pidfds)
+        return not self.polled and (self.watcher is not None or bool(self.pidfds))
 
     def fds(self) -> list[int]:
         watched = list(self.watcher.readable_fds()) if self.watcher is not None else []
@@ -111,8 +117,9 @@ def _sources(
     files: Iterable[str | os.PathLike[str]],
     pids: Iterable[Pid],
     proc: subprocess.Popen[Any] | None = None,
+    polled: bool = False,
 ) -> Iterator[_Sources]:
-    sources = _Sources(files, pids, proc)
+    sources = _Sources(files, pids, proc, polled)
     try:
         yield sources
     finally:
@@ -126,13 +133,14 @@ def wait_until(
     files: Iterable[str | os.PathLike[str]] = (),
     pids: Iterable[Pid] = (),
     proc: subprocess.Popen[Any] | None = None,
+    polled: bool = False,
     describe: Callable[[], str] = str,
     timeout: float = HANG_S,
 ) -> T:
     """The first truthy value of ``check()``, re-checked when a named event happens (see
     the module docstring); fails the test after ``timeout`` or once ``proc`` has exited."""
     deadline = time.monotonic() + timeout
-    with _sources(files, pids, proc) as sources:
+    with _sources(files, pids, proc, polled) as sources:
         while True:
             if value := check():
                 return value
@@ -182,12 +190,6 @@ async def wait_until_async(
 def _settle(future: asyncio.Future[int], fd: int) -> None:
     if not future.done():
         future.set_result(fd)
-
-
-def sqlite_files(db: str | os.PathLike[str]) -> list[Path]:
-    """What a commit to the SQLite database ``db`` changes: the file, and its write-ahead
-    log (a WAL database appends each commit there); for ``files=``."""
-    return [Path(db), Path(f"{os.fspath(db)}-wal")]
 
 
 def pid_alive(pid: int) -> bool:

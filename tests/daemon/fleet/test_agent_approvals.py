@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support.agentd import AgentDaemon, agentd
 from tests.support.daemon import DaemonProcess
+from tests.support.waits import wait_until
 
 from tether.daemon.rpc.protocol import ErrorCode
 
@@ -170,10 +170,7 @@ def test_notify_runs_the_command_with_the_request_on_stdin(paged: Any) -> None:
     agentd, out = paged
     _asking(agentd, "paging")
     key = _waiting(agentd, "paging")["key"]
-    deadline = time.monotonic() + 30
-    while not (out.exists() and out.read_text().endswith("\n")):
-        assert time.monotonic() < deadline, "the notify command never ran"
-        time.sleep(0.05)
+    wait_until(lambda: out.exists() and out.read_text().endswith("\n"), "the page", files=[out])
     page = json.loads(out.read_text().splitlines()[0])
     assert page["name"] == "paging"
     assert (page["key"], page["type"], page["tool"]) == (key, "approval_request", "bash")

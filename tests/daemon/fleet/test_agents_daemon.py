@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from tests.support.agentd import AgentDaemon, agentd, alive, kill_agents
 from tests.support.daemon import DaemonProcess
-from tests.support.waits import sqlite_files, wait_until
+from tests.support.waits import wait_until
 
 from tether.daemon.channels.hub import ENVELOPE_METHOD, META_KEY, envelope_problem
 from tether.daemon.rpc.aclient import AsyncDaemonClient
@@ -342,7 +342,7 @@ def test_inbox_lines_longer_than_a_slice_are_drained_and_the_daemon_goes_idle(
             texts = [json.loads(m.body or "{}").get("text", "") for m in rows]
             return texts if texts[-1:] == ["after"] else None
 
-        texts = wait_until(stored, "the inbox's third line", files=sqlite_files(db))
+        texts = wait_until(stored, "the inbox's third line")  # (a database: polled)
         assert [len(t) for t in texts] == [1_100_000, 2 << 20, 5]
     pid = agentd.process.proc.pid  # type: ignore[union-attr]
     agentd.status("long")  # the loop has turned since: any drain pass it owed is done

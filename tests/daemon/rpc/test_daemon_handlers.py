@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from tests.support.waits import loop_pass
 
 from tether.daemon.channels.hub import ChannelHub
 from tether.daemon.rpc.aclient import AsyncDaemonClient
@@ -38,7 +39,7 @@ def boom(context: CallContext, params: Any) -> None:
 
 
 async def slow_boom(context: CallContext, params: Any) -> None:
-    await asyncio.sleep(0)
+    await loop_pass()  # it fails after a suspension
     raise KeyError("missing")
 
 

@@ -181,11 +181,12 @@ def test_answers_come_back_by_id_in_completion_order(daemon: DaemonProcess) -> N
 
     async def main() -> list[int]:
         receiver = await AsyncDaemonClient.open(daemon.socket)
-        second_seen = asyncio.Event()
+        first_seen, second_seen = asyncio.Event(), asyncio.Event()
 
         async def on_request(request: object) -> object:
             content = request.params["envelope"]["params"]["content"]  # type: ignore[attr-defined]
             if content == "one":
+                first_seen.set()
                 await second_seen.wait()
             else:
                 second_seen.set()
@@ -211,7 +212,7 @@ def test_answers_come_back_by_id_in_completion_order(daemon: DaemonProcess) -> N
             order.append(index)
 
         first = asyncio.ensure_future(push(1, "one"))
-        await asyncio.sleep(0)
+        await first_seen.wait()  # the receiver holds push 1 when push 2 goes
         await asyncio.gather(first, push(2, "two"))
         await pusher.close()
         await receiver.close()
