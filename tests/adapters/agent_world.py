@@ -16,8 +16,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import pytest
-
 import tether
 from tether.modelserver import ModelServer
 from tether.modelserver.clients import CLIENTS, Client
@@ -155,16 +153,3 @@ async def until(updates: AsyncIterator[Any], kind: str, **fields: Any) -> Event:
 
 def of(events: list[Event], kind: str) -> list[Event]:
     return [e for e in events if e["type"] == kind]
-
-
-def connect_daemon(path: Path, daemon: subprocess.Popen[bytes]) -> Any:
-    from tether.daemon.rpc.client import DaemonClient, DaemonUnavailable
-
-    for _ in range(600):
-        if daemon.poll() is not None:
-            pytest.fail(f"the daemon exited {daemon.returncode}")
-        try:
-            return DaemonClient.connect(path, timeout=1.0)
-        except DaemonUnavailable:
-            subprocess.run(["sleep", "0.05"], check=False)
-    pytest.fail("the daemon did not answer")

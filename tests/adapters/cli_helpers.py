@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import signal
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.waits import wait_gone
 from tether.runtime.child.adapters.registry import AGENTS, search_path
 from tether.wire.usage import add_usage
 
@@ -94,11 +94,10 @@ def survivors(mark: str) -> list[str]:
     return found
 
 
-def assert_no_survivors(mark: str, timeout: float = 5.0) -> None:
-    """Nothing started under ``mark`` is alive (waits a little for exits in progress)."""
-    deadline = time.monotonic() + timeout
-    while (left := survivors(mark)) and time.monotonic() < deadline:
-        time.sleep(0.05)
+def assert_no_survivors(mark: str) -> None:
+    """Nothing started under ``mark`` is alive, once exits in progress are over (pidfds)."""
+    wait_gone([int(line.split()[0]) for line in survivors(mark)], "the run's processes")
+    left = survivors(mark)
     assert not left, f"processes outlived the run: {left}"
 
 
@@ -185,7 +184,8 @@ def daemon_client(env: dict[str, str], timeout: float = 120) -> Iterator[Any]:
     import subprocess
     import sys
 
-    from tether.daemon.rpc.client import DaemonClient, DaemonUnavailable
+    from tests.support.daemon import wait_answering
+    from tether.daemon.rpc.client import DaemonClient
 
     socket_dir = Path("/tmp") / f"td{os.getpid()}-{uuid.uuid4().hex[:6]}"
     socket_dir.mkdir(mode=0o700)
@@ -198,18 +198,8 @@ def daemon_client(env: dict[str, str], timeout: float = 120) -> Iterator[Any]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if daemon.poll() is not None:
-                pytest.fail(f"the daemon exited {daemon.returncode}")
-            try:
-                client = DaemonClient.connect(path, timeout=1.0)
-                break
-            except DaemonUnavailable:
-                if time.monotonic() > deadline:
-                    pytest.fail("the daemon did not answer")
-                time.sleep(0.05)
-        with client:
+        wait_answering(path, daemon)
+        with DaemonClient.connect(path) as client:
             client.settimeout(timeout)
             yield client
     finally:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import tether
+from tests.support.daemon import connect_answering
 from tether.modelserver import ModelServer, open_model_server
 from tether.runtime.parent.updates import RunEvent
 from tether.wire import tag_of
@@ -361,23 +362,22 @@ def test_finalize_interrupts_a_tool_and_answers_without_tools(
 
 
 def test_cancel_inside_a_tool_ends_everything(make_claude: Callable[[list[Any]], Claude]) -> None:
-    world = make_claude([bash("sleep 60")])
+    # a tool that never ends by itself: a cancel that waited for it would never return
+    # (how soon it returns is a figure: bench/agents_check.py --scenario spawn-cancel)
+    world = make_claude([bash("sleep infinity")])
 
-    async def go() -> tuple[tether.RunResult, Path, float]:
+    async def go() -> tuple[tether.RunResult, Path]:
         handle = await world.spawn("work long", "--allowedTools=Bash")
         updates = handle.updates()
         await until(updates, "tool-call")
-        loop = asyncio.get_running_loop()
-        asked = loop.time()
         await handle.cancel()
         await until(updates, "exit")
-        return await handle.wait(), handle.run_dir.path, loop.time() - asked
+        return await handle.wait(), handle.run_dir.path
 
-    result, run_dir, took = asyncio.run(go())
+    result, run_dir = asyncio.run(go())
     assert result.status == "cancelled"
     events = world.checked(run_dir)
     assert events[-1]["status"] == "cancelled"
-    assert took < 5.0  # the wire promises about 1 s; this only guards against a hang
 
 
 def test_the_deadline_ends_a_run_inside_a_tool(make_claude: Callable[[list[Any]], Claude]) -> None:
@@ -437,7 +437,7 @@ def test_the_daemon_spawns_claude_by_provider_synonym(
         stderr=subprocess.DEVNULL,
     )
     try:
-        client = _connect(socket_dir / "d.sock", daemon)
+        client = connect_answering(socket_dir / "d.sock", daemon)
         with client:
             client.settimeout(120)
             params = {"name": "cc", "task": "hi", "provider": "claude", "cwd": str(world.work)}
@@ -457,19 +457,6 @@ def test_the_daemon_spawns_claude_by_provider_synonym(
             leftover.unlink()
         socket_dir.rmdir()
     world.checked(run_dir)  # the daemon is gone too now: nothing may be left
-
-
-def _connect(path: Path, daemon: subprocess.Popen[bytes]) -> Any:
-    from tether.daemon.rpc.client import DaemonClient, DaemonUnavailable
-
-    for _ in range(600):
-        if daemon.poll() is not None:
-            pytest.fail(f"the daemon exited {daemon.returncode}")
-        try:
-            return DaemonClient.connect(path, timeout=1.0)
-        except DaemonUnavailable:
-            asyncio.run(asyncio.sleep(0.05))
-    pytest.fail("the daemon did not answer")
 
 
 # -- tether demo --agent claude --------------------------------------------------------------

@@ -24,13 +24,13 @@ import os
 import re
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.waits import wait_until
 from tether.daemon.channels import claude as claude_channel
 from tether.daemon.pty.drive_client import DriveConnection
 from tether.daemon.rpc.client import DaemonCallError, DaemonClientError
@@ -133,7 +133,7 @@ def test_a_claude_agent_with_a_channel_shows_a_daemon_push_to_the_model(
         ended = client.call("channel.push_to_channel", route)
         assert ended["delivered"] is False
         assert "cc" in ended["reason"]
-    assert_no_survivors(world.mark, timeout=15)
+    assert_no_survivors(world.mark)
 
 
 # -- an interactive Claude Code on a pseudo-terminal ------------------------------------------
@@ -289,7 +289,7 @@ def test_a_pty_claude_agent_with_a_channel_shows_a_daemon_push_to_the_model(
             screen.close()
             client.call("agent.stop", {"name": "ci", "mode": "close", "timeout_s": 15})
         assert stopped["ended"] is True
-    assert_no_survivors(env[MARK], timeout=15)
+    assert_no_survivors(env[MARK])
 
 
 def claude_channel_envelope(content: str) -> dict[str, Any]:
@@ -310,10 +310,7 @@ def spawn_ci(client: Any, tmp_path: Path) -> None:
 
 def assert_ci_took_the_reply(client: Any) -> None:
     """``ci`` read Claude Code's reply as a follow-up, in its next turn."""
-    deadline = time.monotonic() + 30
-    while client.call("agent.status", {"name": "ci"})["turn"] < 2:
-        assert time.monotonic() < deadline, "ci never took the reply"
-        time.sleep(0.05)
+    wait_until(lambda: client.call("agent.status", {"name": "ci"})["turn"] >= 2, "ci's turn 2")
     events = client.call("agent.events", {"name": "ci"})["events"]
     follow = [e["text"] for e in events if e["type"] == "follow-up-injected"]
     assert follow == ["REPLY-FROM-CLAUDE"]

@@ -22,12 +22,13 @@ from typing import Any
 import pytest
 
 import tether
+from tests.support.daemon import connect_answering
 from tether.display.boundary import tool_output
 from tether.modelserver import open_model_server
 from tether.runtime.child.adapters.config import plan_config, write_config
 from tether.runtime.child.adapters.registry import AGENTS, ack_notes
 
-from .agent_world import SETUPS, Setup, World, connect_daemon, of, shell, until
+from .agent_world import SETUPS, Setup, World, of, shell, until
 from .cli_helpers import cli_env, kill_marked, read_events, require_cli, require_program, survivors
 
 
@@ -194,23 +195,22 @@ def test_finalize_interrupts_a_tool_and_gets_a_last_answer(make_world: Worlds) -
 
 @each_cli
 def test_cancel_inside_a_tool_ends_everything(make_world: Worlds) -> None:
-    world = make_world(make_world.shell("sleep 60"))
+    # a tool that never ends by itself: a cancel that waited for it would never return
+    # (how soon it returns is a figure: bench/agents_check.py --scenario spawn-cancel)
+    world = make_world(make_world.shell("sleep infinity"))
 
-    async def go() -> tuple[tether.Result, Path, float]:
+    async def go() -> tuple[tether.Result, Path]:
         handle = await world.spawn("work long")
         updates = handle.updates()
         await until(updates, "tool-call")
-        loop = asyncio.get_running_loop()
-        asked = loop.time()
         await handle.cancel()
         await until(updates, "exit")
-        return await handle.wait(), handle.run_dir.path, loop.time() - asked
+        return await handle.wait(), handle.run_dir.path
 
-    result, run_dir, took = asyncio.run(go())
+    result, run_dir = asyncio.run(go())
     assert result.status == "cancelled"
     events = world.checked(run_dir)
     assert events[-1]["status"] == "cancelled"
-    assert took < 5.0  # the wire promises about 1 s; this only guards against a hang
 
 
 @each_full_cli
@@ -291,7 +291,7 @@ def test_the_daemon_spawns_the_agent(make_world: Worlds) -> None:
         stderr=stderr,
     )
     try:
-        client = connect_daemon(socket_dir / "d.sock", daemon)
+        client = connect_answering(socket_dir / "d.sock", daemon)
         with client:
             client.settimeout(120)
             params: dict[str, Any] = {

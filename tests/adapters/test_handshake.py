@@ -13,7 +13,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 
 import tether
 from tests.doubles import silent_cli
+from tests.support.waits import pid_alive
 from tether.runtime.parent.outcome import Timeouts
 
 from .cli_helpers import MARK, survivors
@@ -29,22 +29,13 @@ pytestmark = pytest.mark.timeout(60)
 START_S = 5.0  # room for a loaded machine to reach ready; the old bound was 60 s
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat.rpartition(b")")[2].split()[0] != b"Z"
-
-
 @pytest.mark.parametrize("agent", ["claude", "codex", "pi", "gemini", "acp"])
 def test_a_cli_that_never_answers_the_hand_shake_fails_within_the_start_timeout(
     agent: str, tmp_path: Path
 ) -> None:
     pid_file = tmp_path / "cli.pid"
 
-    async def go() -> tuple[tether.Result, float]:
-        started = time.monotonic()
+    async def go() -> tether.Result:
         handle = await tether.spawn(
             "hello",
             agent=agent,
@@ -54,17 +45,17 @@ def test_a_cli_that_never_answers_the_hand_shake_fails_within_the_start_timeout(
             db=tmp_path / "runs.db",
             timeouts=Timeouts(start_s=START_S),
         )
-        result = await handle.wait()
-        return result, time.monotonic() - started
+        return await handle.wait()
 
-    result, took = asyncio.run(go())
+    result = asyncio.run(go())
     assert result.status == "failed"
     assert result.error is not None
+    # the run's start timeout ended it, not the old fixed 60 s (the module's timeout is 60 s;
+    # how soon after the timeout it ends is a figure: bench/start_timeout.py)
     assert f"no answer to the hand-shake within {START_S:g} s" in result.error
     assert "start timeout" in result.error
-    assert took < 30  # bounded by the start timeout (5 s), not the old fixed 60 s
     pid = int(pid_file.read_text())
-    assert not _alive(pid), f"the silent CLI {pid} outlived the run"
+    assert not pid_alive(pid), f"the silent CLI {pid} outlived the run"
 
 
 def test_the_start_timeout_does_not_reach_the_cli(tmp_path: Path) -> None:

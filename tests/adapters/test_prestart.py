@@ -13,15 +13,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import tether
 from tests.doubles import silent_cli
+from tests.support.waits import wait_gone, wait_pid_file, wait_until, wait_until_async
 from tether.runtime.child.adapters import prestart, prestart_stage
 from tether.runtime.child.adapters.early import ADOPT_ENV
 from tether.runtime.parent import forkserver
@@ -40,14 +39,6 @@ def _environ(pid: int) -> list[bytes]:
     return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")[:-1]
 
 
-def _until(check: Callable[[], bool], seconds: float = 20.0) -> None:
-    """Wait for ``check`` to hold (a condition, polled; never a fixed sleep)."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "the condition never held"
-        time.sleep(0.01)
-
-
 def _signals_and_umask(pid: int) -> list[str]:
     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     return [line for line in lines if line.startswith(("SigBlk", "SigIgn", "Umask"))]
@@ -62,11 +53,6 @@ def _fds(pid: int) -> dict[str, str]:
         except OSError:
             continue
     return found
-
-
-def _pid_from(path: Path) -> int:
-    _until(lambda: path.exists() and path.read_text().strip() != "")
-    return int(path.read_text())
 
 
 async def _spawn(tmp: Path, argv: list[str], env: dict[str, str]) -> tether.LocalRunHandle:
@@ -87,10 +73,10 @@ def test_the_cli_is_the_childs_own_in_its_own_group_with_only_its_pipes(tmp_path
     async def go() -> None:
         handle = await _spawn(tmp_path, silent_cli(pid_file=pid_file), COLD)
         try:
-            cli = await asyncio.to_thread(_pid_from, pid_file)
+            cli = await asyncio.to_thread(wait_pid_file, pid_file)
             # started by the stage, which then execs the child naming it in its environment
             named = f"{ADOPT_ENV}=".encode()
-            _until(lambda: any(e.startswith(named) for e in _environ(handle.pid)))
+            wait_until(lambda: any(e.startswith(named) for e in _environ(handle.pid)), "the exec")
             ppid, pgid, sid = _stat(cli)[1:4]
             assert int(ppid) == handle.pid  # waitpid and a pidfd work for the child
             assert int(pgid) == int(sid) == cli  # its own session and group
@@ -121,7 +107,7 @@ def test_the_cli_sees_the_same_environment_as_when_the_child_starts_it(tmp_path:
         async def go() -> list[bytes]:
             handle = await _spawn(where, silent_cli(pid_file=pid_file), {**COLD, **env})
             try:
-                cli = await asyncio.to_thread(_pid_from, pid_file)
+                cli = await asyncio.to_thread(wait_pid_file, pid_file)
                 return [e.partition(b"=")[0] for e in _environ(cli)]
             finally:
                 await handle.cancel()
@@ -146,14 +132,14 @@ def test_sigkill_of_the_child_leaves_nothing_behind(when: str, tmp_path: Path) -
     async def go() -> tether.Result:
         handle = await _spawn(tmp_path, silent_cli(pid_file=pid_file), {**COLD, MARK: mark})
         if when == "cli-running":
-            await asyncio.to_thread(_pid_from, pid_file)
+            await asyncio.to_thread(wait_pid_file, pid_file)
         os.kill(handle.pid, signal.SIGKILL)  # the stage, or the child it became
         return await handle.wait()
 
     result = asyncio.run(go())
     assert result.status == "failed"
     # the reaper ends the CLI (it ignores SIGTERM: SIGKILL after the grace) and leaves
-    _until(lambda: survivors(mark) == [])
+    _wait_none_left(mark)
 
 
 def test_a_cli_that_cannot_be_exec_d_fails_the_run_honestly(tmp_path: Path) -> None:
@@ -221,15 +207,16 @@ def test_killed_after_the_cli_started_and_before_tether_child_runs_nothing_survi
     finally:
         os.close(staged.spec_fd)
     try:
-        cli = _pid_from(pid_file)
+        cli = wait_pid_file(pid_file)
         assert int(_stat(cli)[1]) == stage.pid  # the CLI is the stand-in's child
-        _until(lambda: Path(f"/proc/{stage.pid}/cmdline").read_bytes().startswith(b"/bin/sleep"))
+        cmdline = Path(f"/proc/{stage.pid}/cmdline")
+        wait_until(lambda: cmdline.read_bytes().startswith(b"/bin/sleep"), "the stand-in's exec")
         assert any(e.startswith(f"{ADOPT_ENV}=".encode()) for e in _environ(stage.pid))
         os.kill(stage.pid, signal.SIGKILL)
     finally:
         stage.kill()
         stage.wait()
-    _until(lambda: survivors(mark) == [])
+    _wait_none_left(mark)
 
 
 def test_the_cli_gets_the_same_signals_and_umask_either_way(tmp_path: Path) -> None:
@@ -243,9 +230,9 @@ def test_the_cli_gets_the_same_signals_and_umask_either_way(tmp_path: Path) -> N
         async def go() -> list[str]:
             handle = await _spawn(where, ["/bin/sh", "-c", script], {**COLD, **env})
             try:
-                cli = await asyncio.to_thread(_pid_from, pid_file)
+                cli = await asyncio.to_thread(wait_pid_file, pid_file)
                 cmdline = Path(f"/proc/{cli}/cmdline")
-                await asyncio.to_thread(_until, lambda: cmdline.read_bytes().startswith(b"cat"))
+                await wait_until_async(lambda: cmdline.read_bytes().startswith(b"cat"), "cat")
                 return _signals_and_umask(cli)
             finally:
                 await handle.cancel()
@@ -257,3 +244,9 @@ def test_the_cli_gets_the_same_signals_and_umask_either_way(tmp_path: Path) -> N
     by_child = status({prestart.ENV: "0"}, tmp_path / "child")
     assert len(staged) == 3
     assert staged == by_child
+
+
+def _wait_none_left(mark: str) -> None:
+    """Until no process of this test's mark is alive (their exits: pidfds)."""
+    wait_gone([int(line.split()[0]) for line in survivors(mark)], "the run's processes")
+    assert survivors(mark) == []

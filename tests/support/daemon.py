@@ -22,6 +22,7 @@ import msgspec
 import pytest
 
 from tests.support.waits import HANG_S, wait_until
+from tether.daemon.rpc.client import DaemonClient
 from tether.daemon.rpc.lifecycle import probe
 
 
@@ -153,3 +154,9 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def connect_answering(socket_path: Path, proc: subprocess.Popen[Any]) -> DaemonClient:
+    """A client of the daemon ``proc``, once it answers (see :func:`wait_answering`)."""
+    wait_answering(socket_path, proc)
+    return DaemonClient.connect(socket_path)

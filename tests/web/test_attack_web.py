@@ -13,7 +13,6 @@ import json
 import socket
 import stat
 import sys
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,6 +21,7 @@ import pytest
 from test_dashboard_api import request, token
 from tests.support.agentd import AgentDaemon, agentd
 from tests.support.dashboard import start_dashboard
+from tests.support.waits import wait_until
 
 from tether.web import http
 
@@ -131,12 +131,14 @@ def test_attack_open_keeps_the_token_off_every_command_line(
 
 
 def wait_for_json(path: Path) -> Any:
-    """The JSON the browser double wrote (it writes once, then exits)."""
-    for _ in range(2000):  # bounded: at most 20 s of 10 ms waits for the file to appear
+    """The JSON the browser double wrote (it writes once, then exits): read as it changes."""
+
+    def written() -> list[Any] | None:
         with contextlib.suppress(FileNotFoundError, ValueError):
-            return json.loads(path.read_text())
-        time.sleep(0.01)
-    raise AssertionError(f"the browser double never ran ({path} missing)")
+            return [json.loads(path.read_text())]
+        return None
+
+    return wait_until(written, f"the browser double's {path.name}", files=[path])[0]
 
 
 def test_attack_pipelining_clients_that_never_read_cannot_lock_the_page_out(
@@ -220,8 +222,6 @@ def test_attack_dropped_event_streams_leave_no_follow_in_the_daemon(agentd: Agen
                 stack.callback(ws.socket.close)  # dropped: no close frame
             assert agentd.call("daemon.status")["connections"] >= baseline + 20
             stack.pop_all().close()
-        for _ in range(1500):  # a hang guard (30 s), not a verdict: until they are gone
-            if agentd.call("daemon.status")["connections"] <= baseline:
-                break
-            time.sleep(0.02)
-        assert agentd.call("daemon.status")["connections"] <= baseline
+        wait_until(  # (the daemon's count: polled)
+            lambda: agentd.call("daemon.status")["connections"] <= baseline, "their ends"
+        )
