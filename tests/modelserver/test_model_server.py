@@ -196,6 +196,7 @@ def test_the_agent_sdks_file_path_extraction_takes_no_reply() -> None:
         assert "<filepaths>" in data.decode()
         status, data = post(f"{server.url}/v1/messages", turn)
         assert json.loads(data)["content"][0]["text"] == "the turn's reply"
+        assert server.wait_request(lambda r: r["reply"] == 1, 30) is not None  # logged last
         assert [r["reply"] for r in server.requests] == [None, None, 1]
         # the same prompt with tools is an agent's turn like any other
         status, data = post(f"{server.url}/v1/messages", {**extraction, "tools": [{}]})
