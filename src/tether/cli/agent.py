@@ -520,6 +520,8 @@ def _approvals_text(reply: ApprovalsReply) -> str:
         what = f"{row.tool}: {row.summary}" if row.tool else row.reason
         where = f"{row.host}/" if row.host else ""
         lines.append(f"{where}{row.name}  {row.key}  {what}  ({_age(row.since)})")
+    if reply.more:
+        lines.append(f"(and {reply.more} more: answer these first)")
     if reply.unreachable:
         lines.append(f"(not answering: {', '.join(reply.unreachable)})")
     return _for_terminal("\n".join(lines))

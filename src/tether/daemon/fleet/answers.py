@@ -46,6 +46,7 @@ from tether.inbox.answers import (
 )
 from tether.inbox.store import InboxStore, StoredMessage, open_store
 from tether.runtime.parent.answering import answer_fields
+from tether.wire.text import ELLIPSIS, cut_text
 
 
 class AnswerParams(msgspec.Struct, frozen=True):
@@ -60,6 +61,10 @@ class AnswerParams(msgspec.Struct, frozen=True):
 SendControl = Callable[[dict[str, Any], str, str], Awaitable[tuple[str, ControlReply]]]
 Questions = list[dict[str, Any]]
 READ_CHUNK = 500  # run ids per SQLite query (far below its bound-parameter limit)
+# What a list shows of each question, which the agent wrote: one agent's flood of long
+# questions must not make every agent.list too large to answer (the store keeps them whole).
+QUESTION_BYTES = 4096
+FIELD_BYTES = 256  # an approval request's agent, tool, kind, summary (the desk's: 200)
 
 
 class AnswerDesk:
@@ -179,6 +184,7 @@ class AnswerDesk:
                 continue
             text = question_of(row.type, body) if isinstance(body, dict) else None
             if text is not None:
+                text = _shown(text, QUESTION_BYTES, row.msg_key)
                 item = {"key": row.msg_key, "type": row.type, "text": text, "at": row.received_at}
                 item.update(_approval_fields(body))
                 out.setdefault(row.run_id, []).append(item)
@@ -211,9 +217,23 @@ class AnswerDesk:
 
 
 def _approval_fields(body: Mapping[str, Any]) -> dict[str, Any]:
-    """What an approval request says beside its reason (the desk's fields, as strings)."""
+    """What an approval request says beside its reason (the desk's fields, as strings,
+    each cut to FIELD_BYTES: the agent wrote them)."""
     fields = ("agent", "tool", "kind", "summary")
-    return {name: body[name] for name in fields if isinstance(body.get(name), str)}
+    return {
+        name: cut_text(body[name], FIELD_BYTES)[0]
+        for name in fields
+        if isinstance(body.get(name), str)
+    }
+
+
+def _shown(text: str, limit: int, key: str) -> str:
+    """``text`` cut to ``limit`` bytes, saying where the whole of it is."""
+    cut, changed = cut_text(text, limit)
+    if not changed:
+        return text
+    run = key.rpartition(":")[0]
+    return f"{cut}{ELLIPSIS} [cut: {len(text)} characters; tether inbox {run} shows it whole]"
 
 
 __all__ = ["AnswerDesk", "AnswerParams"]

@@ -47,6 +47,8 @@ R = TypeVar("R")
 LANE: Final = "wire"  # tether drives every wire agent over the v1 wire
 PTY_MIN_SIZE: Final = 1  # a pseudo-terminal's smallest and largest side (cols, rows)
 PTY_MAX_SIZE: Final = 1000
+MAX_APPROVALS: Final = 1000  # approvals one agent.approvals lists (the oldest)
+ROW_QUESTIONS: Final = 16  # open questions a status row lists (the oldest)
 
 
 class Question(msgspec.Struct, frozen=True):
@@ -83,10 +85,19 @@ class Approval(msgspec.Struct, frozen=True, omit_defaults=True):
 
 class ApprovalsReply(msgspec.Struct, frozen=True):
     """``agent.approvals``: every approval that waits, fleet-wide (in a cluster: on every
-    host that answered), oldest first; ``unreachable``: the hosts that did not answer."""
+    host that answered), oldest first, at most MAX_APPROVALS (``more``: how many others
+    were read, each agent's oldest 1,000 at most: more wait); ``unreachable``: the hosts
+    that did not answer."""
 
     approvals: list[Approval]
     unreachable: list[str] = msgspec.field(default_factory=list)
+    more: int = 0
+
+    @classmethod
+    def capped(cls, rows: list[Approval], unreachable: list[str], more: int) -> ApprovalsReply:
+        """The oldest MAX_APPROVALS of ``rows``, the rest counted in ``more``."""
+        rows = sorted(rows, key=lambda row: (row.since, row.key))
+        return cls(rows[:MAX_APPROVALS], unreachable, more + max(0, len(rows) - MAX_APPROVALS))
 
 
 class QueuedItem(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -113,6 +113,7 @@ from tether.daemon.fleet.params import (
 from tether.daemon.fleet.queues import Queues, approvals_reply, queue_reply, unqueue
 from tether.daemon.fleet.replies import (
     LANE,
+    ROW_QUESTIONS,
     AgentStatus,
     AnswerReply,
     ApprovalsReply,
@@ -475,7 +476,8 @@ class AgentVerbs:
             extra["queue_position"] = self.sup.queue_position(agent.name) or UNSET
         if questions is not None:
             mine = questions.get(agent.run_id, [])
-            extra["questions"] = [Question(q["key"], q["type"], q["text"], q["at"]) for q in mine]
+            shown = mine[:ROW_QUESTIONS]
+            extra["questions"] = [Question(q["key"], q["type"], q["text"], q["at"]) for q in shown]
             if mine and not agent.ended:
                 first = mine[0]
                 kind = "approval" if first["type"] == "approval_request" else "question"
@@ -625,15 +627,15 @@ async def _with_other_hosts(here: ApprovalsReply, elsewhere: Elsewhere) -> Appro
             return None
 
     answers = await asyncio.gather(*(ask(host) for host in hosts))
-    rows = list(here.approvals)
+    rows, more = list(here.approvals), here.more
     unreachable = []
     for host, answer in zip(hosts, answers, strict=True):
         if answer is None:
             unreachable.append(host)
             continue
         rows += [msgspec.structs.replace(row, host=host) for row in answer.approvals]
-    rows.sort(key=lambda row: (row.since, row.key))
-    return ApprovalsReply(rows, unreachable)
+        more += answer.more
+    return ApprovalsReply.capped(rows, unreachable, more)
 
 
 def _versions(agents: list[FleetAgent]) -> dict[str, int]:
