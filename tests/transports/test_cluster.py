@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.channels import nats_server
+from tests.support.waits import loop_pass
 
 from tether.transports.channel import TransportError
 from tether.transports.cluster import (
@@ -94,7 +95,7 @@ def test_requests_are_served_in_the_order_they_came(nats_server: object) -> None
         nonlocal active
         active += 1
         assert active == 1  # one after another, never two at once
-        await asyncio.sleep(0)
+        await loop_pass()  # a second request served meanwhile would find active == 1
         served.append(request.data)
         await request.respond(b"re:" + request.data)
         active -= 1

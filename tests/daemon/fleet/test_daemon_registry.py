@@ -80,7 +80,7 @@ def test_file_is_private_wal_and_shared_safely(tmp_path: Path) -> None:
 
 def test_start_time_tells_a_live_child_from_a_reused_pid() -> None:
     assert own_start_time() == proc_start_time(os.getpid())
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
     try:
         started = proc_start_time(child.pid)
         assert started is not None
@@ -97,7 +97,7 @@ def test_start_time_tells_a_live_child_from_a_reused_pid() -> None:
 def test_start_time_survives_odd_process_names(tmp_path: Path) -> None:
     odd = tmp_path / "a b) (c"
     odd.symlink_to(sys.executable)
-    child = subprocess.Popen([str(odd), "-c", "import time; time.sleep(30)"])
+    child = subprocess.Popen([str(odd), "-c", "import signal; signal.pause()"])
     try:
         assert isinstance(proc_start_time(child.pid), int)
     finally:
