@@ -10,8 +10,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 
-# The daemon, fleet and dashboard fixtures (short_tmp, daemon_env, daemon, agentd, dashboard).
-pytest_plugins = ["tests.support.fixtures", "tests.support.agentd", "tests.support.dashboard"]
+# The daemon, fleet and dashboard fixtures (short_tmp, daemon_env, daemon, agentd, dashboard)
+# and tool gates (tool_gate).
+pytest_plugins = [
+    "tests.support.fixtures",
+    "tests.support.agentd",
+    "tests.support.dashboard",
+    "tests.support.gates",
+]
 
 # A suite started as a background job of a script (`scripts/check &`, CI wrappers) inherits
 # SIGINT ignored, and so would every tether process a test starts: Ctrl-C sent by a test

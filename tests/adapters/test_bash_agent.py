@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 import tether
+from tests.support.gates import ToolGate
 from tether.modelserver import ModelServer, open_model_server
 from tether.runtime.child.adapters.bash_agent import BashAgentStream, session_name
 
@@ -188,8 +189,13 @@ def test_follow_up_goes_on_in_its_session(make_world: Callable[[list[Any]], Worl
 
 def test_a_steer_is_its_next_input_in_the_same_turn(
     make_world: Callable[[list[Any]], World],
+    tmp_path: Path,
+    tool_gate: Callable[[Path], ToolGate],
 ) -> None:
-    world = make_world([bash("sleep 1; echo slept"), {"text": "Slept."}, {"text": "Steered."}])
+    gate = tool_gate(tmp_path / "gate")  # the tool runs until the steer is acked
+    world = make_world(
+        [bash(f"{gate.command}; echo slept"), {"text": "Slept."}, {"text": "Steered."}]
+    )
 
     async def go() -> tuple[tether.RunResult, Path]:
         handle = await world.spawn("start")
@@ -197,6 +203,7 @@ def test_a_steer_is_its_next_input_in_the_same_turn(
         await until(updates, "tool-call")
         ack = await handle.steer("ALSO CHECK THE TESTS")
         assert ack.status == "accepted"
+        gate.open()
         injected = await until(updates, "steering-injected")
         assert injected["ref"] == ack.ref
         return await handle.wait(), handle.run_dir.path

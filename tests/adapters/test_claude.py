@@ -21,6 +21,7 @@ import pytest
 
 import tether
 from tests.support.daemon import connect_answering
+from tests.support.gates import ToolGate
 from tether.modelserver import ModelServer, open_model_server
 from tether.runtime.parent.updates import RunEvent
 from tether.wire import tag_of
@@ -258,8 +259,11 @@ def test_tether_run_and_open_run_take_the_agent_keywords(
 
 def test_steer_reaches_the_model_inside_the_turn(
     make_claude: Callable[[list[Any]], Claude],
+    tmp_path: Path,
+    tool_gate: Callable[[Path], ToolGate],
 ) -> None:
-    world = make_claude([bash("sleep 1.5; echo slept"), {"text": "Steered answer."}])
+    gate = tool_gate(tmp_path / "gate")  # the tool runs until the steer is acked
+    world = make_claude([bash(f"{gate.command}; echo slept"), {"text": "Steered answer."}])
 
     async def go() -> tuple[tether.RunResult, Path]:
         handle = await world.spawn("start", "--allowedTools=Bash")
@@ -267,6 +271,7 @@ def test_steer_reaches_the_model_inside_the_turn(
         await until(updates, "tool-call")
         ack = await handle.steer("ALSO CHECK THE TESTS")
         assert ack.status == "accepted"
+        gate.open()
         injected = await until(updates, "steering-injected")
         assert injected["ref"] == ack.ref
         return await handle.wait(), handle.run_dir.path

@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import pytest
 
 import tether
 from tests.support.daemon import connect_answering
+from tests.support.gates import ToolGate
 from tether.display.boundary import tool_output
 from tether.modelserver import open_model_server
 from tether.runtime.child.adapters.config import plan_config, write_config
@@ -136,9 +137,12 @@ def test_run_two_tool_calls_that_really_run_and_a_long_answer(make_world: Worlds
 
 
 @each_full_cli
-def test_steer_and_follow_up_during_a_tool(make_world: Worlds) -> None:
+def test_steer_and_follow_up_during_a_tool(
+    make_world: Worlds, tmp_path: Path, tool_gate: Callable[[Path], ToolGate]
+) -> None:
     answers = [{"text": "Answer."}] * 3  # enough for every CLI's way of taking them in
-    world = make_world([*make_world.shell("sleep 2; echo slept"), *answers])
+    gate = tool_gate(tmp_path / "gate")  # the tool runs until both controls are acked
+    world = make_world([*make_world.shell(f"{gate.command}; echo slept"), *answers])
 
     async def go() -> tuple[tether.Result, Path]:
         handle = await world.spawn("start")
@@ -151,6 +155,7 @@ def test_steer_and_follow_up_during_a_tool(make_world: Worlds) -> None:
         notes = ack_notes(AGENTS[world.setup.agent])
         assert (steer.reason or None) == notes.get("steer")
         assert (follow.reason or None) == notes.get("follow-up")
+        gate.open()
         return await handle.wait(), handle.run_dir.path
 
     result, run_dir = asyncio.run(go())

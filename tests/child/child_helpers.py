@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 from tests.event_files import Event, read_events, wait_for_event
+from tests.support.gates import ToolGate
 from tests.support.waits import HANG_S, pid_alive
 
-__all__ = ["Child", "check_invariants", "gate", "index_of", "pid_alive", "types"]
+__all__ = ["Child", "check_invariants", "index_of", "pid_alive", "types"]
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
@@ -50,6 +51,7 @@ class Child:
         self.proc: subprocess.Popen[bytes] | None = None
         self.args = list(args)
         self.pass_fds = pass_fds  # inherited at the same numbers (a wake-up pipe, say)
+        self._gate: ToolGate | None = None
         if script is not None:
             self.args += ["--script", str(self._script_path(script))]
         self.env = dict(os.environ)
@@ -105,6 +107,15 @@ class Child:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+        if self._gate is not None:
+            self._gate.close()
+
+    def gate(self) -> ToolGate:
+        """The gate ``ROOT/go`` (make it before the tool runs) that scripts/gated_tool.json's
+        tool waits on until :meth:`ToolGate.open` (see tests/support/gates.py)."""
+        if self._gate is None:
+            self._gate = ToolGate(self.root / "go")
+        return self._gate
 
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
@@ -210,8 +221,3 @@ def _refs(event: Event) -> list[int]:
     if event["type"] == "info":
         return list(event.get("refs", []))
     return []
-
-
-def gate(root: Path, name: str = "go") -> str:
-    """A bash command that blocks until ``touch <root>/<name>`` (a deterministic tool)."""
-    return f"while [ ! -e {root / name} ]; do sleep 0.01; done; echo gated"

@@ -8,15 +8,15 @@ import json
 import re
 from collections.abc import Callable
 
-from child_helpers import Child, gate, types
+from child_helpers import Child, types
 
 MakeChild = Callable[..., Child]
 
 
 def _gated_child(make_child: MakeChild, after: dict[str, object]) -> Child:
-    """A child whose first reply runs a bash tool that waits for ``touch ROOT/go``."""
+    """A child whose first reply runs a bash tool that waits for ``child.gate().open()``."""
     child = make_child(script=[after])
-    bash = {"name": "bash", "arguments": {"command": gate(child.root)}, "id": "g1"}
+    bash = {"name": "bash", "arguments": {"command": child.gate().command}, "id": "g1"}
     (child.root / "script.json").write_text(
         json.dumps([{"text": "Working.", "tool_calls": [bash]}, after])
     )
@@ -46,7 +46,7 @@ def test_unqueue_withdraws_queued_controls_and_says_why_it_cannot(make_child: Ma
     assert child.ack(again)["status"] == "rejected"
     assert child.ack(again)["reason"] == f"control {steer} was withdrawn"
     assert child.ack(unknown)["reason"] == "no queued steer or follow-up with seq 999"
-    (child.root / "go").touch()
+    child.gate().open()
     child.wait_for(lambda e: e["type"] == "steering-injected")
     injected = child.send("unqueue", ref=late)
     assert child.ack(injected)["reason"] == f"control {late} was already handed to the agent"

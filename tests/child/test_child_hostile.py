@@ -281,13 +281,15 @@ def test_a_close_read_during_a_turn_outlives_the_removed_control_file(
 ) -> None:
     """Regression (a 2-core CI at load 16): the close was read while the turn still ran,
     then the parent removed the file; the run must still end done, not failed."""
-    child = make_child(script="gated_tool.json").start()
+    child = make_child(script="gated_tool.json")
+    gate = child.gate()
+    child.start()
     child.send("prompt", text="go")
     child.wait_for(lambda e: e["type"] == "tool-call")  # the turn is held at its gate
     assert child.ack(child.send("close"))["status"] == "accepted"  # now closing
     child.control.unlink()
     child.wait_for(lambda e: e["type"] == "info" and "was removed" in e["summary"])
-    (child.root / "go").touch()
+    gate.open()
     code, events = child.finish()
     assert code == 0, child.describe()
     assert types(events)[-2:] == ["result", "exit"]

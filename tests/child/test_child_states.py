@@ -136,7 +136,9 @@ def test_ready_steer_or_follow_up_starts_a_turn(
 
 def test_running_row(make_child: MakeChild) -> None:
     """prompt rejected; steer and follow-up queued and injected with their refs."""
-    child = make_child(script="gated_tool.json").start()
+    child = make_child(script="gated_tool.json")
+    gate = child.gate()
+    child.start()
     child.send("prompt", text="Start.")
     child.wait_for(lambda e: e["type"] == "tool-call")
     p2 = child.send("prompt", text="Another.")
@@ -149,7 +151,7 @@ def test_running_row(make_child: MakeChild) -> None:
     }
     assert child.ack(s)["status"] == "accepted"
     assert child.ack(f)["status"] == "accepted"
-    (child.root / "go").touch()
+    gate.open()
     child.wait_for(lambda e: e["type"] == "turn-complete")
     child.send("close")
     code, events = child.finish()
@@ -168,7 +170,9 @@ def test_running_row(make_child: MakeChild) -> None:
 
 
 def test_running_close_lets_the_turn_finish(make_child: MakeChild) -> None:
-    child = make_child(script="gated_tool.json").start()
+    child = make_child(script="gated_tool.json")
+    gate = child.gate()
+    child.start()
     child.send("prompt", text="Start.")
     child.wait_for(lambda e: e["type"] == "tool-call")
     c = child.send("close")
@@ -183,7 +187,7 @@ def test_running_close_lets_the_turn_finish(make_child: MakeChild) -> None:
         }
     c2 = child.send("close")
     assert child.ack(c2)["status"] == "applied"
-    (child.root / "go").touch()
+    gate.open()
     code, events = child.finish()
     assert code == 0
     assert types(events)[-3:] == ["turn-complete", "result", "exit"]
@@ -217,7 +221,9 @@ def test_running_finalize_interrupts_the_tool_and_drops_queued(make_child: MakeC
 
 
 def test_closing_finalize_and_finalizing_row(make_child: MakeChild) -> None:
-    child = make_child(script="gated_tool.json").start()
+    child = make_child(script="gated_tool.json")
+    child.gate()  # never opened: the finalize interrupts the tool
+    child.start()
     child.send("prompt", text="Start.")
     child.wait_for(lambda e: e["type"] == "tool-call")
     child.send("close")

@@ -125,12 +125,14 @@ def test_idle_follow_up_starts_a_turn_and_leftovers_start_the_next(
 
 
 def test_close_while_running_drops_nothing_it_can_still_inject(make_child: MakeChild) -> None:
-    child = make_child(script="gated_tool.json").start()
+    child = make_child(script="gated_tool.json")
+    gate = child.gate()
+    child.start()
     child.send("prompt", text="Start.")
     child.wait_for(lambda e: e["type"] == "tool-call")
     f = child.send("follow-up", text="One more thing.")
     child.send("close")
-    (child.root / "go").touch()
+    gate.open()
     code, events = child.finish()
     assert code == 0
     assert events[index_of(events, lambda e: e["type"] == "follow-up-injected")]["ref"] == f

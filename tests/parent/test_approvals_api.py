@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import tether
+from tests.support.gates import ToolGate
 from tether.errors import BadOptions
 from tether.inbox.answers import AnswerRefused
 
@@ -154,11 +156,13 @@ def test_tether_run_cannot_answer_so_it_never_waits(tmp_path: Path) -> None:
     assert "tether.run() cannot answer approvals" in denial.text
 
 
-def test_a_queued_follow_up_is_listed_and_withdrawn(tmp_path: Path) -> None:
+def test_a_queued_follow_up_is_listed_and_withdrawn(
+    tmp_path: Path, tool_gate: Callable[[Path], ToolGate]
+) -> None:
     from tether.runtime.parent.spawn import RunEvent
 
-    gate = f"while [ ! -e {tmp_path / 'go'} ]; do sleep 0.01; done"
-    options = _options(tmp_path, gate)
+    gate = tool_gate(tmp_path / "go")
+    options = _options(tmp_path, gate.command)
 
     async def go() -> list[str]:
         handle = await tether.spawn("work", **options)
@@ -174,7 +178,7 @@ def test_a_queued_follow_up_is_listed_and_withdrawn(tmp_path: Path) -> None:
         assert handle.queued() == []
         again = await handle.unqueue(queued.ref)
         assert (again.status, again.reason) == ("rejected", f"control {ack.ref} was withdrawn")
-        (tmp_path / "go").touch()
+        gate.open()
         kinds = [type(u.event).__name__ async for u in updates if isinstance(u, RunEvent)]
         assert (await handle.wait()).final_text == "All done."
         return kinds

@@ -7,10 +7,12 @@ import asyncio
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.support.gates import ToolGate
 from tests.support.waits import pid_alive, wait_gone, wait_until_async
 from tether.agent.provider import (
     AssistantTurn,
@@ -137,14 +139,11 @@ out.write(b"\\xa9 \\xff!")
     }
 
 
-def test_chunks_stream_before_the_command_exits(tmp_path: Path) -> None:
-    gate = tmp_path / "gate"
-    command = bash_command(
-        tmp_path,
-        f"cat >/dev/null\necho first\n"
-        f"while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.02; done\n"
-        "echo second\n",
-    )
+def test_chunks_stream_before_the_command_exits(
+    tmp_path: Path, tool_gate: Callable[[Path], ToolGate]
+) -> None:
+    gate = tool_gate(tmp_path / "gate")
+    command = bash_command(tmp_path, f"cat >/dev/null\necho first\n{gate.command}\necho second\n")
 
     async def main() -> list[StreamEvent]:
         p = CommandProvider(options={"command": command})
@@ -152,7 +151,7 @@ def test_chunks_stream_before_the_command_exits(tmp_path: Path) -> None:
         async for event in p.stream(HELLO):
             events.append(event)
             if event == TextDelta(0, "first\n"):
-                gate.touch()  # the command only finishes after we saw its first line
+                gate.open()  # the command only finishes after we saw its first line
         return events
 
     events = asyncio.run(main())

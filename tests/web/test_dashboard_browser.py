@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support.agentd import AgentDaemon, agentd
 from tests.support.dashboard import DashboardProcess, artifact_dir, dashboard
+from tests.support.gates import ToolGate
 from tests.support.pty import BASH, spawn_pty
 
 __all__ = ["agentd", "dashboard"]
@@ -137,14 +138,17 @@ def test_an_approval_approved_in_a_browser(
 
 
 def test_a_queued_follow_up_withdrawn_in_a_browser(
-    agentd: AgentDaemon, dashboard: DashboardProcess, browser_page: Any
+    agentd: AgentDaemon,
+    dashboard: DashboardProcess,
+    browser_page: Any,
+    tool_gate: Callable[[Path], ToolGate],
 ) -> None:
     page = browser_page
     page.goto(dashboard.url)
     work = agentd.root / "busy"
     work.mkdir()
-    gate = f"while [ ! -e {work / 'go'} ]; do sleep 0.01; done"
-    bash = {"name": "bash", "arguments": {"command": gate}}
+    gate = tool_gate(work / "go")
+    bash = {"name": "bash", "arguments": {"command": gate.command}}
     agentd.spawn("busy", [{"tool_calls": [bash]}, {"text": "Done."}], task="work", cwd=str(work))
     agentd.wait_for("busy", lambda s: s["state"] == "running")
     sent = agentd.call("agent.follow_up", {"name": "busy", "text": "NEVER TO BE SEEN"})
@@ -153,6 +157,6 @@ def test_a_queued_follow_up_withdrawn_in_a_browser(
     page.click("#queue button.withdraw")
     page.wait_for_selector(f"#ack:has-text('withdrew {sent['seq']}')")
     assert agentd.call("agent.queue", {"name": "busy"})["queue"] == []
-    (work / "go").touch()
+    gate.open()
     page.wait_for_selector("#events:has-text('Done.')")
     assert "NEVER TO BE SEEN" not in page.inner_text("#events")

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support.agentd import AgentDaemon, agentd
 from tests.support.daemon import DaemonProcess
+from tests.support.gates import ToolGate
 from tests.support.waits import wait_until
 
 from tether.daemon.rpc.protocol import ErrorCode
@@ -121,11 +123,13 @@ def test_a_rule_decides_and_nothing_waits(agentd: AgentDaemon) -> None:
     ]
 
 
-def test_a_queued_follow_up_is_listed_and_withdrawn(agentd: AgentDaemon) -> None:
+def test_a_queued_follow_up_is_listed_and_withdrawn(
+    agentd: AgentDaemon, tool_gate: Callable[[Path], ToolGate]
+) -> None:
     work = agentd.root / "queued"
     work.mkdir()
-    gate = f"while [ ! -e {work / 'go'} ]; do sleep 0.01; done"
-    bash = {"name": "bash", "arguments": {"command": gate}}
+    gate = tool_gate(work / "go")
+    bash = {"name": "bash", "arguments": {"command": gate.command}}
     replies = [{"text": "Working.", "tool_calls": [bash]}, {"text": "Done."}, {"text": "x"}]
     agentd.spawn("queued", replies, task="work", cwd=str(work))
     agentd.wait_for("queued", lambda s: s["state"] == "running")
@@ -146,7 +150,7 @@ def test_a_queued_follow_up_is_listed_and_withdrawn(agentd: AgentDaemon) -> None
     assert agentd.call("agent.queue", {"name": "queued"})["queue"] == []
     twice = agentd.call("agent.unqueue", {"name": "queued", "ref": sent["seq"]})
     assert (twice["ack"], twice["reason"]) == ("rejected", f"control {sent['seq']} was withdrawn")
-    (work / "go").touch()
+    gate.open()
     agentd.wait_for("queued", lambda s: s["state"] == "ready" and s["turn"] >= 1)
     events = agentd.events("queued")
     assert not [e for e in events if e["type"] == "follow-up-injected"]
