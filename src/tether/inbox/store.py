@@ -51,6 +51,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
+from tether import jsondepth
 from tether.inbox.messages import (
     InboxMessage,
     InboxRejection,
@@ -427,8 +428,8 @@ class InboxStore:
         if row is None:
             return None
         try:
-            body = msgspec.json.decode(row[0])
-        except msgspec.DecodeError:
+            body = jsondepth.decode_any(row[0])
+        except msgspec.DecodeError:  # too deep, or not JSON: the line says nothing usable
             return {}
         return body if isinstance(body, dict) else {}
 
