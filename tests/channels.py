@@ -40,26 +40,16 @@ async def open_channel(kind: str, where: str) -> Channel:
     return await open_jetstream(url, prefix=prefix)
 
 
-async def read_all(
-    channel: Channel, name: str, count: int, *, wait: float = 1.0, last_wait: float = 0.3
-) -> list[Entry]:
-    """A channel from its start: up to ``count`` entries, each within ``wait`` seconds, and
-    one more if it comes within ``last_wait`` (a doubled line shows there).
-
-    A wait that times out cancels the tail's generator, which then ends: stop there.
-    """
+async def take_entries(channel: Channel, name: str, count: int) -> list[Entry]:
+    """The first ``count`` entries of a channel, each waited for as it arrives."""
     got: list[Entry] = []
     tail = channel.tail(name)
     try:
-        while len(got) <= count:
-            try:
-                item = await asyncio.wait_for(
-                    anext(tail), timeout=wait if len(got) < count else last_wait
-                )
-            except TimeoutError:
-                break
-            assert isinstance(item, Entry)
-            got.append(item)
+        async with asyncio.timeout(HANG_S):
+            while len(got) < count:
+                item = await anext(tail)
+                assert isinstance(item, Entry)
+                got.append(item)
     finally:
         await tail.aclose()  # type: ignore[attr-defined]
     return got

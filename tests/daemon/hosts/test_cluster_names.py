@@ -13,7 +13,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -40,12 +39,10 @@ def _rows(env: dict[str, str]) -> dict[str, dict[str, object]]:
     return {str(row["name"]): row for row in json.loads(done.stdout)["agents"]}
 
 
-def _wait_row(env: dict[str, str], name: str, timeout: float = 30) -> dict[str, object]:
-    """Until the local daemon lists ``name`` (another host's row reached its registry)."""
-    deadline = time.monotonic() + timeout
-    while (row := _rows(env).get(name)) is None:
-        assert time.monotonic() < deadline, f"{name} never listed: {_rows(env)}"
-        time.sleep(0.05)
+def _wait_row(env: dict[str, str], name: str) -> dict[str, object]:
+    """Until the local daemon lists ``name`` (another host's row reached its registry; a
+    state only a call shows: polled in tests/support/waits.py)."""
+    row: dict[str, object] = wait_until(lambda: _rows(env).get(name), f"{name} listed")
     return row
 
 

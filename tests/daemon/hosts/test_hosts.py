@@ -19,10 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.channels import read_all
+from tests.channels import take_entries
 from tests.nats_server import NatsServer, run_nats_server
 from tests.support.agentd import kill_agents
 from tests.support.daemon import DaemonProcess, make_env
+from tests.support.waits import retry_async, wait_text, wait_until
 
 import tether as tether_api
 from tether.wire import ControlAck, Exit
@@ -76,15 +77,15 @@ def _listed(env: dict[str, str]) -> list[dict[str, object]]:
     return agents
 
 
-def _wait_listed(env: dict[str, str], want: set[tuple[str, str]], timeout: float = 30) -> None:
-    """Until the cluster's list holds exactly these (host, name) pairs."""
-    deadline = time.monotonic() + timeout
-    while True:
-        rows = {(str(a["host"]), str(a["name"])) for a in _listed(env)}
-        if rows == want:
-            return
-        assert time.monotonic() < deadline, f"cluster list is {rows}, want {want}"
-        time.sleep(0.1)
+def _wait_listed(env: dict[str, str], want: set[tuple[str, str]]) -> None:
+    """Until the cluster's list holds exactly these (host, name) pairs (polled)."""
+    rows: list[set[tuple[str, str]]] = []
+
+    def listed() -> bool:
+        rows[:] = [{(str(a["host"]), str(a["name"])) for a in _listed(env)}]
+        return rows[0] == want
+
+    wait_until(listed, f"the cluster's list to be {want}", describe=lambda: str(rows))
 
 
 def test_a_host_drives_an_agent_on_another_host(
@@ -319,11 +320,9 @@ def test_a_host_cut_off_from_nats_catches_up_with_nothing_lost_or_doubled(
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _wait_for_log(daemon: DaemonProcess, text: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in daemon.stderr():
-        assert time.monotonic() < deadline, f"no {text!r} in the daemon's log"
-        time.sleep(0.1)
+def _wait_for_log(daemon: DaemonProcess, text: str) -> None:
+    """Until the daemon's log (a file) says ``text``: read as it grows (inotify)."""
+    wait_text(daemon.log, text)
 
 
 def _check_events_in_jetstream(url: str, host: str, run_id: str, events: Path) -> None:
@@ -340,25 +339,15 @@ def _check_events_in_jetstream(url: str, host: str, run_id: str, events: Path) -
         pairs.append((inbox_channel(host, run_id), events.with_name("inbox.jsonl")))
 
     async def main() -> None:
-        deadline = time.monotonic() + 60
-        while True:  # right after a node died the cluster may still be electing leaders
-            try:
-                channel = await open_jetstream(url)
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.25)
+        # right after a node died the cluster may still be electing leaders
+        channel = await retry_async(lambda: open_jetstream(url), Exception, "a channel")
         try:
             for name, path in pairs:
-                deadline = time.monotonic() + 90  # forwarding catches up; a bound, not a figure
-                while True:
-                    local = _complete_lines(path)
-                    got = await read_all(channel, name, len(local))
-                    if [e.data for e in got] == local:
-                        break
-                    assert time.monotonic() < deadline, (name, len(got), len(local))
-                    await asyncio.sleep(0.1)
+                # the channel from its start, each line as forwarding brings it: the same
+                # lines in the same order (a doubled or lost one shifts what follows)
+                local = _complete_lines(path)
+                got = await take_entries(channel, name, len(local))
+                assert [e.data for e in got] == local, (name, len(got), len(local))
         finally:
             await channel.aclose()
 
@@ -515,19 +504,14 @@ def _step_down_stream(urls: str, stream: str = "TETHER_TETHER") -> None:
 
     async def main() -> None:
         client = await nats.connect(urls.split(","))
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    reply = await client.request(
-                        f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"", timeout=5
-                    )
-                    if json.loads(reply.data).get("success"):
-                        return
-                except Exception:
-                    pass
-                assert time.monotonic() < deadline, "the stream's leader never stepped down"
-                await asyncio.sleep(0.25)
+
+        async def step_down() -> None:
+            reply = await client.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"", timeout=5)
+            if not json.loads(reply.data).get("success"):
+                raise RuntimeError(f"the leader did not step down: {reply.data!r}")
+
+        try:  # retried while the cluster has no leader to ask
+            await retry_async(step_down, Exception, "the stream's leader to step down")
         finally:
             await client.close()
 
@@ -577,10 +561,7 @@ def test_a_runs_inbox_lines_reach_jetstream_ahead_of_its_exit(
     try:
         with events.with_name("inbox.jsonl").open("ab") as shell:
             shell.write(line + b"\n")
-        deadline = time.monotonic() + 60
-        while b'"type":"exit"' not in events.read_bytes():  # the child's own deadline
-            assert time.monotonic() < deadline, "the run did not time out"
-            time.sleep(0.05)
+        wait_text(events, '"type":"exit"')  # the child's own deadline
     finally:
         b.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
 

@@ -4,7 +4,10 @@ The caller probes a call that takes a while (``host.pending``, answered by the h
 in order behind the calls before it): no daemon answering means the host is gone, one
 that does not have the call restarted; a host that has it keeps the call waiting, however
 long the verb takes. Every wait here is for an event (a control line in B's files, a
-daemon answering), bounded; the bounds are far above the figures, never a sleep.
+daemon answering), bounded by tests/support/waits.py's hang detector, never a sleep. The
+reply the calls wait for comes after 10 minutes: a caller that learnt of the loss any
+other way than the loss itself would still be waiting (and fail the hang detector); how
+soon it learns is a figure, played by bench/chaos_hosts.py, not a bound here.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ from test_hosts import _start_when_cluster_ready, hosts, nats, tether  # noqa: F
 from tests.nats_server import NatsServer, run_nats_cluster
 from tests.support.agentd import kill_agents
 from tests.support.daemon import DaemonProcess, make_env
+from tests.support.waits import HANG_S, wait_until
 
 from tether.daemon.hosts import remote
 from tether.daemon.hosts.remote_run import spawn_remote
@@ -47,12 +50,10 @@ def _spawn_on_b(env_a: dict[str, str], name: str, script: Path, replies: list[ob
     return Path(str(status["run_dir"])) / "control.jsonl"
 
 
-def _wait_for_line(path: Path, text: bytes, timeout: float = 60) -> None:
-    """Until ``text`` is in ``path`` (B's daemon wrote the control: the verb is in flight)."""
-    deadline = time.monotonic() + timeout
-    while text not in path.read_bytes():
-        assert time.monotonic() < deadline, f"no {text!r} in {path}"
-        time.sleep(0.02)
+def _wait_for_line(path: Path, text: bytes) -> None:
+    """Until ``text`` is in ``path`` (B's daemon wrote the control: the verb is in flight),
+    read as the file grows (inotify)."""
+    wait_until(lambda: text in path.read_bytes(), f"{text!r} in {path}", files=[path])
 
 
 def _on_b(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
@@ -98,14 +99,12 @@ def test_a_verb_in_flight_fails_promptly_when_its_hosts_daemon_is_killed(
         assert following.stdout is not None
         assert json.loads(following.stdout.readline())["seq"] == 1  # it follows
         hosts["B"].stop(signal.SIGKILL)
-        killed = time.monotonic()
-        done = [(proc, *proc.communicate(timeout=90)) for proc in (asking, following)]
+        done = [(proc, *proc.communicate(timeout=HANG_S)) for proc in (asking, following)]
     finally:
         for proc in (asking, following):
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-    took = time.monotonic() - killed
     for proc, out, err in done:
         assert proc.returncode == 3, (out, err)
         assert "shutting_down" in err, err
@@ -114,7 +113,6 @@ def test_a_verb_in_flight_fails_promptly_when_its_hosts_daemon_is_killed(
     assert "went away with the call in flight" in error["message"], error
     assert "may have been carried out" in error["message"], error  # not "retry": it landed
     assert "went away" in done[1][2], done[1][2]
-    assert took < 20, f"the callers learnt of the loss after {took:.1f} s"
 
 
 def test_a_long_verb_waits_on_while_its_host_answers_the_probes(
@@ -173,13 +171,11 @@ def test_a_verb_in_flight_fails_when_its_hosts_daemon_restarts(
             await asyncio.to_thread(_wait_for_line, control, b'"slow"')
             b.stop(signal.SIGKILL)
             await asyncio.to_thread(b.start, "--nats", nats.url, "--host", "B")
-            restarted = time.monotonic()
             with pytest.raises(DaemonCallError) as failed:
-                await asyncio.wait_for(call, 60)
-            took = time.monotonic() - restarted
+                await asyncio.wait_for(call, HANG_S)
             assert failed.value.code is ErrorCode.SHUTTING_DOWN
+            # the new daemon's answer to the probe, not the gone check (held off: 600 s)
             assert "no longer has the call" in failed.value.message
-            assert took < 20, f"the caller learnt of the restart after {took:.1f} s"
         finally:
             await client.aclose()
 

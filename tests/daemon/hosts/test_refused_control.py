@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 from test_hosts import hosts, nats  # noqa: F401  (fixtures)
 from tests.nats_server import NatsServer
 from tests.support.daemon import DaemonProcess
+from tests.support.waits import wait_until
 
 import tether as tether_api
 from tether.daemon.rpc.client import DaemonCallError, DaemonClient
@@ -64,11 +64,11 @@ def _turn_started_on(client: DaemonClient, name: str) -> None:
 
 
 def _listed_on(client: DaemonClient, name: str) -> None:
-    """Until the daemon lists ``name`` (its host's row reached the registry)."""
-    deadline = time.monotonic() + 30
-    while name not in {row["name"] for row in client.call("agent.list")["agents"]}:
-        assert time.monotonic() < deadline, f"{name} never listed"
-        time.sleep(0.05)
+    """Until the daemon lists ``name`` (its host's row reached the registry; polled)."""
+    wait_until(
+        lambda: name in {row["name"] for row in client.call("agent.list")["agents"]},
+        f"{name} listed",
+    )
 
 
 def _steer(client: DaemonClient, name: str) -> Any:
