@@ -164,6 +164,8 @@ class Connection(asyncio.Protocol):
         self._hangup_callbacks: list[Callable[[Connection], None]] = []
         self._upgrade: Callable[[asyncio.Transport], UpgradedProtocol] | None = None
         self._upgraded: UpgradedProtocol | None = None
+        self._paused = False  # our answers wait unread: no more frames are taken up
+        self._stalled: asyncio.TimerHandle | None = None  # ends a client that never reads
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -193,8 +195,14 @@ class Connection(asyncio.Protocol):
                 self._arm_frame_timer(restart=True)
             return
         decoder.feed(data)
+        self._take_frames()
+
+    def _take_frames(self) -> None:
+        """Answer the whole frames buffered, until our answers pile up unread (see
+        :meth:`pause_writing`): then the rest waits in the decoder, reading paused."""
+        decoder = self._decoder
         completed = False
-        while not self._closing:
+        while not self._closing and not self._paused:
             frame = decoder.next_frame()
             if frame is NEED_DATA:
                 break
@@ -206,6 +214,8 @@ class Connection(asyncio.Protocol):
             if self._upgrade is not None and not self._closing:
                 self._switch(self._upgrade)
                 return
+        if self._paused:
+            return  # (the write deadline runs instead of the frame timer)
         if decoder.buffered or self._frame_timer is not None:
             self._arm_frame_timer(restart=completed)
 
@@ -237,6 +247,8 @@ class Connection(asyncio.Protocol):
         self._closing = True
         if self._frame_timer is not None:
             self._frame_timer.cancel()
+        if self._stalled is not None:
+            self._stalled.cancel()
         if self._linger is not None:
             self._linger.cancel()
         if self._refused:
@@ -259,12 +271,41 @@ class Connection(asyncio.Protocol):
         self.daemon._forget(self)
 
     def pause_writing(self) -> None:
-        if self._transport is not None and not self._closing:
-            self._transport.pause_reading()
+        """Our answers wait unread past the transport's high-water mark: take up no more
+        frames (a client that pipelines requests and never reads held every answer of a
+        whole read in memory: ~80 MB per client for 4,000 ``agent.list`` calls of 30
+        agents) and read no more; a client that still reads nothing after
+        ``frame_timeout_s`` is cut off, freeing its slot and its answers."""
+        if self._transport is None or self._closing:
+            return
+        self._transport.pause_reading()
+        if self._upgraded is not None:
+            return  # (what it became bounds its own writes)
+        self._paused = True
+        if self._frame_timer is not None:
+            self._frame_timer.cancel()
+            self._frame_timer = None
+        loop = asyncio.get_running_loop()
+        self._stalled = loop.call_later(self.daemon.config.frame_timeout_s, self._stall)
 
     def resume_writing(self) -> None:
-        if self._transport is not None and not self._closing:
-            self._transport.resume_reading()
+        self._paused = False
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+        if self._transport is None or self._closing:
+            return
+        self._transport.resume_reading()
+        if self._upgraded is None:
+            self._take_frames()
+
+    def _stall(self) -> None:
+        self._stalled = None
+        timeout = self.daemon.config.frame_timeout_s
+        log.info("closing a connection that read none of its answers in %gs", timeout)
+        self._closing = True
+        if self._transport is not None:
+            self._transport.abort()
 
     # -- public API for handlers -------------------------------------------------------------
 
