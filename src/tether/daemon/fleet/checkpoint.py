@@ -52,8 +52,10 @@ class Checkpoint(Observer):
         usage: Callable[[], dict[str, int]],
         note: Callable[[str], None],
         state: Callable[[], str],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._name = name
+        self._clock = clock  # the timers' clock (a test's virtual one: tests/support/clock.py)
         self._registry = registry
         self._handle = handle
         self._usage = usage
@@ -70,7 +72,7 @@ class Checkpoint(Observer):
         if (mirror.state, mirror.turn) != self._saved[1:]:
             delay = RUNNING_SAVE_S if mirror.state is State.RUNNING else 0.0
         else:
-            delay = max(0.0, self._saved_at + PERSIST_EVERY_S - time.monotonic())
+            delay = max(0.0, self._saved_at + PERSIST_EVERY_S - self._clock())
         self._arm(delay)
 
     async def on_end(self, result: RunResult) -> str | None:
@@ -82,7 +84,7 @@ class Checkpoint(Observer):
         self.save()
 
     def _arm(self, delay: float) -> None:
-        due = time.monotonic() + delay
+        due = self._clock() + delay
         if due >= self._due:
             return  # an earlier save is already due
         if self._timer is not None:
@@ -117,5 +119,5 @@ class Checkpoint(Observer):
         except sqlite3.Error as exc:
             self._note(f"registry not updated: {exc}")
             return
-        self._saved_at = time.monotonic()
+        self._saved_at = self._clock()
         self._saved = (offset, mirror.state, mirror.turn)
