@@ -74,5 +74,5 @@ def test_attack_a_client_that_pipelines_and_never_reads_holds_no_answers(
     greedy.close()
     assert len(seen) < len(requests) * 66  # far from one answer per request
     (size,) = struct.unpack("<I", seen[:4])
-    assert json.loads(seen[4 : 4 + size])["id"] == 1
+    assert json.loads(seen[4 : 4 + size])["id"] >= 1  # (async answers come as they end)
     assert daemon.call("agent.status", {"name": "big"})["name"] == "big"
