@@ -34,7 +34,7 @@ import signal
 import sys
 import time
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -130,6 +130,8 @@ class ChildOptions(NamedTuple):
     ack_notes: Mapping[str, str] | None = None
     # where the run's approvals and questions wait (answer controls resolve them)
     desk: Desk | None = None
+    # the wall clock the deadline is read against (a test's virtual one)
+    wall_clock: Callable[[], float] = time.time
 
 
 class _TurnControl:
@@ -234,7 +236,7 @@ class Presenter:
     def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
         deadline = self.options.deadline
         if deadline is not None:
-            delay = max(0.0, deadline - time.time())
+            delay = max(0.0, deadline - self.options.wall_clock())
             self._timer = loop.call_at(loop.time() + delay, self._on_deadline)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
@@ -564,7 +566,7 @@ class Presenter:
 
     def _check_deadline(self) -> None:
         deadline = self.options.deadline
-        if deadline is not None and time.time() >= deadline:
+        if deadline is not None and self.options.wall_clock() >= deadline:
             self._on_deadline()
 
     def _internal(self, event: Internal, error: str) -> None:
