@@ -260,18 +260,34 @@ def replace_file(path: str | os.PathLike[str], data: bytes) -> None:
     planted ``path`` itself, never its target.
     """
     where, name = os.path.split(os.path.abspath(os.fspath(path)))
-    plain_name(name)
     with opened_dir(where) as dir_fd:
-        tmp = f".{name}.{os.urandom(6).hex()}.tmp"
-        fd = open_in(dir_fd, tmp, os.O_WRONLY, create=True)
-        try:
-            write_all(fd, data)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp, dir_fd=dir_fd)
-            raise
+        replace_in(dir_fd, name, data)
+
+
+def replace_in(dir_fd: int, name: str, data: bytes) -> None:
+    """:func:`replace_file` for entry ``name`` of the directory ``dir_fd``."""
+    plain_name(name)
+    tmp = f".{name}.{os.urandom(6).hex()}.tmp"
+    fd = open_in(dir_fd, tmp, os.O_WRONLY, create=True)
+    try:
+        write_all(fd, data)
+    except BaseException:
         os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    os.close(fd)
+    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+@contextmanager
+def made_subdir(dir_fd: int, name: str) -> Iterator[int]:
+    """:func:`opened_subdir` of ``name`` in ``dir_fd``, made first (0700) when missing and
+    made private: a symlink, another uid's directory or a file there is refused."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(plain_name(name), 0o700, dir_fd=dir_fd)
+    with opened_subdir(dir_fd, name) as fd:
+        os.fchmod(fd, 0o700)
+        yield fd
 
 
 def read_tail(path: str | os.PathLike[str], limit: int) -> bytes:

@@ -318,7 +318,10 @@ class Supervisor:
 
     async def _prepare(self, p: SpawnParams, command: ChildCommand) -> PreparedRun:
         if command.config is not None:  # base_url: the agent's configuration, in its home
-            await asyncio.to_thread(write_config, command.config)
+            try:
+                await asyncio.to_thread(write_config, command.config)
+            except SpawnError as exc:
+                raise spawn_failed(str(exc)) from None
         try:
             return await asyncio.to_thread(
                 prepare_run,

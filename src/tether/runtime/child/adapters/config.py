@@ -29,6 +29,7 @@ Permissions are not configuration: the run's own ``--agent-arg`` values choose t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 from tether import fsafe
+from tether.errors import SpawnError
 from tether.paths import ensure_private_dir
 
 __all__ = [
@@ -181,11 +183,35 @@ def plan_config(
 
 
 def write_config(config: AgentConfig) -> None:
-    """Make the home (0700) and write the config's files in it (0600, each replaced)."""
+    """Make the home (0700) and write the config's files in it (0600, each replaced).
+
+    The agent lives in its home and may have planted anything there (a resume writes the
+    files again): every folder under the home is opened by one plain name relative to
+    its parent's descriptor, never through a symlink (a ``.pi`` linked to the user's own
+    ``~/.pi`` is refused, not written through), and the home is a folder of tether's
+    homes directory, itself never a symlink."""
     if not config.home:
         return
-    home = ensure_private_dir(Path(config.home))
-    for name, text in config.files:  # names of this module's own (no .., not absolute)
-        path = home / name
-        ensure_private_dir(path.parent)
-        fsafe.replace_file(path, text.encode())
+    home = Path(os.path.abspath(config.home))
+    try:
+        _write_files(home, config.files)
+    except OSError as exc:
+        raise SpawnError(
+            f"cannot write the agent's configuration in its home {home}: {exc}; "
+            "something there is not a folder of its own (a symlink the agent left?): "
+            "remove it, or start the agent afresh"
+        ) from None
+
+
+def _write_files(home: Path, files: tuple[tuple[str, str], ...]) -> None:
+    with contextlib.ExitStack() as stack:
+        parent = ensure_private_dir(home.parent, tighten=False)  # (tether's homes/)
+        homes = stack.enter_context(fsafe.opened_dir(parent))
+        top = stack.enter_context(fsafe.made_subdir(homes, home.name))
+        for name, text in files:  # names of this module's own (no .., not absolute)
+            *folders, leaf = name.split("/")
+            with contextlib.ExitStack() as walk:
+                at = top
+                for folder in folders:
+                    at = walk.enter_context(fsafe.made_subdir(at, folder))
+                fsafe.replace_in(at, leaf, text.encode())
