@@ -37,8 +37,8 @@ from tether.workspace.errors import (
     WorkspaceRefused,
     WorktreeTaken,
 )
-from tether.workspace.git import admin_dir, failure, git, names
-from tether.workspace.record import TREE_DIR, Worktree, write_record
+from tether.workspace.git import GitFailed, admin_dir, failure, git, names
+from tether.workspace.record import RECORD_FILE, TREE_DIR, Worktree, load_worktree, write_record
 from tether.workspace.snapshot import merge_tree, record, rev, snapshot
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "create_worktree",
     "default_branch",
     "fork_worktree",
+    "owned_by",
     "pending_work",
     "remove_worktree",
     "repository_of",
@@ -130,10 +131,6 @@ def _add(
     home = _make_home(top, branch, root)
     tree = home / TREE_DIR
     try:
-        args = ("worktree", "add", "--quiet", "--no-track", "-b", branch, str(tree), start)
-        out = git(top, *args, ok=(0, 128, 255))
-        if out.code != 0:
-            raise _add_refused(branch, out.err)
         worktree = Worktree(
             path=str(tree),
             branch=branch,
@@ -141,8 +138,13 @@ def _add(
             base=base[0],
             base_commit=base[1],
             owner=owner,
-            gitdir=admin_dir(top, str(tree)),
         )
+        write_record(worktree)  # first: a process killed during git add leaves it findable
+        args = ("worktree", "add", "--quiet", "--no-track", "-b", branch, str(tree), start)
+        out = git(top, *args, ok=(0, 128, 255))
+        if out.code != 0:
+            raise _add_refused(branch, out.err)
+        worktree = msgspec.structs.replace(worktree, gitdir=admin_dir(top, str(tree)))
         write_record(worktree)
     except BaseException:
         _undo(top, tree, branch)
@@ -227,13 +229,35 @@ def pending_work(worktree: Worktree) -> tuple[str, ...]:
     return tuple(names(out.out))
 
 
+def _registered(worktree: Worktree) -> bool:
+    """Whether git has the worktree (not when its making was cut short, or git removed it)."""
+    try:
+        return os.path.isdir(worktree.at.gitdir)
+    except GitFailed:
+        return False
+
+
+def owned_by(owner: str, *, root: Path | None = None) -> list[Worktree]:
+    """Every worktree tether made (under ``root``) that is given to ``owner``: what a spawn
+    cut short by a kill left before its agent's row named it."""
+    found = []
+    for kept in sorted((root or worktrees_dir()).glob(f"*/*/{RECORD_FILE}")):
+        try:
+            worktree = load_worktree(kept.parent)
+        except WorkspaceRefused:
+            continue
+        if worktree.owner == owner:
+            found.append(worktree)
+    return found
+
+
 def remove_worktree(
     worktree: Worktree, *, force: bool = False, keep_branch: bool = False
 ) -> Removed:
     """Remove the worktree and its branch. Work not merged is refused
     (:class:`UnmergedWork`) unless ``force`` drops it or ``keep_branch`` keeps it: the
     uncommitted part is then committed on the branch (the agent as its author) first."""
-    alive = os.path.isdir(worktree.path)
+    alive = os.path.isdir(worktree.path) and _registered(worktree)
     kept = snapshot(worktree) if alive and keep_branch else None  # (refused: nothing done)
     pending: tuple[str, ...] = ()
     if alive and not keep_branch:

@@ -24,6 +24,7 @@ import msgspec
 
 from tether import workspace
 from tether.daemon.fleet.params import SpawnParams, check_name
+from tether.daemon.fleet.worktrees import agent_owner
 from tether.daemon.rpc.methods import RpcFailure, decode_params, invalid_status
 from tether.daemon.rpc.protocol import ErrorCode
 from tether.errors import BadOptions, SpawnError
@@ -185,7 +186,10 @@ class Workspaces:
         """Remove the agent's worktree (and its branch unless ``keep_branch``)."""
         found = agent.record.worktree
         path = found.get("path") if isinstance(found, dict) else None
-        if not isinstance(path, str):
+        if not isinstance(path, str):  # a spawn cut short (a SIGKILL) may have made one
+            owner = agent_owner(agent.name)
+            for orphan in await asyncio.to_thread(workspace.owned_by, owner):
+                await _git(workspace.remove_worktree, orphan, force=True)
             return
         try:
             tree = workspace.load_worktree(path)
