@@ -329,6 +329,23 @@ class InboxStore:
         )
         return [StoredMessage.from_row(row) for row in rows]
 
+    def recent(self, run_id: str, *, limit: int, max_chars: int) -> list[StoredMessage]:
+        """A run's last ``limit`` messages, in file order, each bounded for a view: a body
+        longer than ``max_chars`` comes as ``{type, text, cut}`` (its text field cut,
+        ``cut`` the body's length), ``raw`` and ``rejected_reason`` cut. Done in SQL: an
+        agent's 16 MiB lines are never read whole into this process."""
+        rows = self._db.execute(
+            "SELECT run_id, offset, type, CASE WHEN length(body) <= :n THEN body"
+            " WHEN json_valid(body) THEN json_object('type', type, 'text', substr(coalesce("
+            " json_extract(body, '$.q'), json_extract(body, '$.reason'),"
+            " json_extract(body, '$.text'), json_extract(body, '$.summary'),"
+            " json_extract(body, '$.note'), ''), 1, :n), 'cut', length(body)) END,"
+            " substr(raw, 1, :n), substr(rejected_reason, 1, :n), received_at"
+            " FROM inbox_messages WHERE run_id = :run ORDER BY offset DESC LIMIT :limit",
+            {"run": run_id, "n": max_chars, "limit": limit},
+        ).fetchall()
+        return [StoredMessage.from_row(row) for row in reversed(rows)]
+
     def of_type(self, run_id: str, kind: str, *, limit: int = 10_000) -> list[StoredMessage]:
         """A run's accepted messages of type ``kind``, in file order (at most ``limit``)."""
         rows = self._db.execute(

@@ -59,6 +59,7 @@ _STATUS_OF: Final = {
     ErrorCode.BUSY: 503,
 }
 INBOX_LIMIT: Final = 200
+INBOX_CHARS: Final = 8192  # of a message's text shown (longer: cut, `cut` its length)
 
 
 def _static(name: str) -> bytes:
@@ -227,7 +228,7 @@ def _read_inbox(db: Path | None, run_id: str) -> list[dict[str, Any]]:
 
     with open_store(db) as store:
         answers = store.answers(run_id)
-        rows = store.messages(run_id)[-INBOX_LIMIT:]
+        rows = store.recent(run_id, limit=INBOX_LIMIT, max_chars=INBOX_CHARS)
     out = []
     for row in rows:
         item = jsondepth.loads(row.to_json())

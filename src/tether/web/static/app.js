@@ -236,8 +236,9 @@ async function loadInbox(name) {
       const body = m.body || {};
       const text = body.q || body.reason || body.text || body.summary || body.note
         || m.rejected_reason || JSON.stringify(body);
+      const cut = body.cut ? ` … [cut: ${body.cut} characters; tether inbox shows it whole]` : "";
       const answered = m.answer ? ` → ${m.answer.answer}` : "";
-      return node("li", { class: m.answer ? "answered" : "" }, `[${m.type || "rejected"}] ${text}${answered}`);
+      return node("li", { class: m.answer ? "answered" : "" }, `[${m.type || "rejected"}] ${text}${cut}${answered}`);
     }));
   } catch (error) {
     $("#inbox").replaceChildren(node("li", {}, `inbox: ${error.message}`));
