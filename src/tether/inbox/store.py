@@ -384,7 +384,12 @@ class InboxStore:
     def message(self, msg_key: str) -> StoredMessage | None:
         """The stored message ``<run_id>:<offset>``, or None."""
         run_id, _, offset = msg_key.rpartition(":")
-        if not run_id or not offset.isdigit():
+        # the key exactly as the store makes it: ASCII digits, no leading zero, in range
+        # (before: "RUN:03" or "RUN:٣" named offset 3 under another key, so a question
+        # could be answered twice, and 20 digits were an OverflowError)
+        if not run_id or not (offset.isascii() and offset.isdigit()) or len(offset) > 18:
+            return None
+        if str(int(offset)) != offset:
             return None
         row = self._db.execute(
             _SELECT + " WHERE run_id = ? AND offset = ?", (run_id, int(offset))
