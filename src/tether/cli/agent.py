@@ -77,7 +77,8 @@ the "code" of {"error": {"code", "message"}} on stdout):
     agent_not_found, agent_exists, invalid_status, channel_unknown; a daemon that cannot
     start or runs as another user
   3 no daemon is running; it shut down (shutting_down) or the connection was lost; Ctrl-C
-  4 spawn_failed, busy, internal
+  4 spawn_failed, busy, internal; the turn that ask (or spawn --wait) waited for failed
+    (its error on stderr)
   5 lock_timeout; ask (or spawn --wait) timed out: the message was delivered and the
     turn goes on
 (fno-agents' client exits 13/14/15/18/19/124 for these; tether keeps 0/2/3/4/5.)
@@ -352,7 +353,7 @@ def _spawn(args: argparse.Namespace, child_argv: list[str] | None) -> int:
         human = answer.text or ""
         print(f"spawned {status.name} ({where})", file=sys.stderr)
     _emit(args, result, human)
-    return _timed_out(answer, status.name) if answer is not None else 0
+    return _answered(answer, status.name) if answer is not None else 0
 
 
 def _spawn_params(args: argparse.Namespace, child_argv: list[str] | None) -> dict[str, Any]:
@@ -547,10 +548,20 @@ def _ask(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> int:
         _emit(args, result, answer)
     else:  # the answer itself, byte for byte, into a pipe or a file
         print(answer)
-    return _timed_out(asked, args.name)
+    return _answered(asked, args.name)
 
 
-def _timed_out(asked: AskReply, name: str) -> int:
+def _answered(asked: AskReply, name: str) -> int:
+    """The exit status of an ask (or ``spawn --wait``): its turn failed, or the wait
+    timed out, says so on stderr."""
+    if asked.stop_reason == "error":
+        why = asked.error if isinstance(asked.error, str) else "no error given"
+        print(
+            f"tether agent: {name}'s turn {asked.turn} failed: {why} "
+            f"(see 'tether agent events {name}')",
+            file=sys.stderr,
+        )
+        return exits.FAILED
     if not asked.timed_out:
         return 0
     print(

@@ -100,3 +100,18 @@ def test_agent_cli_round_trip_and_exit_codes(cli_env: dict[str, str], short_tmp:
     assert "no agents" in tether(cli_env, "list").stdout
     reconciled = json.loads(tether(cli_env, "reconcile", "--json").stdout)
     assert reconciled["scanned"] == 0
+
+
+def test_a_failed_turn_is_exit_4_with_its_error(cli_env: dict[str, str], short_tmp: Path) -> None:
+    """An ask (or spawn --wait) whose turn failed says why and exits 4, not 0 with an
+    empty answer (a CLI that is not logged in, a model server that refuses)."""
+    script = short_tmp / "replies.json"
+    script.write_text(json.dumps([{"error": "the model is down"}, {"text": "back"}]))
+    spawned = tether(cli_env, "spawn", "sick", "--task", "hi", "--script", str(script), "--wait")
+    assert spawned.returncode == 4, spawned.stderr
+    assert "sick's turn 1 failed: " in spawned.stderr
+    assert "the model is down" in spawned.stderr
+    assert spawned.stdout == "\n"
+    asked = tether(cli_env, "ask", "sick", "again", "--json")
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)["text"] == "back"

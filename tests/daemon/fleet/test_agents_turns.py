@@ -19,11 +19,13 @@ from tether.runtime.parent.outcome import Timeouts
 from tether.runtime.parent.rundir import append_line
 from tether.runtime.parent.supervise import RunWatch
 from tether.wire import (
+    AgentTurnComplete,
     AnyEvent,
     AssistantStreamEnd,
     AssistantText,
     AssistantTextDelta,
     ControlAck,
+    Error,
     Exit,
     FollowUpInjected,
     Info,
@@ -92,6 +94,26 @@ def test_a_follow_up_read_by_the_next_turn_waits_for_that_turn() -> None:
     feed(tracker, ev.call("second"))
     [answer] = feed(tracker, [ev(TurnComplete, turn=2, stop_reason="stop")])
     assert (answer.turn, answer.text) == (2, "second")
+
+
+def test_a_failed_turn_answers_with_its_error() -> None:
+    """The error the turn's agent gave reaches the ask (``tether agent ask`` prints it and
+    exits 4); a turn that ends well after a failed one carries none."""
+    ev, tracker = Events(), TurnTracker()
+    tracker.expect(1, opens_turn=True)
+    feed(tracker, [ev(ControlAck, status="accepted", ref=1), ev(TurnStarted, turn=1)])
+    failed = ev(AgentTurnComplete, status="error", error="Not logged in · Please run /login")
+    done = feed(tracker, [failed, ev(TurnComplete, turn=1, stop_reason="error")])
+    assert done == [TurnAnswer(1, 1, "", {}, "error", error="Not logged in · Please run /login")]
+    tracker.expect(2, opens_turn=True)
+    feed(tracker, [ev(ControlAck, status="accepted", ref=2), ev(TurnStarted, turn=2)])
+    feed(tracker, [ev(Error, error="x" * 10_000), *ev.call("partial")])
+    [cut] = feed(tracker, [ev(TurnComplete, turn=2, stop_reason="error")])
+    assert cut.error == "x" * 4096
+    tracker.expect(3, opens_turn=True)
+    feed(tracker, [ev(ControlAck, status="accepted", ref=3), ev(TurnStarted, turn=3)])
+    [fine] = feed(tracker, [*ev.call("ok"), ev(TurnComplete, turn=3, stop_reason="stop")])
+    assert fine.error is None
 
 
 def test_refused_dropped_and_ended_asks_fail_with_a_reason() -> None:

@@ -219,6 +219,7 @@ class AskReply(msgspec.Struct, frozen=True, kw_only=True):
     text: str | UnsetType = UNSET
     usage: dict[str, Any] | UnsetType = UNSET
     stop_reason: str | UnsetType = UNSET
+    error: str | UnsetType = UNSET  # stop_reason "error": what the turn's failure said
     truncated: bool | UnsetType = UNSET
     reply: str | UnsetType = UNSET  # the reference's name for text
     backend: str | UnsetType = UNSET

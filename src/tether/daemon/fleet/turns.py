@@ -14,8 +14,9 @@ From that point the tracker keeps the text of each finished model call (the
 ``assistant-text`` blocks between ``llm-start`` and ``assistant-stream-end``; when a block
 was cut for transport, the streamed deltas of that block instead). The ask's answer is the
 last such text when its turn's ``turn-complete`` arrives, with that turn's usage and stop
-reason. A control the child rejects, drops (an ``info`` listing its seq) or never reads
-because the run exits ends the ask with a reason instead.
+reason (and, for a turn that failed, the error its ``agent-turn-complete`` or last
+``error`` event gave). A control the child rejects, drops (an ``info`` listing its seq)
+or never reads because the run exits ends the ask with a reason instead.
 
 No I/O and no clock: :mod:`tether.daemon.fleet.wire_agent` feeds events and resolves futures.
 """
@@ -27,11 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tether.wire import (
+    AgentTurnComplete,
     AnyEvent,
     AssistantStreamEnd,
     AssistantText,
     AssistantTextDelta,
     ControlAck,
+    Error,
     Exit,
     FollowUpInjected,
     Info,
@@ -43,6 +46,8 @@ from tether.wire import (
 
 MAX_ANSWER_CHARS: Final = 1_048_576
 """The longest answer text an ask returns (the rest is cut, ``truncated`` says so)."""
+MAX_ERROR_CHARS: Final = 4096
+"""The longest error of a failed turn an ask returns."""
 
 
 class Phase(enum.Enum):
@@ -62,6 +67,7 @@ class TurnAnswer:
     usage: dict[str, Any]
     stop_reason: str
     truncated: bool = False
+    error: str | None = None  # a failed turn's error
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +77,7 @@ class TurnAnswer:
             "usage": self.usage,
             "stop_reason": self.stop_reason,
             "truncated": self.truncated,
+            "error": self.error,
         }
 
 
@@ -141,6 +148,7 @@ class TurnTracker:
     def __init__(self) -> None:
         self._asks: dict[int, _Ask] = {}
         self._call = _Call()
+        self._error: str | None = None  # the running turn's error, if it reported one
         self.turn = 0
 
     def __len__(self) -> int:
@@ -159,7 +167,7 @@ class TurnTracker:
             return self._ack(event)
         if isinstance(event, TurnStarted):
             self.turn = event.turn
-            self._call = _Call()
+            self._call, self._error = _Call(), None
             for ask in self._asks.values():
                 if ask.phase is Phase.START:
                     ask.phase, ask.turn = Phase.COLLECT, event.turn
@@ -208,6 +216,8 @@ class TurnTracker:
             if isinstance(event.delta, str):
                 index = event.content_index if isinstance(event.content_index, int) else 0
                 self._call.add_delta(index, event.delta)
+        elif isinstance(event, AgentTurnComplete | Error) and isinstance(event.error, str):
+            self._error = event.error[:MAX_ERROR_CHARS]
         elif isinstance(event, AssistantStreamEnd) or (
             isinstance(event, TurnComplete) and not self._call.empty
         ):
@@ -227,8 +237,9 @@ class TurnTracker:
         done = [a for a in self._asks.values() if a.phase is Phase.COLLECT and a.turn == event.turn]
         for ask in done:
             del self._asks[ask.seq]
+        error = self._error if event.stop_reason == "error" else None
         return [
-            TurnAnswer(a.seq, a.turn, a.text, dict(usage), event.stop_reason, a.truncated)
+            TurnAnswer(a.seq, a.turn, a.text, dict(usage), event.stop_reason, a.truncated, error)
             for a in done
         ]
 

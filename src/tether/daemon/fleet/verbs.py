@@ -694,6 +694,7 @@ def _answer(agent: WireAgent, outcome: Outcome) -> AskReply:
         text=outcome.text,
         usage=outcome.usage,
         stop_reason=outcome.stop_reason,
+        error=UNSET if outcome.error is None else outcome.error,
         truncated=outcome.truncated,
         state=agent.state,
         timed_out=False,
