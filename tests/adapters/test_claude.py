@@ -400,7 +400,7 @@ def test_the_deadline_ends_a_run_inside_a_tool(make_claude: Callable[[list[Any]]
     assert events[-1]["error"] == "run deadline exceeded"
 
 
-def test_claude_killed_mid_turn_ends_the_turn_with_its_error(
+def test_claude_killed_mid_turn_ends_the_turn_and_the_run_with_its_error(
     make_claude: Callable[[list[Any]], Claude],
 ) -> None:
     world = make_claude([bash("sleep 60")])
@@ -416,11 +416,11 @@ def test_claude_killed_mid_turn_ends_the_turn_with_its_error(
         return await handle.wait(), handle.run_dir.path
 
     result, run_dir = asyncio.run(go())
-    assert result.status == "done"
-    assert result.stop_reason == "error"
+    assert result.status == "failed"  # the turn, then the run: it can run no more turns
     events = world.checked(run_dir)
     errors = [e["error"] for e in of(events, "error")]
     assert any("killed by signal 9" in e for e in errors), errors
+    assert of(events, "turn-complete")[-1]["stop-reason"] == "error"
 
 
 # -- the daemon ----------------------------------------------------------------------------

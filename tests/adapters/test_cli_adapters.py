@@ -235,7 +235,9 @@ def test_the_deadline_ends_a_run_inside_a_tool(make_world: Worlds) -> None:
 
 
 @each_full_cli
-def test_the_cli_killed_mid_turn_ends_the_turn_with_its_error(make_world: Worlds) -> None:
+def test_the_cli_killed_mid_turn_ends_the_turn_and_the_run_with_its_error(
+    make_world: Worlds,
+) -> None:
     world = make_world(make_world.shell("sleep 60"))
 
     async def go() -> tuple[tether.Result, Path]:
@@ -246,11 +248,32 @@ def test_the_cli_killed_mid_turn_ends_the_turn_with_its_error(make_world: Worlds
         return await handle.wait(), handle.run_dir.path
 
     result, run_dir = asyncio.run(go())
-    assert result.status == "done", result.error
-    assert result.stop_reason == "error"
+    assert result.status == "failed", result  # it can run no more turns
     events = world.checked(run_dir)
     errors = [e["error"] for e in of(events, "error")]
-    assert any("killed by signal 9" in e or "closed its stdout" in e for e in errors), errors
+    died = ("killed by signal 9", "closed its stdout")
+    assert any(d in e for e in errors for d in died), errors
+    assert of(events, "turn-complete")[-1]["stop-reason"] == "error"  # the turn, then the run
+    assert any(d in events[-1]["error"] for d in died), events[-1]
+
+
+@pytest.mark.parametrize("make_world", ["codex", "gemini"], indirect=True)
+def test_a_cli_killed_between_turns_ends_the_run_at_once(make_world: Worlds) -> None:
+    """Idle, a dead CLI would fail every turn it was given: the run ends ``failed`` (a
+    later run resumes its session: tests/daemon/fleet/test_agent_resume.py)."""
+    world = make_world([{"text": "First answer."}])
+
+    async def go() -> tuple[tether.Result, Path]:
+        handle = await world.spawn("answer once", close_when_idle=False)
+        updates = handle.updates()
+        await until(updates, "turn-complete")
+        world.kill_cli()
+        return await handle.wait(), handle.run_dir.path
+
+    result, run_dir = asyncio.run(go())
+    assert result.status == "failed", result
+    assert "killed by signal 9" in str(result.error) or "closed its stdout" in str(result.error)
+    world.checked(run_dir)
 
 
 @pytest.mark.parametrize("make_world", ["codex"], indirect=True)
@@ -270,7 +293,7 @@ def test_a_model_call_ended_mid_stream_is_closed(make_world: Worlds, end: str) -
         return await handle.wait(), handle.run_dir.path
 
     result, run_dir = asyncio.run(go())
-    assert result.status == ("done" if end == "kill" else "cancelled"), result
+    assert result.status == ("failed" if end == "kill" else "cancelled"), result
     events = world.checked(run_dir)
     kinds = [e["type"] for e in events if e["type"].startswith(("llm-", "assistant-stream"))]
     assert kinds == ["llm-start", "assistant-stream-end", "llm-end"]

@@ -30,7 +30,7 @@ group (see :mod:`tether.procs`), and let the CancelledError propagate.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from tether.errors import AgentError
 
@@ -38,6 +38,7 @@ __all__ = [
     "EmitFn",
     "Injection",
     "InjectionKind",
+    "Mortal",
     "RunnerFactory",
     "RunnerSetupError",
     "TurnControl",
@@ -127,6 +128,17 @@ class TurnRunner(Protocol):
 
     async def aclose(self) -> None:
         """Stop anything still running (tool process groups, connections)."""
+        ...
+
+
+@runtime_checkable
+class Mortal(Protocol):
+    """A runner whose agent can die on its own (an agent CLI, a process of its own)."""
+
+    async def gone(self) -> str:
+        """Returns, with why, once the agent can run no more turns (its process died, not
+        ended by the runner); the presenter then ends the run ``failed``, after the turn
+        the death ended, so a later run can resume the agent's session."""
         ...
 
 

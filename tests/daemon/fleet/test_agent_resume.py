@@ -20,7 +20,9 @@ import pytest
 from tests.adapters.cli_helpers import require_cli
 from tests.support.agentd import kill_agents
 from tests.support.daemon import DaemonProcess
+from tests.support.waits import wait_gone, wait_until
 
+from tether.daemon.rpc.client import DaemonClient
 from tether.daemon.rpc.lifecycle import stop_daemon
 from tether.modelserver import ModelServer, open_model_server
 
@@ -128,3 +130,57 @@ def test_a_sigkilled_agent_resumes(
     resumed = tether(env, "follow-up", "bi", "what was the word?")
     assert resumed.returncode == 0, resumed.stderr
     assert "remember PINEAPPLE" in asked(server, 2)
+
+
+def test_claude_code_killed_between_turns_ends_its_run_and_resumes(
+    env: dict[str, str], short_tmp: Path
+) -> None:
+    """Claude Code's own process SIGKILLed (not tether's child): the run ends failed at
+    once, resumable, instead of staying ready and failing every turn it is given."""
+    work = short_tmp / "work"
+    work.mkdir()
+    script = [{"text": "noted: KIWI"}, {"text": "it was KIWI"}]
+    with open_model_server(script) as server:
+        spawned = tether(
+            env, "spawn", "cl", "--agent", "claude", "--task", "remember KIWI",
+            "--cwd", str(work), "--base-url", server.url, "--wait",
+        )  # fmt: skip
+        assert spawned.returncode == 0, spawned.stderr
+        first = state(env, "cl")
+        cli = [p for p in _children(first["pid"]) if b"--input-format" in _cmdline(p)]
+        assert cli, _children(first["pid"])
+        for pid in cli:
+            os.kill(pid, signal.SIGKILL)
+        wait_gone([first["pid"]], "the agent's child")  # its run ends, nobody asking
+
+        def ended() -> dict[str, Any] | None:
+            with DaemonClient.connect(Path(env["TETHER_SOCKET"])) as client:
+                row: dict[str, Any] = client.call("agent.status", {"name": "cl"})
+            return row if row["state"] != "ready" else None
+
+        after = wait_until(ended, "the daemon to see the run end")
+        assert (after["state"], after["resumable"]) == ("failed", True), after
+        resumed = tether(env, "follow-up", "cl", "what was the word?")
+        assert resumed.returncode == 0, resumed.stderr
+        assert f"resumed from run {first['run_id']}" in resumed.stdout
+        assert "remember KIWI" in asked(server, 2)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -42,6 +42,7 @@ from tether import exits
 from tether.agent.runner import (
     Injection,
     InjectionKind,
+    Mortal,
     RunnerFactory,
     RunnerSetupError,
     TurnOutcome,
@@ -282,7 +283,9 @@ class Presenter:
         self.log.close()
 
     async def _prepare_runner(self, runner: TurnRunner) -> None:
-        """The runner's slow set-up, after `ready`; its failure ends the run `failed`."""
+        """The runner's slow set-up, after `ready`; its failure ends the run `failed`, and
+        so does the death of a :class:`Mortal` runner's agent (a CLI killed or crashed:
+        idle, the run would only fail every turn it is given)."""
         try:
             await runner.prepare()
         except asyncio.CancelledError:
@@ -291,6 +294,8 @@ class Presenter:
             self.fail(str(exc) or type(exc).__name__)
             return
         gc.freeze()  # start-up objects leave the collector's view: shorter pauses later
+        if isinstance(runner, Mortal):
+            self.fail(await runner.gone())
 
     async def _guard(self, work: Any) -> None:
         """Run a presenter coroutine; a bug in it ends the run `failed`, never a hang."""

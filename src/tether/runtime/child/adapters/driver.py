@@ -29,9 +29,12 @@ is interrupted or aborted, or the CLI dies, are withdrawn (answered deny / cance
   interrupt is written, then the CLI's process group and every process it started in
   another group (Codex runs tools in their own sessions) are ended, SIGTERM then SIGKILL
   after :data:`~tether.runtime.child.adapters.base.TERM_GRACE_S`.
-- The CLI closing its stdout ends the turn ``error`` with its exit status and stderr
-  tail; every later turn fails the same way at once. A model call left open (the CLI
-  died, or was ended, mid-stream) is closed with ``llm-end`` ``error`` / ``aborted``.
+- The CLI closing its stdout (killed, crashed) ends the turn ``error`` with its exit
+  status and stderr tail, and then the run (:meth:`gone` returns: the presenter ends it
+  ``failed``, so the daemon shows the agent ended and a follow-up resumes its session in
+  a new run); a CLI that dies between turns ends the run at once. A model call left open
+  (the CLI died, or was ended, mid-stream) is closed with ``llm-end`` ``error`` /
+  ``aborted``.
 - :meth:`aclose` closes stdin, gives the CLI a moment, then ends whatever is left
   (claude-code-acp never exits on EOF).
 """
@@ -149,6 +152,9 @@ class TranslatingRunner:
         self._setup_error: str | None = None
         self._turn: _Turn | None = None
         self._dead: str | None = None
+        self._ending = False  # the runner ends the CLI itself (no death to report)
+        self._death: str | None = None  # how the CLI died on its own
+        self._lost = asyncio.Event()  # set once that death is to end the run
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -205,6 +211,7 @@ class TranslatingRunner:
         """Finalize's last turn: the CLI again, with ``argv`` (Traits.final_command)."""
         await self.aclose()
         self.process = self._new_process(argv)
+        self._ending = False
         self._dead = self._problem = self._setup_error = None
         self._started.clear()
         self._prepared.clear()
@@ -239,6 +246,8 @@ class TranslatingRunner:
             raise
         finally:
             self._turn = None
+            if self._death is not None:
+                self._lost.set()  # after the turn the death ended
         status = {"aborted": "aborted", "error": "error"}.get(outcome.stop_reason, "done")
         complete: dict[str, Any] = {"type": "agent-turn-complete", "status": status}
         if outcome.error:
@@ -306,6 +315,11 @@ class TranslatingRunner:
     def final_text(self) -> str:
         return self.translator.final_text
 
+    async def gone(self) -> str:
+        """Once the CLI died on its own (see the module docstring): how."""
+        await self._lost.wait()
+        return self._death or f"{self.traits.name} went away"
+
     # -- the CLI's output ---------------------------------------------------------------
 
     def _on_message(self, message: dict[str, Any] | BadLine) -> None:
@@ -328,6 +342,10 @@ class TranslatingRunner:
         _kill_groups(_strays(process))  # its tools have no one to answer to now
         self._withdraw_all()
         self._dead = note
+        if not self._ending:
+            self._death = note
+            if self._turn is None:
+                self._lost.set()
         if not self._started.is_set():
             self._problem = self._problem or note
             self._started.set()
@@ -436,11 +454,13 @@ class TranslatingRunner:
 
     async def terminate(self) -> None:
         """End the CLI's group and every process it started elsewhere (see the docstring)."""
+        self._ending = True
         strays = _strays(self.process)
         await self.process.terminate()
         _kill_groups(strays)
 
     async def aclose(self) -> None:
+        self._ending = True
         self._withdraw_all()
         strays = _strays(self.process)
         try:
