@@ -237,6 +237,36 @@ def resume_after_sigkill(w: World, kind: str) -> str:
     return f"ended {ended['state']}; " + check_resumed(w, server, n, row["run_id"])
 
 
+def cli_pids(agent_pid: int) -> list[int]:
+    """The agent CLI's own processes under the agent's child (Claude Code: its node
+    process, run with --input-format)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            stat = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(stat[1]) == agent_pid and b"--input-format" in cmd:
+            found.append(int(entry))
+    return found
+
+
+def resume_after_cli_sigkill(w: World, kind: str) -> str:
+    """Claude Code's own process (not tether's child) SIGKILLed after the first turn."""
+    server, n = first_turn(w, kind)
+    row = w.status("r")
+    pids = cli_pids(row["pid"])
+    check(pids, f"no Claude Code process under {row['pid']}")
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(2)  # let the agent notice, as a person would not be quicker
+    state = w.status("r")["state"]
+    return f"after the CLI's SIGKILL: {state}; " + check_resumed(w, server, n, row["run_id"])
+
+
 def resume_after_reboot(w: World, kind: str) -> str:
     repo = scratch_repo(w)
     server, n = first_turn(w, kind, "--worktree", "--cwd", str(repo))
@@ -375,6 +405,7 @@ def scenarios() -> dict[str, Callable[[World], str | None]]:
         out[f"{kind}/resume-after-sigkill"] = lambda w, k=kind: resume_after_sigkill(w, k)
         out[f"{kind}/resume-after-reboot"] = lambda w, k=kind: resume_after_reboot(w, k)
         out[f"{kind}/fork"] = lambda w, k=kind: fork(w, k)
+    out["claude/resume-after-cli-sigkill"] = lambda w: resume_after_cli_sigkill(w, "claude")
     out["admission"] = admission
     return out
 
