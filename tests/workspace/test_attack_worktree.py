@@ -9,11 +9,13 @@ shell, so it must never take its repository, configuration or hooks from that en
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.daemon.fleet.test_attack_full_disk import small_tmpfs
 from tests.workspace.test_worktree import sh
 from tether import workspace
 from tether.workspace import WorkspaceRefused
@@ -127,3 +129,20 @@ def test_attack_a_repository_of_its_own_in_the_worktree_is_refused_not_lost(
     removed = workspace.remove_worktree(made, force=True)
     assert removed.dropped
     assert not Path(made.path).exists()
+
+
+def test_attack_a_worktree_the_full_disk_cut_short_leaves_no_branch(tmp_path: Path) -> None:
+    """The worktrees' disk (tether's state directory) has no room for the checkout: the
+    refusal leaves nothing, the branch git made before the checkout failed included
+    (before: ``tether/a`` stayed, and every later worktree of the name was refused)."""
+    repo = _repo(tmp_path)
+    (repo / "big.bin").write_bytes(os.urandom(3 * 1024 * 1024))  # more than the disk
+    sh(repo, "add", "big.bin")
+    sh(repo, "commit", "-q", "-m", "big")
+    before = sh(repo, "for-each-ref")
+    with small_tmpfs() as disk:
+        with pytest.raises(WorkspaceRefused, match=r"big\.bin"):
+            workspace.create_worktree(repo, "tether/a", owner="a", root=disk / "worktrees")
+        assert sh(repo, "for-each-ref") == before
+        assert sh(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+        assert not list((disk / "worktrees").glob("*/*"))

@@ -146,6 +146,9 @@ def _add(
             raise _add_refused(branch, out.err)
         worktree = msgspec.structs.replace(worktree, gitdir=admin_dir(top, str(tree)))
         write_record(worktree)
+    except BranchExists:  # someone else's, made since the check: not ours to delete
+        _undo(top, tree, None)
+        raise
     except BaseException:
         _undo(top, tree, branch)
         raise
@@ -158,13 +161,16 @@ def _add_refused(branch: str, err: str) -> WorkspaceRefused:
     return WorkspaceRefused(f"git worktree add refused: {' '.join(err.split())[:400]}")
 
 
-def _undo(top: str, tree: Path, branch: str) -> None:
-    """Remove what a failed :func:`_add` made (the worktree, its branch, its directory)."""
+def _undo(top: str, tree: Path, branch: str | None) -> None:
+    """Remove what a failed :func:`_add` made (the worktree, its branch, its directory).
+    The branch goes whether or not the tree was made: a checkout that failed (a full
+    disk) leaves git's new branch behind without a tree."""
     if tree.exists():
         git(top, "worktree", "remove", "--force", str(tree), ok=(0, 128))
-        git(top, "branch", "-D", branch, ok=(0, 1))
-    git(top, "worktree", "prune", ok=(0, 128))
     shutil.rmtree(tree.parent, ignore_errors=True)
+    git(top, "worktree", "prune", ok=(0, 128))
+    if branch is not None:
+        git(top, "branch", "-D", branch, ok=(0, 1))
 
 
 def _resolve_base(top: str, base: str | None) -> tuple[str, str]:
