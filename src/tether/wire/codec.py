@@ -124,6 +124,8 @@ _ENCODER = msgspec.json.Encoder()
 _DECODE_ERRORS = (msgspec.DecodeError, UnicodeError)
 _SHALLOW_BELOW: Final = jsondepth.SHALLOW_BELOW
 _few_openers: Final = jsondepth.few_openers
+_OPEN_ARRAY: Final = ord("[")
+_OPEN_OBJECT: Final = ord("{")
 _NO_STACK: Final = "malformed JSON: nested deeper than the caller's stack allows"
 
 
@@ -133,11 +135,19 @@ def decode(line: bytes | bytearray | memoryview | str, direction: str) -> AnyMes
     # than SHALLOW_BELOW bytes, or with at most MAX_JSON_DEPTH opening brackets (found by
     # memchr jumps), cannot nest deeper than the limit, so what the typed decode accepts
     # is exactly what the checked path would; what it refuses, the staged checks explain.
-    # A direction whose decoder is not built yet (KeyError) or a caller's stack near its
-    # recursion limit takes the checked path, which scans before it decodes.
+    # (A line with no array and one object, most lines, is told here by two memchr, the
+    # test few_openers starts with, without the call.) A direction whose decoder is not
+    # built yet (KeyError) or a caller's stack near its recursion limit takes the checked
+    # path, which scans before it decodes.
     try:
         if type(line) is bytes and (
-            len(line) < _SHALLOW_BELOW or (len(line) < MAX_LINE_BYTES and _few_openers(line))
+            len(line) < _SHALLOW_BELOW
+            or (
+                len(line) < MAX_LINE_BYTES
+                and (
+                    (_OPEN_ARRAY not in line and _OPEN_OBJECT not in line[1:]) or _few_openers(line)
+                )
+            )
         ):
             return _FAST_DECODE[direction](line)  # type: ignore[no-any-return]
     except msgspec.DecodeError:
