@@ -6,6 +6,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tether.wire import session
 from tether.wire.session import (
     ACTIVE,
     ADVANCES,
@@ -59,6 +60,18 @@ def test_foreign_run_is_rejected_before_the_table() -> None:
     assert decision.reason == "run x is not y"
     assert decision.next_state is State.READY
     assert decide_for_run("ready", "prompt", "y", "y").ack is AckStatus.ACCEPTED
+
+
+@given(st.lists(st.tuples(st.sampled_from(list(State)), st.text(max_size=8)), max_size=200))
+def test_foreign_rejections_are_kept_few_and_always_the_same(
+    calls: list[tuple[State, str]],
+) -> None:
+    """The rejections of controls for other runs are remembered (a Decision is costly to
+    build on the ack path), at most FOREIGN_KEPT of them, and each equals a fresh one."""
+    for state, run in calls:
+        decision = decide_for_run(state, "steer", run + "!", "own")
+        assert decision == session._reject(state, f"run {run}! is not own")
+        assert len(session._FOREIGN) <= session.FOREIGN_KEPT
 
 
 def test_unknown_names_are_rejected_not_raised() -> None:

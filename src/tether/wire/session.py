@@ -206,6 +206,11 @@ ADVANCES: Final = MappingProxyType(_advances())
 # The same cells, looked up by plain names too (a StrEnum hashes and compares as its
 # value): known names are found without converting either to its enum.
 _BY_NAME: Final = cast("Mapping[tuple[str, str], Decision]", DECISIONS)
+# Read by every decision and move (an enum member read through its class costs ~900
+# instructions on Python 3.11: EnumType's __getattr__ hook runs for each).
+_ACCEPTED: Final = AckStatus.ACCEPTED
+_FINALIZE_TURN: Final = Effect.START_FINALIZE_TURN
+_TURN_STARTS: Final = (Effect.START_TURN, Effect.INTERRUPT_TURN)
 
 
 def decide(state: State | str, control: ControlKind | str) -> Decision:
@@ -231,8 +236,20 @@ def acks_of(decision: Decision) -> frozenset[AckStatus]:
 def decide_for_run(state: State | str, control: ControlKind | str, run: str, own: str) -> Decision:
     """Like :func:`decide`, first rejecting a control addressed to another run."""
     if run != own:
-        return _reject(_safe_state(state), f"run {run} is not {own}")
+        key = (state, run, own)
+        decision = _FOREIGN.get(key)
+        if decision is None:
+            if len(_FOREIGN) >= FOREIGN_KEPT:
+                _FOREIGN.clear()
+            decision = _FOREIGN[key] = _reject(_safe_state(state), f"run {run} is not {own}")
+        return decision
     return decide(state, control)
+
+
+FOREIGN_KEPT: Final = 64
+# The rejections of controls for other runs made last (a Decision costs ~10,000
+# instructions to build): at most FOREIGN_KEPT, forgotten all at once when full.
+_FOREIGN: dict[tuple[State | str, str, str], Decision] = {}
 
 
 def advance(state: State | str, event: Internal | str) -> Advance:
@@ -259,7 +276,7 @@ class RunSession:
 
     def decided(self, decision: Decision) -> None:
         """Apply a decision (only an accepted one moves the run)."""
-        if decision.ack is AckStatus.ACCEPTED:
+        if decision.ack is _ACCEPTED:
             self._move(decision.next_state, decision.effect)
 
     def advance(self, event: Internal) -> Advance:
@@ -275,9 +292,9 @@ class RunSession:
 
     def _move(self, state: State, effect: Effect) -> None:
         self.state = state
-        if effect is Effect.START_FINALIZE_TURN:
+        if effect is _FINALIZE_TURN:
             self.final_turn = True
-        elif effect in (Effect.START_TURN, Effect.INTERRUPT_TURN):
+        elif effect in _TURN_STARTS:
             self.final_turn = False
 
 
