@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from tether.daemon.fleet.params import SpawnParams
     from tether.daemon.fleet.wire_agent import WireAgent
 
-__all__ = ["AgentQueue"]
+__all__ = ["AgentQueue", "kept_params"]
 
 log = logging.getLogger("tether.daemon.fleet")
 
@@ -79,7 +79,7 @@ class AgentQueue:
             argv=argv,
             channel_id=p.channel_id,
             created_at=time.time(),
-            spawn=_kept(p),
+            spawn=kept_params(p),
         )
         try:
             self._registry().insert(record)
@@ -91,7 +91,7 @@ class AgentQueue:
 
     def hold_again(self, p: SpawnParams) -> WireAgent:
         """An ended agent resumed while every place is taken: its row waits again."""
-        record = self._registry().update(p.name, state="queued", spawn=_kept(p), detail=None)
+        record = self._registry().update(p.name, state="queued", spawn=kept_params(p), detail=None)
         return self._hold(record)
 
     def _hold(self, record: AgentRecord) -> WireAgent:
@@ -133,6 +133,6 @@ class AgentQueue:
         self.released(agent.name)
 
 
-def _kept(p: SpawnParams) -> Any:
+def kept_params(p: SpawnParams) -> Any:
     """What the row keeps of a spawn: its parameters, the caller's wait aside."""
     return msgspec.to_builtins(msgspec.structs.replace(p, wait=False))

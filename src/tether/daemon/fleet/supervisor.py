@@ -39,7 +39,7 @@ from tether.daemon.fleet.assembly import AgentParts, FleetExtension
 from tether.daemon.fleet.followers import is_live_state, restore_mirror
 from tether.daemon.fleet.launch import check_descriptors, launch
 from tether.daemon.fleet.params import SpawnParams
-from tether.daemon.fleet.queue import AgentQueue
+from tether.daemon.fleet.queue import AgentQueue, kept_params
 from tether.daemon.fleet.registry import (
     AgentExists,
     AgentNotFound,
@@ -48,7 +48,12 @@ from tether.daemon.fleet.registry import (
 )
 from tether.daemon.fleet.replies import ReconcileError, ReconcileReport, RmReply
 from tether.daemon.fleet.wire_agent import DAEMON_TIMEOUTS, WireAgent
-from tether.daemon.fleet.worktrees import AGENT_OWNER, open_agent_worktree, resolve_spawn
+from tether.daemon.fleet.worktrees import (
+    AGENT_OWNER,
+    open_agent_worktree,
+    resolve_spawn,
+    resumable_run,
+)
 from tether.daemon.rpc.methods import RpcFailure
 from tether.daemon.rpc.protocol import ErrorCode
 from tether.errors import BadOptions, ControlRefused, SpawnError
@@ -353,7 +358,9 @@ class Supervisor:
                 run_dir=str(prepared.run.path),
                 state="starting",
                 deadline_at=prepared.deadline,
-                spawn=None,
+                # a resume keeps what it continues: a run cut short (a SIGKILL) before its
+                # child saved anything is not where the conversation is (see resume)
+                spawn=kept_params(p) if p.resume is not None else None,
                 task=p.task,
                 argv=command.argv,
                 cwd=cwd,
@@ -422,7 +429,13 @@ class Supervisor:
         agent = self.require(name)
         if not agent.ended or agent.queued or name in self._spawning:
             raise RpcFailure(ErrorCode.INVALID_STATUS, f"agent {name!r} is {agent.state}")
-        p = SpawnParams(name=name, task=text, resume=agent.run_id)
+        source = agent.run_id
+        earlier = (agent.record.spawn or {}).get("resume")
+        if isinstance(earlier, str) and not await asyncio.to_thread(
+            resumable_run, agent.record.argv, agent.record.run_dir
+        ):  # a resume cut short before it saved anything: what it continued
+            source = earlier
+        p = SpawnParams(name=name, task=text, resume=source)
         task = self._spawning[name] = asyncio.ensure_future(self._resume(agent, p))
         task.add_done_callback(lambda _: self._spawned(name, task))
         return await asyncio.shield(task)

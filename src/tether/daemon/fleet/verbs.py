@@ -555,9 +555,9 @@ class AgentVerbs:
         agent = self._wire(args.name)
         if agent.ended and not agent.queued:
             resumed, seq = await self.sup.resume(agent.name, args.text)
-            state = resumed.state
+            source = (resumed.record.spawn or {}).get("resume", agent.run_id)
             return ControlReply(
-                name=agent.name, seq=seq or 0, ack="accepted", state=state, resumed=agent.run_id
+                name=agent.name, seq=seq or 0, ack="accepted", state=resumed.state, resumed=source
             )
         return await send_control(agent, ControlKind.FOLLOW_UP, {"text": args.text})
 
