@@ -3,7 +3,8 @@
     tether agent spawn NAME [--task T] [--agent A [--agent-arg ARG]...] [--provider P]
                             [--model M] [--script F] [--cwd D] [--base-url URL]
                             [--worktree [--base REF] [--branch B]] [--deadline S]
-                            [--channel-id C] [--env K=V] [--wait] [-- ARGV...]
+                            [--channel-id C] [--env K=V] [--wait] [--close-when-idle]
+                            [approval flags] [-- ARGV...]
     tether agent spawn NAME --pty [--cols C] [--rows R] [--cwd D] [--env K=V] -- COMMAND...
     tether agent ask NAME TEXT [--timeout S]
     tether agent list | status NAME | reconcile
@@ -128,6 +129,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     spawn.add_argument("--channel-id", help="push the agent's inbox messages to this channel")
     spawn.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     spawn.add_argument("--wait", action="store_true", help="wait for the task's answer")
+    spawn.add_argument(
+        "--close-when-idle",
+        action="store_true",
+        help="end the run once it has nothing left to do (its task answered); it stays "
+        "resumable, and under the daemon's --max-running its place goes to the next",
+    )
     spawn.add_argument(
         "--timeout", type=SECONDS_OR_ZERO, metavar="S", help="with --wait: wait at most S s"
     )
@@ -347,6 +354,12 @@ def _spawn(args: argparse.Namespace, child_argv: list[str] | None) -> int:
     answer = None if status.answer is UNSET else status.answer
     where = f"pid {status.pid}, run {status.run_id}"
     human = f"spawned {status.name} ({where}): {status.state}"
+    if status.queue_position is not UNSET:  # --max-running: no process, no run yet
+        where = "queued"
+        human = (
+            f"spawned {status.name}: queued #{status.queue_position} "
+            "(it starts when a running agent ends: the daemon's --max-running)"
+        )
     if status.kind == "pty":
         human += f"; attach with 'tether agent attach {status.name}'"
     if answer is not None and not answer.timed_out:
@@ -391,6 +404,7 @@ def _spawn_params(args: argparse.Namespace, child_argv: list[str] | None) -> dic
         "policy": os.path.abspath(args.policy) if args.policy else None,
         "approval_timeout_s": args.approval_timeout,
         "approval_default": args.approval_default,
+        "close_when_idle": args.close_when_idle or None,
     }
     params.update({key: value for key, value in optional.items() if value is not None})
     return params

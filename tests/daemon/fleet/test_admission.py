@@ -82,3 +82,44 @@ def _play(agentd: AgentDaemon, daemon: DaemonProcess) -> None:
     assert _states(agentd)["q5"] == ("queued", 1)
     assert agentd.call("agent.rm", {"name": "q5"})["removed"] is True  # rm: out of the queue
     assert "q5" not in _states(agentd)
+
+
+def test_agents_spawned_close_when_idle_free_their_place_by_themselves(
+    daemon_env: DaemonProcess, short_tmp: Path
+) -> None:
+    """``tether agent spawn --close-when-idle``: the run ends once its task is answered, so
+    the next in line starts without a stop (a daemon agent is long-lived otherwise)."""
+    import json
+    import subprocess
+    import sys
+
+    daemon_env.start("--max-running", "1")
+    agentd = AgentDaemon(daemon_env)
+    gate = short_tmp / "gate"
+    wait = {"name": "bash", "arguments": {"command": f"while [ ! -e {gate} ]; do sleep 0.01; done"}}
+    first = short_tmp / "first.json"
+    first.write_text(json.dumps([{"tool_calls": [wait]}, {"text": "first done"}]))
+    second = short_tmp / "second.json"
+    second.write_text(json.dumps([{"text": "second done"}]))
+
+    def spawn(name: str, script: Path) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "tether", "agent", "spawn", name, "--task", "go"]
+        argv += ["--script", str(script), "--cwd", str(short_tmp), "--close-when-idle"]
+        done = subprocess.run(
+            argv, env=daemon_env.env, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        return done
+
+    try:
+        spawn("c1", first)
+        agentd.wait_for("c1", lambda s: s["state"] == "running")
+        queued = spawn("c2", second)
+        assert queued.stdout.startswith("spawned c2: queued #1 ("), queued.stdout
+        gate.touch()
+        ended = agentd.wait_for("c1", lambda s: s["state"] == "done")
+        assert ended["resumable"] is True
+        agentd.wait_for("c2", lambda s: s["state"] == "done")  # started, answered, ended
+    finally:
+        daemon_env.stop(signal.SIGKILL)
+        kill_agents(Path(daemon_env.env["TETHER_HOME"]))
