@@ -222,22 +222,23 @@ def test_sigkilled_drainers_lose_nothing_and_duplicate_nothing(tmp_path: Path) -
     # A fixed number of rounds, each decided by events: the writers write a few stretches,
     # the drainers are killed after a random number of commits; no round depends on how
     # fast this machine is.
-    while kills < KILL_ROUNDS:
-        feed(writers, rnd.randint(1, 6))
-        before = committed(db)
-        drainers = start_drainers(kills, db, echo, split)
-        for _ in range(rnd.randint(1, 3)):  # where the kill lands
-            before = wait_for_progress(db, before, drainers, (echo, split))
-        mid_work += committed(db) < echo.stat().st_size + split.stat().st_size
-        for proc in drainers:
-            proc.send_signal(signal.SIGKILL)
-        for proc in drainers:
-            proc.wait(timeout=HANG_S)
-        kills += 1
-    for writer in writers:
-        assert writer.stdin is not None
-        writer.stdin.close()  # EOF: each writes the rest at once
-        assert writer.wait(timeout=HANG_S) == 0
+    drainers: list[subprocess.Popen[bytes]] = []
+    try:
+        while kills < KILL_ROUNDS:
+            feed(writers, rnd.randint(1, 6))
+            before = committed(db)
+            drainers = start_drainers(kills, db, echo, split)
+            for _ in range(rnd.randint(1, 3)):  # where the kill lands
+                before = wait_for_progress(db, before, drainers, (echo, split))
+            mid_work += committed(db) < echo.stat().st_size + split.stat().st_size
+            _kill(drainers)
+            kills += 1
+        for writer in writers:
+            assert writer.stdin is not None
+            writer.stdin.close()  # EOF: each writes the rest at once
+            assert writer.wait(timeout=HANG_S) == 0
+    finally:  # a failed round leaves no drainer nor writer running
+        _kill([*drainers, *writers])
     assert mid_work >= 1, "no drainer was killed with work left"
 
     for path, run in ((echo, "run-echo"), (split, "run-split")):
@@ -265,3 +266,13 @@ def test_sigkilled_drainers_lose_nothing_and_duplicate_nothing(tmp_path: Path) -
         assert conn.execute("SELECT count(*) FROM inbox_incidents").fetchone() == (0,)
         offsets = dict(conn.execute("SELECT run_id, offset FROM inbox_offsets").fetchall())
     assert offsets == {"run-echo": echo.stat().st_size, "run-split": split.stat().st_size}
+
+
+def _kill(processes: list[subprocess.Popen[bytes]]) -> None:
+    for proc in processes:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+    for proc in processes:
+        proc.wait(timeout=HANG_S)
+        if proc.stdin is not None:
+            proc.stdin.close()
