@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import pytest
 from test_dashboard_api import request, token
 from tests.support.agentd import AgentDaemon, agentd
+from tests.support.clock import run
 from tests.support.dashboard import start_dashboard
 from tests.support.waits import wait_until
 
@@ -27,16 +27,14 @@ from tether.web import http
 
 __all__ = ["agentd"]
 
-TRICKLE_GAP_S = 0.02  # the attacker's pace: far below the deadline, so only a total bound ends it
+TRICKLE_GAP_S = 1.0  # the attacker's pace: far below the deadline, so only a total bound ends it
 
 
-def test_attack_a_trickling_request_is_closed_at_its_deadline(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_attack_a_trickling_request_is_closed_at_its_deadline() -> None:
     """One byte at a time, each well inside the old per-read wait, never finishing the head:
-    the connection is closed once the whole request is overdue, and others are served
-    meanwhile (before: every byte restarted the wait, so it was held for ever)."""
-    monkeypatch.setattr(http, "IDLE_S", 0.5)
+    the connection is closed once the whole request is overdue, at exactly ``IDLE_S`` on the
+    loop's virtual clock (tests/support/clock.py), and others are served meanwhile (before:
+    every byte restarted the wait, so it was held for ever)."""
 
     async def handle(_request: http.Request) -> http.Response:
         return http.Response.json({"ok": True})
@@ -44,7 +42,8 @@ def test_attack_a_trickling_request_is_closed_at_its_deadline(
     async def no_socket(_request: http.Request, _socket: http.ServerSocket) -> None:
         raise AssertionError("no WebSocket here")
 
-    async def main() -> int:
+    async def main() -> tuple[int, float]:
+        loop = asyncio.get_running_loop()
         server = await asyncio.start_server(
             lambda r, w: http.serve_connection(
                 r, w, gate=lambda _r: None, handle=handle, websocket=no_socket
@@ -58,7 +57,7 @@ def test_attack_a_trickling_request_is_closed_at_its_deadline(
             writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
             sent = 0
             closed = asyncio.ensure_future(reader.read())
-            # bounded by the test's own patience (20 s = 1,000 bytes), not by a clock check
+            # bounded by the test's own patience (1,000 bytes), not by a clock check
             while not closed.done() and sent < 1000:
                 writer.write(b"a")
                 sent += 1
@@ -69,13 +68,15 @@ def test_attack_a_trickling_request_is_closed_at_its_deadline(
                     assert (await other_reader.read()).startswith(b"HTTP/1.1 200")
                     other_writer.close()
             assert closed.done(), f"still open after {sent} trickled bytes"
+            closed_at = loop.time()
             # closed without an answer (a reset when our last bytes were still unread)
             assert isinstance(closed.exception(), ConnectionResetError) or closed.result() == b""
             writer.close()
-            return sent
+            return sent, closed_at
 
-    sent = asyncio.run(main())
-    assert sent < 1000
+    sent, closed_at = run(main())
+    assert closed_at == http.IDLE_S  # the whole request's deadline, not a byte's
+    assert sent <= http.IDLE_S / TRICKLE_GAP_S + 1  # a byte each gap until then
 
 
 def test_attack_slow_clients_cannot_lock_the_page_out(agentd: AgentDaemon) -> None:
@@ -162,13 +163,10 @@ def test_attack_pipelining_clients_that_never_read_cannot_lock_the_page_out(
                 sock.close()
 
 
-def test_attack_an_answer_nobody_reads_ends_the_connection(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_attack_an_answer_nobody_reads_ends_the_connection() -> None:
     """A client with every right pipelines requests for big answers and never reads: the
     write is bounded too (``WRITE_S``), so the connection ends instead of holding its slot
-    for ever."""
-    monkeypatch.setattr(http, "WRITE_S", 0.5)
+    for ever: at exactly ``WRITE_S`` on the loop's virtual clock."""
 
     async def handle(_request: http.Request) -> http.Response:
         return http.Response(200, b"x" * (1 << 20), "text/plain")
@@ -176,7 +174,7 @@ def test_attack_an_answer_nobody_reads_ends_the_connection(
     async def no_socket(_request: http.Request, _socket: http.ServerSocket) -> None:
         raise AssertionError("no WebSocket here")
 
-    async def main() -> None:
+    async def main() -> float:
         ended = asyncio.Event()
 
         async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -195,11 +193,11 @@ def test_attack_an_answer_nobody_reads_ends_the_connection(
             sock.setblocking(False)
             with contextlib.suppress(OSError):
                 sock.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 64)
-            # a hang guard (30 s), not a verdict: the deadline is 0.5 s
-            await asyncio.wait_for(ended.wait(), 30)
+            await ended.wait()  # the clock jumps to the write's deadline: nothing else is due
             sock.close()
+        return asyncio.get_running_loop().time()
 
-    asyncio.run(main())
+    assert run(main()) == http.WRITE_S
 
 
 def test_attack_dropped_event_streams_leave_no_follow_in_the_daemon(agentd: AgentDaemon) -> None:
