@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from tests.support import clock
 from tests.support.waits import loop_pass
 
 from tether.daemon.channels.hub import ChannelHub
@@ -60,7 +61,14 @@ async def forever(context: CallContext, params: Any) -> None:
     await asyncio.Event().wait()
 
 
-def serve_with(tmp: Path, body: Callable[[Daemon, AsyncDaemonClient], Awaitable[None]]) -> None:
+def serve_with(
+    tmp: Path,
+    body: Callable[[Daemon, AsyncDaemonClient], Awaitable[None]],
+    run: Callable[[Any], Any] = asyncio.run,
+) -> None:
+    """Serve the fakes below in this process (``run``: the loop to serve on, a virtual
+    clock's for the timers)."""
+
     async def main() -> None:
         ensure_socket_dir(tmp / "rt")
         path = tmp / "rt" / "d.sock"
@@ -85,7 +93,7 @@ def serve_with(tmp: Path, body: Callable[[Daemon, AsyncDaemonClient], Awaitable[
             await server
             await client.close()
 
-    asyncio.run(main())
+    run(main())
 
 
 async def expect(
@@ -187,3 +195,48 @@ def test_registry_rules() -> None:
     assert forever_entry is not None
     assert forever_entry.is_async
     assert registry.methods() == ["agent.forever", "agent.spawn", "daemon.other"]
+
+
+# -- the frame timer, on a virtual clock (tests/support/clock.py) ------------------------
+
+
+async def _raw_frame(reader: asyncio.StreamReader) -> dict[str, Any]:
+    size = int.from_bytes(await reader.readexactly(4), "little")
+    frame: dict[str, Any] = msgspec.json.decode(await reader.readexactly(size))
+    return frame
+
+
+def _frame_deadline(tmp: Path, complete_at: float | None) -> tuple[dict[str, Any], float]:
+    """A frame whose first bytes come at 0 s and the rest at ``complete_at`` (None: never):
+    the daemon's answer and the clock's time when it came."""
+    whole = msgspec.json.encode({"id": 7, "method": "agent.status", "params": {"name": "a"}})
+    head = len(whole).to_bytes(4, "little") + whole[:5]
+    got: list[tuple[dict[str, Any], float]] = []
+
+    async def body(daemon: Daemon, _client: AsyncDaemonClient) -> None:
+        loop = asyncio.get_running_loop()
+        reader, writer = await asyncio.open_unix_connection(str(daemon.config.socket_path))
+        start = loop.time()
+        writer.write(head)
+        if complete_at is not None:
+            loop.call_later(complete_at, writer.write, whole[5:])
+        got.append((await _raw_frame(reader), loop.time() - start))
+        writer.close()
+
+    serve_with(tmp, body, run=clock.run)
+    return got[0]
+
+
+def test_a_frame_is_cut_when_its_time_from_its_first_byte_is_up(short_tmp: Path) -> None:
+    timeout = ServerConfig(socket_path=short_tmp).frame_timeout_s
+    reply, at = _frame_deadline(short_tmp, complete_at=None)
+    assert at == timeout
+    assert reply["error"]["code"] == ErrorCode.MALFORMED_FRAME.value
+    assert f"not completed within {timeout:g}s" in reply["error"]["message"]
+
+
+def test_a_frame_completed_just_in_time_is_answered(short_tmp: Path) -> None:
+    timeout = ServerConfig(socket_path=short_tmp).frame_timeout_s
+    reply, at = _frame_deadline(short_tmp, complete_at=timeout - 1)
+    assert at == timeout - 1
+    assert reply == {**reply, "id": 7, "result": {"name": "a", "peer": True}}
