@@ -32,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -39,7 +40,7 @@ from play_kit import ModelServer, World, check, main_of
 
 FLAGS = {
     "builtin": ("--provider", "anthropic"),
-    "claude": ("--agent", "claude", "--approve", "shell"),
+    "claude": ("--agent", "claude", "--approve", "shell", "--approve", "edit"),
 }
 
 
@@ -80,7 +81,26 @@ def spawn(w: World, server: ModelServer, name: str, kind: str, task: str, *extra
 # -- side by side -----------------------------------------------------------------------------
 
 
-def side_by_side(w: World) -> str:
+def claude_script(tools: str) -> list[dict[str, Any]]:
+    """B's replies: its shell tool (two calls in one turn), or Read then Write (relative
+    paths: the script cannot know where the worktree will be)."""
+    bash = lambda c: {"name": "Bash", "arguments": {"command": c, "description": "x"}}  # noqa: E731
+    cat = {"text": "Reading.", "tool_calls": [bash("cat file.txt")]}
+    if tools == "bash":
+        two = [bash("printf 'written by B\\n' > file.txt"), bash("echo made > new-by-b.txt")]
+        return [{"text": "Two at once.", "tool_calls": two}, cat, {"text": "B is done."}]
+    read = {"name": "Read", "arguments": {"file_path": "file.txt"}}
+    write = lambda f, c: {"name": "Write", "arguments": {"file_path": f, "content": c}}  # noqa: E731
+    writes = [write("file.txt", "written by B\n"), write("new-by-b.txt", "made\n")]
+    return [
+        {"text": "Reading first.", "tool_calls": [read]},
+        {"text": "Two writes.", "tool_calls": writes},
+        cat,
+        {"text": "B is done."},
+    ]
+
+
+def side_by_side(w: World, tools: str = "bash") -> str:
     repo = scratch_repo(w)
     base_head = git(repo, "rev-parse", "HEAD").strip()
     write = {"name": "write", "arguments": {"path": "file.txt", "content": "written by A\n"}}
@@ -94,22 +114,7 @@ def side_by_side(w: World) -> str:
             {"text": "A is done."},
         ],
     )
-    bash = lambda c: {"name": "Bash", "arguments": {"command": c, "description": "x"}}  # noqa: E731
-    server_b = ModelServer(
-        w,
-        "b",
-        [
-            {
-                "text": "Two at once.",
-                "tool_calls": [
-                    bash("printf 'written by B\\n' > file.txt"),
-                    bash("echo made > new-by-b.txt"),
-                ],
-            },
-            {"text": "Reading.", "tool_calls": [bash("cat file.txt")]},
-            {"text": "B is done."},
-        ],
-    )
+    server_b = ModelServer(w, "b", claude_script(tools))
     spawn(w, server_a, "A", "builtin", "write the file", "--worktree", "--cwd", str(repo))
     spawn(w, server_b, "B", "claude", "write the file", "--worktree", "--cwd", str(repo))
     for name in ("A", "B"):
@@ -398,8 +403,34 @@ def admission(w: World) -> str:
     return f"started in order {started_order}; stopped queued agent: {gone}"
 
 
+def admission_by_themselves(w: World) -> str:
+    """Five slow tasks under --max-running 2, spawned --close-when-idle: each run ends
+    once its task is answered, and the queue moves on by itself, in spawn order."""
+    w.start_daemon("--max-running", "2")
+    script = w.root / "slow.json"
+    script.write_text('[{"text": "Slowly here.", "delay_ms": 2500}]')
+    names = [f"s{i}" for i in range(1, 6)]
+    for name in names:
+        w.tether("agent", "spawn", name, "--script", str(script), "--provider", "scripted",
+                 "--task", "hello", "--close-when-idle")  # fmt: skip
+    rows = w.list_rows()
+    check([rows[n]["state"] for n in names[2:]] == ["queued"] * 3, f"{rows}")
+    for name in names:
+        w.wait_state(name, "done")
+    rows = w.list_rows()
+    order = sorted(names, key=lambda n: rows[n]["started_at"])
+    check(order == names, f"started in the order {order}")
+    spans = [(rows[n]["started_at"], rows[n]["ended_at"]) for n in names]
+    most = max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
+    check(most <= 2, f"{most} ran at once: {spans}")
+    return f"started in order {order}; at most {most} at once"
+
+
 def scenarios() -> dict[str, Callable[[World], str | None]]:
-    out: dict[str, Callable[[World], str | None]] = {"side-by-side": side_by_side}
+    out: dict[str, Callable[[World], str | None]] = {
+        "side-by-side": side_by_side,
+        "side-by-side-write": lambda w: side_by_side(w, "write"),
+    }
     for kind in ("builtin", "claude"):
         out[f"{kind}/resume-after-done"] = lambda w, k=kind: resume_after_done(w, k)
         out[f"{kind}/resume-after-sigkill"] = lambda w, k=kind: resume_after_sigkill(w, k)
@@ -407,6 +438,7 @@ def scenarios() -> dict[str, Callable[[World], str | None]]:
         out[f"{kind}/fork"] = lambda w, k=kind: fork(w, k)
     out["claude/resume-after-cli-sigkill"] = lambda w: resume_after_cli_sigkill(w, "claude")
     out["admission"] = admission
+    out["admission-by-themselves"] = admission_by_themselves
     return out
 
 
