@@ -160,3 +160,26 @@ def test_a_queued_follow_up_withdrawn_in_a_browser(
     gate.open()
     page.wait_for_selector("#events:has-text('Done.')")
     assert "NEVER TO BE SEEN" not in page.inner_text("#events")
+
+
+def test_the_worktree_branch_base_and_diff_of_a_selected_agent(
+    agentd: AgentDaemon, dashboard: DashboardProcess, browser_page: Any
+) -> None:
+    import subprocess
+
+    repo = agentd.root / "repo"
+    repo.mkdir()
+    for args in (("init", "-q", "-b", "main"), ("commit", "-q", "--allow-empty", "-m", "0")):
+        subprocess.run(
+            ["git", "-C", str(repo), "-c", "user.name=me", "-c", "user.email=me@x", *args],
+            check=True,
+        )
+    write = {"name": "write", "arguments": {"path": "new.txt", "content": "made by d\n"}}
+    agentd.spawn("d", [{"tool_calls": [write]}, {"text": "written"}], task="go", cwd=str(repo),
+                 worktree=True)  # fmt: skip
+    tree = agentd.wait_for("d", lambda s: s["state"] == "ready" and s["turn"] >= 1)["worktree"]
+    page = browser_page
+    page.goto(dashboard.url)
+    page.click("tr[data-name='d']")
+    page.wait_for_selector(f"#diff-branch:has-text('tether/d → main, worktree {tree}')")
+    page.wait_for_selector("#diff:has-text('+made by d')")

@@ -136,7 +136,8 @@ async function loadDiff(name) {
   $("#diff").hidden = !shown;
   $("#diff").replaceChildren();
   if (!shown) return;
-  $("#diff-branch").textContent = `${agent.branch} → ${agent.base || "(no base branch)"}`;
+  const base = agent.base || "(no base branch)";
+  $("#diff-branch").textContent = `${agent.branch} → ${base}, worktree ${agent.worktree}`;
   try {
     const data = await api(`/api/agents/${encodeURIComponent(name)}/diff`);
     if (name !== state.selected) return;
