@@ -75,6 +75,28 @@ def test_the_final_answer_goes_to_stdout(tmp_path: Path) -> None:
     assert record["provider"] == "scripted"
 
 
+def test_runs_and_show_name_the_agent_cli_that_ran(tmp_path: Path) -> None:
+    """A run of an agent CLI shows the agent (it has no provider: the column said '-')."""
+    import time
+
+    from tether.store.index import RunIndex, RunRecord
+
+    assert tether(tmp_path, "run", "--provider", "scripted", "hello").returncode == 0
+    run_dir = tmp_path / "home" / "runs" / "20261204T000000-abcdef"
+    run_dir.mkdir()
+    (run_dir / "events.jsonl").write_text("")
+    record = RunRecord(
+        "20261204T000000-abcdef", "with claude", "done", time.time(), str(run_dir),
+        model="sonnet", ended_at=time.time(), options={"agent": "claude"},
+    )  # fmt: skip
+    RunIndex(tmp_path / "home" / "tether.db").insert(record)
+    table = tether(tmp_path, "runs").stdout.splitlines()
+    assert table[0].split()[3] == "AGENT"
+    assert sorted(line.split()[3] for line in table[1:]) == ["claude/sonnet", "scripted"]
+    shown = tether(tmp_path, "show", "20261204T000000-abcdef").stdout
+    assert "agent:         claude\n" in shown
+
+
 def test_scripted_without_a_script_still_shows_the_protocol(tmp_path: Path) -> None:
     out = tether(tmp_path, "run", "--provider", "scripted", "what is here?")
     assert out.returncode == 0, out.stderr

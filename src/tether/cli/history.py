@@ -120,10 +120,10 @@ def _runs(args: argparse.Namespace) -> int:
     if not records:
         print('no runs yet: start one with `tether run "task"` or `tether demo`')
         return 0
-    print(f"{'RUN':22}  {'STATUS':9}  {'TIME':>7}  {'PROVIDER':16}  TASK")
+    print(f"{'RUN':22}  {'STATUS':9}  {'TIME':>7}  {'AGENT':16}  TASK")
     for record in records:
         nested = "  " if record.parent_run else ""
-        provider = "/".join(p for p in (record.provider, record.model) if p) or "-"
+        provider = _who(record)
         status = "waiting" if record.id in waiting else record.status
         line = (
             f"{record.id:22}  {status:9}  {_elapsed(record):>7}  "
@@ -156,6 +156,17 @@ def _record_json(record: RunRecord) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(record)
+
+
+def _agent(record: RunRecord) -> str | None:
+    """The agent CLI that ran it (None: the built-in agent)."""
+    agent = (record.options or {}).get("agent")
+    return agent if isinstance(agent, str) and agent != "builtin" else None
+
+
+def _who(record: RunRecord) -> str:
+    """An agent CLI's name (and model), else the built-in agent's provider (and model)."""
+    return "/".join(p for p in (_agent(record) or record.provider, record.model) if p) or "-"
 
 
 def _elapsed(record: RunRecord) -> str:
@@ -220,6 +231,7 @@ def summarise(record: RunRecord | None, path: Path) -> dict[str, Any]:
         summary |= {
             "task": _one_line(record.task, 200),
             "status": record.status,
+            "agent": _agent(record) or "builtin",
             "provider": record.provider or "-",
             "model": record.model or "-",
             "started": _when(record.created_at),
