@@ -263,7 +263,8 @@ def test_steer_reaches_the_model_inside_the_turn(
     tool_gate: Callable[[Path], ToolGate],
 ) -> None:
     gate = tool_gate(tmp_path / "gate")  # the tool runs until the steer is acked
-    world = make_claude([bash(f"{gate.command}; echo slept"), {"text": "Steered answer."}])
+    steered = {"text": "Steered answer."}
+    world = make_claude([bash(f"{gate.command}; echo slept"), steered, steered])
 
     async def go() -> tuple[tether.RunResult, Path]:
         handle = await world.spawn("start", "--allowedTools=Bash")
@@ -281,7 +282,11 @@ def test_steer_reaches_the_model_inside_the_turn(
     assert result.final_text == "Steered answer."
     events = world.checked(run_dir)
     assert len(of(events, "turn-started")) == 1  # the steer joined the running turn
-    assert "ALSO CHECK THE TESTS" in world.model_texts(2)
+    # Claude Code takes a message written mid-turn in before its next model call, or, when
+    # the tool's result reached it first, as one more pass of the same turn: the steer
+    # reaches the model in the second call or the third, never only in a later turn
+    later = [world.model_texts(n) for n in range(2, len(world.server.model_requests()) + 1)]
+    assert any("ALSO CHECK THE TESTS" in text for text in later[:2]), later
 
 
 def test_a_steer_during_the_last_answer_is_one_more_pass_of_the_turn(
