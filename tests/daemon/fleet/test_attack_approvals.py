@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.agentd import AgentDaemon, agentd  # noqa: F401 (fixture)
+from tests.support.agentd import AgentDaemon, agentd, kill_agents  # noqa: F401 (fixture)
+from tests.support.daemon import DaemonProcess
 from tests.support.waits import wait_until
 
 from tether.daemon.fleet.answers import QUESTION_BYTES
@@ -66,3 +67,25 @@ def test_attack_a_flood_of_forged_approvals_leaves_every_list_answering(
     assert waiting["more"] > 0  # (each agent's oldest MAX_OPEN_PER_RUN are read)
     assert waiting["approvals"][0]["key"] == quiet_key  # the oldest first
     assert max(len(a["tool"]) for a in waiting["approvals"] if "tool" in a) <= 256
+
+
+def test_attack_a_forged_request_pages_with_bounded_text(
+    daemon_env: DaemonProcess, tmp_path: Path
+) -> None:
+    """``--notify CMD`` gets a forged request as it would a listed one: its 1 MB reason
+    cut to 4 KiB, its 100 KB tool name to 256 bytes (before: whole, on CMD's stdin)."""
+    out = tmp_path / "pages"
+    daemon_env.start("--notify", f"cat >> {out}")
+    paged = AgentDaemon(daemon_env)
+    try:
+        spawned = paged.spawn("pager", [{"text": "ok"}])
+        forged = {"type": "approval_request", "reason": "r" * 1_000_000, "tool": "t" * 100_000}
+        _lines(Path(spawned["run_dir"], "inbox.jsonl"), [forged])
+        wait_until(lambda: out.exists() and out.read_text().endswith("\n"), "the page", files=[out])
+        page = json.loads(out.read_text())
+        assert len(page["text"].encode()) < QUESTION_BYTES + 200
+        assert "cut: 1000000 characters" in page["text"]
+        assert len(page["tool"]) <= 256
+    finally:
+        daemon_env.stop()
+        kill_agents(Path(daemon_env.env["TETHER_HOME"]))

@@ -184,7 +184,7 @@ class AnswerDesk:
                 continue
             text = question_of(row.type, body) if isinstance(body, dict) else None
             if text is not None:
-                text = _shown(text, QUESTION_BYTES, row.msg_key)
+                text = shown(text, QUESTION_BYTES, row.msg_key)
                 item = {"key": row.msg_key, "type": row.type, "text": text, "at": row.received_at}
                 item.update(_approval_fields(body))
                 out.setdefault(row.run_id, []).append(item)
@@ -227,7 +227,7 @@ def _approval_fields(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _shown(text: str, limit: int, key: str) -> str:
+def shown(text: str, limit: int, key: str) -> str:
     """``text`` cut to ``limit`` bytes, saying where the whole of it is."""
     cut, changed = cut_text(text, limit)
     if not changed:
@@ -236,4 +236,4 @@ def _shown(text: str, limit: int, key: str) -> str:
     return f"{cut}{ELLIPSIS} [cut: {len(text)} characters; tether inbox {run} shows it whole]"
 
 
-__all__ = ["AnswerDesk", "AnswerParams"]
+__all__ = ["FIELD_BYTES", "QUESTION_BYTES", "AnswerDesk", "AnswerParams", "shown"]

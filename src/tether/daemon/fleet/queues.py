@@ -15,7 +15,8 @@ every wire agent its book (and, with ``tether daemon --notify CMD``, a
 a person (an ``approval_request`` or a ``clarification`` reaches its inbox), the request
 as JSON on its stdin (``{name, run_id, key, type, text, tool?, kind?, summary?}``); its
 output is discarded, at most :data:`NOTIFY_AT_ONCE` run at once (more are dropped and
-counted), each is killed after :data:`NOTIFY_TIMEOUT_S`.
+counted), each is killed after :data:`NOTIFY_TIMEOUT_S`. The text is cut as a listed
+question's is (4 KiB, saying where it is whole), the other fields to 256 bytes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from tether.daemon.fleet.answers import FIELD_BYTES, QUESTION_BYTES, shown
 from tether.daemon.fleet.assembly import FleetExtension
 from tether.daemon.fleet.replies import (
     Approval,
@@ -40,6 +42,7 @@ from tether.daemon.fleet.wire_agent import send_control
 from tether.runtime.parent.observer import Observer
 from tether.runtime.parent.queue import QueueBook
 from tether.wire.session import ControlKind
+from tether.wire.text import cut_text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -101,16 +104,19 @@ class Queues(FleetExtension):
         if len(self.running) >= NOTIFY_AT_ONCE:
             self.dropped += 1
             return
+        key = message.get("msg_key")
+        text = message.get("reason") or message.get("q")
         request = {
             "name": agent.name,
             "run_id": agent.run_id,
-            "key": message.get("msg_key"),
+            "key": key,
             "type": message.get("type"),
-            "text": message.get("reason") or message.get("q"),
+            # the agent wrote these: a page is as bounded as a listed question
+            "text": shown(text, QUESTION_BYTES, str(key)) if isinstance(text, str) else None,
         }
         for field in ("agent", "tool", "kind", "summary"):
             if isinstance(message.get(field), str):
-                request[field] = message[field]
+                request[field] = cut_text(message[field], FIELD_BYTES)[0]
         task = asyncio.get_running_loop().create_task(_run(self.notify, request))
         self.running.add(task)
         task.add_done_callback(self.running.discard)
