@@ -19,6 +19,7 @@ from tests.daemon.fleet.test_attack_full_disk import small_tmpfs
 from tests.workspace.test_worktree import sh
 from tether import workspace
 from tether.workspace import WorkspaceRefused
+from tether.workspace.review import DIFF_LIMIT
 
 
 def _repo(tmp_path: Path) -> Path:
@@ -146,3 +147,19 @@ def test_attack_a_worktree_the_full_disk_cut_short_leaves_no_branch(tmp_path: Pa
         assert sh(repo, "for-each-ref") == before
         assert sh(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
         assert not list((disk / "worktrees").glob("*/*"))
+
+
+def test_attack_a_huge_change_is_reviewed_in_bounds(tmp_path: Path) -> None:
+    """An agent that writes a 20 MB text file (a log, a dataset): its diff is cut at
+    DIFF_LIMIT and says so, and git is read no further (before: git's whole output was
+    held, 940 MB of daemon memory for a 300 MB file, and the reply was too large to send:
+    ``internal: unencodable result``, each time the dashboard showed the agent)."""
+    repo = _repo(tmp_path)
+    made = workspace.create_worktree(repo, "tether/a", root=tmp_path / "state" / "worktrees")
+    Path(made.path, "big.txt").write_text("x" * 100 + "\n" * 1 + ("y" * 99 + "\n") * 200_000)
+    found = workspace.diff(made)
+    assert found.cut
+    assert found.files == ("big.txt",)
+    assert len(found.text) < DIFF_LIMIT + 1000
+    assert found.text.rstrip().endswith("diff shows it]")
+    assert not workspace.diff(made, stat=True).cut  # the stat is small

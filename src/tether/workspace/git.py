@@ -31,6 +31,7 @@ from typing import Final, NamedTuple
 from tether.workspace.errors import GitFailed
 
 __all__ = [
+    "OUTPUT_LIMIT",
     "GitFailed",
     "Output",
     "Pinned",
@@ -58,12 +59,16 @@ _ERROR_LIMIT: Final = 600  # characters of git's stderr kept in an error
 
 
 _LINK_LIMIT: Final = 8192  # bytes of an administrative directory's ``gitdir`` file
+OUTPUT_LIMIT: Final = 64 * 1024 * 1024  # what a git call may print unless it names a limit
+_CHUNK: Final = 1 << 16
+_ERROR_BYTES: Final = 64 * 1024  # of git's errors kept (a message shows 600 characters)
 
 
 class Output(NamedTuple):
     code: int
     out: str
     err: str
+    cut: bool = False  # ``out`` stopped at the call's limit (git was ended there)
 
 
 class Pinned(NamedTuple):
@@ -89,24 +94,54 @@ def git(
     *args: str,
     ok: Sequence[int] = (0,),
     env: Mapping[str, str] | None = None,
+    limit: int | None = None,
 ) -> Output:
     """``git -C cwd ARGS...`` (a :class:`Pinned` place: with its ``--git-dir`` and
-    ``--work-tree``); :class:`GitFailed` when its exit status is not in ``ok``."""
+    ``--work-tree``); :class:`GitFailed` when its exit status is not in ``ok``.
+
+    Its output is read up to ``limit`` bytes (then git is ended and the output is
+    ``cut``); without one, past :data:`OUTPUT_LIMIT` is :class:`GitFailed` (what git
+    prints can be the agent's: its files' names, their contents in a diff)."""
     if isinstance(cwd, Pinned):
         place = ["-C", cwd.tree, f"--git-dir={cwd.gitdir}", f"--work-tree={cwd.tree}"]
     else:
         place = ["-C", os.fspath(cwd)]
     argv = ["git", *place, *args]
     try:
-        done = subprocess.run(
-            argv, capture_output=True, env=git_env(env), stdin=subprocess.DEVNULL, check=False
-        )
+        code, data, err, cut = _run(argv, git_env(env), limit or OUTPUT_LIMIT)
     except OSError as exc:
         raise GitFailed(f"cannot run git ({exc}); is git installed?") from exc
-    out = Output(done.returncode, _text(done.stdout), _text(done.stderr))
-    if out.code not in ok:
+    out = Output(code, _text(data), _text(err), cut)
+    if cut and limit is None:
+        raise GitFailed(f"git {' '.join(args[:3])} printed more than {OUTPUT_LIMIT} bytes")
+    if out.code not in ok and not cut:
         raise GitFailed(f"git {' '.join(args[:3])} failed ({out.code}): {failure(out)}")
     return out
+
+
+def _run(argv: list[str], env: dict[str, str], limit: int) -> tuple[int, bytes, bytes, bool]:
+    """Run ``argv``: (exit status, at most ``limit`` bytes of its output, the start of its
+    errors, whether the output was cut). Errors go to a temporary file, so a flood of
+    them never blocks git while its output is read."""
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, env=env
+        )
+        chunks: list[bytes] = []
+        size, cut = 0, False
+        assert proc.stdout is not None
+        with proc.stdout:
+            while chunk := os.read(proc.stdout.fileno(), _CHUNK):
+                if size + len(chunk) > limit:
+                    chunks.append(chunk[: limit - size])
+                    cut = True
+                    proc.kill()
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        code = proc.wait()
+        errors.seek(0)
+        return code, b"".join(chunks), errors.read(_ERROR_BYTES), cut
 
 
 def failure(out: Output) -> str:

@@ -42,9 +42,21 @@ from tether.workspace.snapshot import (
     stage_all,
 )
 
-__all__ = ["Merged", "WorktreeDiff", "checkout_of", "diff", "fork_point", "merge"]
+__all__ = [
+    "DIFF_LIMIT",
+    "LISTED_LIMIT",
+    "Merged",
+    "WorktreeDiff",
+    "checkout_of",
+    "diff",
+    "fork_point",
+    "merge",
+]
 
 _LISTED: Final = 8  # files named in a refusal
+# What a diff hands out (the agent's files can be any size: a daemon reply is 16 MiB at most)
+DIFF_LIMIT: Final = 4 * 1024 * 1024
+LISTED_LIMIT: Final = 1024 * 1024
 
 
 class WorktreeDiff(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,8 +65,9 @@ class WorktreeDiff(msgspec.Struct, frozen=True, kw_only=True):
     branch: str
     base: str  # the base branch ("" when none)
     since: str  # the commit the diff is against
-    files: tuple[str, ...]  # the files changed
-    text: str  # the patch (or with ``stat`` the diffstat)
+    files: tuple[str, ...]  # the files changed (the first LISTED_LIMIT bytes of names)
+    text: str  # the patch (or with ``stat`` the diffstat), at most DIFF_LIMIT bytes
+    cut: bool = False  # ``text`` or ``files`` stopped at its limit (said at the text's end)
 
 
 class Merged(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,16 +100,26 @@ def diff(worktree: Worktree, *, stat: bool = False) -> WorktreeDiff:
     style = ("--stat",) if stat else ("--patch",)
     with scratch_index(at) as index:
         stage_all(at, index)
-        listed = git(at, "diff", "--cached", "--name-only", "-z", since, "--", env=index)
-        text = git(
-            at, "diff", "--cached", "--no-color", "--no-ext-diff", *style, since, "--", env=index
+        listed = git(
+            at, "diff", "--cached", "--name-only", "-z", since, "--", env=index, limit=LISTED_LIMIT
         )
+        args = ("diff", "--cached", "--no-color", "--no-ext-diff", *style, since, "--")
+        text = git(at, *args, env=index, limit=DIFF_LIMIT)
+    files = names(listed.out)
+    if listed.cut:  # (the last name may be cut)
+        files = files[:-1]
+    patch = text.out
+    cut = [f"the diff at {DIFF_LIMIT >> 20} MiB"] if text.cut else []
+    cut += [f"its list of files at {LISTED_LIMIT >> 20} MiB"] if listed.cut else []
+    if cut:
+        patch += f"\n[tether: {', '.join(cut)} is cut; git -C {worktree.path} diff shows it]\n"
     return WorktreeDiff(
         branch=worktree.branch,
         base=worktree.base,
         since=since,
-        files=tuple(names(listed.out)),
-        text=text.out,
+        files=tuple(files),
+        text=patch,
+        cut=text.cut or listed.cut,
     )
 
 

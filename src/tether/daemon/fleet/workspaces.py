@@ -74,6 +74,7 @@ class DiffReply(msgspec.Struct, frozen=True, kw_only=True):
     since: str
     files: list[str]
     text: str
+    cut: bool = False  # the text or the file list stopped at its limit (the text says)
 
 
 class MergeReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -143,6 +144,7 @@ class Workspaces:
             since=found.since,
             files=list(found.files),
             text=found.text,
+            cut=found.cut,
         )
 
     async def merge(self, context: CallContext, params: Any) -> MergeReply:
