@@ -190,3 +190,14 @@ def test_an_older_database_gains_the_new_columns_once_from_many_writers(tmp_path
     record = index.get("20261130T000001-aaaaaa")
     assert record is not None
     assert record.options == {"agent": "claude"}
+
+
+def test_the_newest_run_of_one_second_is_first(tmp_path: Path) -> None:
+    """Two runs started in the same second: their ids differ only by the random suffix,
+    so the order of ids is not the order of starts (``tether run --resume latest``, ``tether
+    runs``, and a test that took the newest row, got the older one half the time)."""
+    index = RunIndex(tmp_path / "tether.db")
+    index.insert(_record("20261130T000001-ffffff", created_at=1000.25))
+    index.insert(_record("20261130T000001-000000", created_at=1000.75))
+    assert [r.id for r in index.recent()] == ["20261130T000001-000000", "20261130T000001-ffffff"]
+    assert [r.id for r in index.resolve("latest")] == ["20261130T000001-000000"]

@@ -309,7 +309,7 @@ class RunIndex:
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         with self._connect() as conn:
             rows = conn.execute(
-                f"SELECT * FROM runs_index {clause} ORDER BY id DESC LIMIT ?",  # noqa: S608
+                f"SELECT * FROM runs_index {clause} ORDER BY created_at DESC, id DESC LIMIT ?",  # noqa: S608
                 (*params, max(0, limit)),
             ).fetchall()
         settled = [self._settled(_from_row(r)) for r in rows]
