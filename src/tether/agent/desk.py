@@ -35,7 +35,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple
 
@@ -44,6 +45,7 @@ import msgspec
 from tether.agent.runner import EmitFn
 from tether.policy import Call, Policy, Rule, call_of
 from tether.policy.config import DeskConfig
+from tether.policy.kinds import relative_path
 
 __all__ = [
     "BUILTIN_ASKING",
@@ -81,9 +83,28 @@ class Request(NamedTuple):
     cwd: str | None = None
 
     def call(self) -> Call:
+        real = None if self.cwd is None else _real_paths(self.cwd)
         return call_of(
-            self.table, self.tool, self.arguments, cwd=self.cwd, paths=self.paths, kind=self.kind
+            self.table,
+            self.tool,
+            self.arguments,
+            cwd=self.cwd,
+            paths=self.paths,
+            kind=self.kind,
+            real=real,
         )
+
+
+def _real_paths(cwd: str) -> Callable[[str], str]:
+    """Where a path the agent names really leads, from ``cwd``: every symlink that exists
+    followed (a repository's ``src/link -> /home/user`` included), relative to the real
+    ``cwd`` when it stays below it, else absolute (which ``src/**`` never matches)."""
+    base = os.path.realpath(cwd)
+
+    def real(path: str) -> str:
+        return relative_path(os.path.realpath(os.path.join(cwd, path)), base)
+
+    return real
 
 
 class Verdict(NamedTuple):

@@ -23,7 +23,7 @@ docs/agents.md lists the tables (a test keeps it in step).
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from tether.policy.rules import PATH_KINDS, Call
@@ -106,18 +106,22 @@ def call_of(
     cwd: str | None = None,
     paths: Iterable[object] = (),
     kind: str | None = None,
+    real: Callable[[str], str] | None = None,
 ) -> Call:
     """The call a policy weighs (see the module docstring); ``table``: the agent family
     (:data:`TOOL_KINDS`). ``paths``: paths the agent
     names beside its input (ACP ``locations``, Codex's file changes); ``kind``: the kind
-    when the agent says it (else from the table)."""
+    when the agent says it (else from the table); ``real``: where a path really leads
+    (symlinks followed: the caller's file system), a subject too beside the path as
+    named, so ``src/**`` approves ``src/link/x`` only when ``src/link`` stays in ``src``."""
     kind = kind or kind_of(table, tool)
     args = arguments if isinstance(arguments, Mapping) else {}
     if kind == "shell":
         subjects = _first(args, _COMMAND_KEYS, _command)
     elif kind in PATH_KINDS:
-        found = [*_all(args, _PATH_KEYS), *(p for p in paths if isinstance(p, str))]
-        subjects = tuple(dict.fromkeys(relative_path(p, cwd) for p in found if p))
+        found = [p for p in (*_all(args, _PATH_KEYS), *paths) if isinstance(p, str) and p]
+        named = [relative_path(p, cwd) for p in found]
+        subjects = tuple(dict.fromkeys([*named, *(real(p) for p in found)] if real else named))
     elif kind == "web":
         subjects = _first(args, _WEB_KEYS, _text)
     elif kind == "mcp":
