@@ -194,11 +194,11 @@ async def ack_round_trips(
             await daemon.call("agent.stop", {"name": "w", "mode": "cancel", "timeout_s": 5})
         # each round's call over the bare call of the same round: at a high or moving
         # load a steadier ratio than the ratio of the two medians
-        bare = results["bare NATS request/reply"]
+        floor = results["bare NATS request/reply"]
         return {
             name: {
                 **summary(values),
-                "paired_x": statistics.median(v / b for v, b in zip(values, bare, strict=True)),
+                "paired_x": statistics.median(v / b for v, b in zip(values, floor, strict=True)),
             }
             for name, values in results.items()
         }
