@@ -16,6 +16,7 @@ The ``agent.*`` handlers on top of this are built elsewhere; this module is stor
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
@@ -32,6 +33,7 @@ from tether.procs import proc_start_time
 from tether.store.sqlite import connect
 
 SCHEMA_VERSION: Final = 1
+log = logging.getLogger("tether.daemon.fleet")
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS daemon_meta (
@@ -277,14 +279,50 @@ def _to_row(record: AgentRecord) -> dict[str, Any]:
 
 
 def _from_row(row: sqlite3.Row) -> AgentRecord:
+    """A row as a record; a JSON column that is not JSON of its field's type (a damaged or
+    foreign database) reads as None, never an error of every later list."""
     values = {key: row[key] for key in row.keys() if key in _COLUMN_SET}  # noqa: SIM118
     for column in _JSON_COLUMNS:
         if values.get(column) is not None:
             try:
-                values[column] = jsondepth.loads(values[column])
-            except ValueError:
+                values[column] = msgspec.convert(
+                    jsondepth.loads(values[column]), _JSON_TYPES[column]
+                )
+            except (ValueError, msgspec.ValidationError):
                 values[column] = None
-    return AgentRecord(**values)
+    try:
+        return msgspec.convert(values, AgentRecord)
+    except msgspec.ValidationError:
+        return _repaired(values)
+
+
+def _repaired(values: dict[str, Any]) -> AgentRecord:
+    """A record from a row with values of the wrong type (SQLite keeps any type in any
+    column): each such field its default, a required one as text."""
+    fixed: dict[str, Any] = {}
+    for field in msgspec.structs.fields(AgentRecord):
+        value = values.get(field.name)
+        try:
+            fixed[field.name] = msgspec.convert(value, field.type)
+        except msgspec.ValidationError:
+            if field.required:
+                fixed[field.name] = str(value)
+            elif field.default_factory is not msgspec.NODEFAULT:
+                fixed[field.name] = field.default_factory()
+            else:
+                fixed[field.name] = field.default
+    log.warning("agent %s: its registry row had values of the wrong type", fixed.get("name"))
+    return AgentRecord(**fixed)
+
+
+_JSON_TYPES: Final[dict[str, Any]] = {
+    "argv": list[str],
+    "usage": dict[str, Any],
+    "snapshot": dict[str, Any],
+    "pty": dict[str, Any],
+    "spawn": dict[str, Any],
+    "worktree": dict[str, str],
+}
 
 
 _COLUMN_SET: Final = frozenset(COLUMNS)
