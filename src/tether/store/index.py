@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -33,10 +34,11 @@ from typing import Any, Final
 from tether import jsondepth
 from tether.paths import FILE_MODE, db_path, ensure_private_dir
 from tether.procs import proc_start_time, process_matches
-from tether.store.sqlite import connect
+from tether.store.sqlite import connect, typed_row
 from tether.wire.session import State
 
 SCHEMA_VERSION: Final = 1
+log = logging.getLogger("tether.store")
 TASK_LIMIT: Final = 65536  # characters of the task kept in the index
 
 _SCHEMA: Final = """
@@ -130,7 +132,10 @@ def _from_row(row: sqlite3.Row) -> RunRecord:
         if name == "truncated":
             value = bool(value)
         values[name] = value
-    return RunRecord(**values)
+    record, wrong = typed_row(RunRecord, values)
+    if wrong:
+        log.warning("run %s: its index row had %s of the wrong type", record.id, wrong)
+    return record
 
 
 _COLUMN_TYPES: Final = {

@@ -14,12 +14,20 @@ commit writes a few 16 KiB pages instead of 4 KiB ones.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import sqlite3
 import time
-from typing import Final
+import typing
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
 
-__all__ = ["BUSY_TIMEOUT_S", "PAGE_SIZE", "connect"]
+import msgspec
+
+T = TypeVar("T")
+
+__all__ = ["BUSY_TIMEOUT_S", "PAGE_SIZE", "connect", "typed_row"]
 
 BUSY_TIMEOUT_S: Final = 30.0
 PAGE_SIZE: Final = 16384
@@ -69,3 +77,58 @@ def _journal_wal(db: sqlite3.Connection) -> None:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
+
+
+def typed_row(cls: type[T], values: dict[str, Any]) -> tuple[T, list[str]]:
+    """A row's ``values`` as a ``cls`` (a msgspec Struct or a dataclass), and the fields
+    whose value was of the wrong type (SQLite keeps any type in any column: a damaged
+    database, another version's, a hand edit): each of those its default, a required one
+    as text or zero, so one bad row never breaks every reader of the table."""
+    try:
+        return msgspec.convert(values, cls), []
+    except msgspec.ValidationError:
+        pass
+    hints = typing.get_type_hints(cls)
+    fixed: dict[str, Any] = {}
+    wrong: list[str] = []
+    for name, default in _defaults(cls).items():
+        try:
+            fixed[name] = msgspec.convert(values.get(name), hints[name])
+        except msgspec.ValidationError:
+            wrong.append(name)
+            fixed[name] = _zero(hints[name], values.get(name)) if default is None else default()
+    return cls(**fixed), wrong
+
+
+def _constant(value: Any) -> Callable[[], Any]:
+    return lambda: value
+
+
+def _zero(kind: Any, value: Any) -> Any:
+    """A required field's stand-in for a value of the wrong type: its text, or zero."""
+    for stand_in in (str(value), 0):
+        with contextlib.suppress(msgspec.ValidationError):
+            return msgspec.convert(stand_in, kind)
+    return None
+
+
+def _defaults(cls: type[Any]) -> dict[str, Callable[[], Any] | None]:
+    """Each field's name and a maker of its default (None: it has none)."""
+    found: dict[str, Callable[[], Any] | None] = {}
+    if dataclasses.is_dataclass(cls):
+        for field in dataclasses.fields(cls):
+            if field.default is not dataclasses.MISSING:
+                found[field.name] = _constant(field.default)
+            elif field.default_factory is not dataclasses.MISSING:
+                found[field.name] = field.default_factory
+            else:
+                found[field.name] = None
+        return found
+    for info in msgspec.structs.fields(cls):
+        if info.required:
+            found[info.name] = None
+        elif info.default_factory is not msgspec.NODEFAULT:
+            found[info.name] = info.default_factory
+        else:
+            found[info.name] = _constant(info.default)
+    return found

@@ -30,7 +30,7 @@ import msgspec
 from tether import jsondepth, paths
 from tether.errors import DaemonError
 from tether.procs import proc_start_time
-from tether.store.sqlite import connect
+from tether.store.sqlite import connect, typed_row
 
 SCHEMA_VERSION: Final = 1
 log = logging.getLogger("tether.daemon.fleet")
@@ -290,29 +290,10 @@ def _from_row(row: sqlite3.Row) -> AgentRecord:
                 )
             except (ValueError, msgspec.ValidationError):
                 values[column] = None
-    try:
-        return msgspec.convert(values, AgentRecord)
-    except msgspec.ValidationError:
-        return _repaired(values)
-
-
-def _repaired(values: dict[str, Any]) -> AgentRecord:
-    """A record from a row with values of the wrong type (SQLite keeps any type in any
-    column): each such field its default, a required one as text."""
-    fixed: dict[str, Any] = {}
-    for field in msgspec.structs.fields(AgentRecord):
-        value = values.get(field.name)
-        try:
-            fixed[field.name] = msgspec.convert(value, field.type)
-        except msgspec.ValidationError:
-            if field.required:
-                fixed[field.name] = str(value)
-            elif field.default_factory is not msgspec.NODEFAULT:
-                fixed[field.name] = field.default_factory()
-            else:
-                fixed[field.name] = field.default
-    log.warning("agent %s: its registry row had values of the wrong type", fixed.get("name"))
-    return AgentRecord(**fixed)
+    record, wrong = typed_row(AgentRecord, values)
+    if wrong:
+        log.warning("agent %s: its registry row had %s of the wrong type", record.name, wrong)
+    return record
 
 
 _JSON_TYPES: Final[dict[str, Any]] = {
