@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.agentd import AgentDaemon, kill_agents
 from tests.support.daemon import DaemonProcess
+from tests.support.waits import wait_until
 
 from tether.daemon.fleet.admission import Admission
 
@@ -123,3 +124,57 @@ def test_agents_spawned_close_when_idle_free_their_place_by_themselves(
     finally:
         daemon_env.stop(signal.SIGKILL)
         kill_agents(Path(daemon_env.env["TETHER_HOME"]))
+
+
+def test_a_spawn_that_waits_waits_through_the_queue(
+    daemon_env: DaemonProcess, short_tmp: Path
+) -> None:
+    """``spawn --wait`` of an agent that has to queue prints its task's answer once it has
+    run (it returned at once with no answer), or says why it never ran (exit 2)."""
+    import json
+    import subprocess
+    import sys
+
+    daemon_env.start("--max-running", "1")
+    agentd = AgentDaemon(daemon_env)
+    gate = short_tmp / "gate"
+    wait = {"name": "bash", "arguments": {"command": f"while [ ! -e {gate} ]; do sleep 0.01; done"}}
+    first = short_tmp / "first.json"
+    first.write_text(json.dumps([{"tool_calls": [wait]}, {"text": "first done"}]))
+    second = short_tmp / "second.json"
+    second.write_text(json.dumps([{"text": "second answers"}]))
+
+    def spawn(name: str, script: Path, *extra: str) -> subprocess.Popen[str]:
+        argv = [sys.executable, "-m", "tether", "agent", "spawn", name, "--task", "go"]
+        argv += ["--script", str(script), "--cwd", str(short_tmp), *extra]
+        return subprocess.Popen(
+            argv, env=daemon_env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    try:
+        started = spawn("w1", first, "--close-when-idle")
+        _, err = started.communicate(timeout=60)
+        assert started.returncode == 0, err
+        agentd.wait_for("w1", lambda s: s["state"] == "running")
+        waiting = spawn("w2", second, "--wait")
+        wait_until(lambda: _queued(agentd, "w2"), "w2 in line")
+        doomed = spawn("w3", second, "--wait")
+        wait_until(lambda: _queued(agentd, "w3"), "w3 in line")
+        agentd.call("agent.stop", {"name": "w3"})  # leaves the line: its spawn is told
+        _, err = doomed.communicate(timeout=60)
+        assert doomed.returncode == 2, err
+        assert "before it started" in err
+        assert waiting.poll() is None  # still in line behind w1
+        gate.touch()
+        out, err = waiting.communicate(timeout=60)
+        assert waiting.returncode == 0, err
+        assert out == "second answers\n"
+        assert "spawned w2 (pid " in err
+    finally:
+        daemon_env.stop(signal.SIGKILL)
+        kill_agents(Path(daemon_env.env["TETHER_HOME"]))
+
+
+def _queued(agentd: AgentDaemon, name: str) -> bool:
+    rows = {row["name"]: row for row in agentd.call("agent.list")["agents"]}
+    return name in rows and rows[name]["state"] == "queued"

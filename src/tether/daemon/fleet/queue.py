@@ -6,7 +6,10 @@ parameters (so the queue survives a daemon restart) and an agent with no run yet
 running agent ends, or a queued one is stopped or removed, :meth:`AgentQueue.released`
 hands the places that freed to the next in line, each started by the supervisor's
 ``start`` in a task of its own. Which names run and in what order is the sans-IO
-:class:`~tether.daemon.fleet.admission.Admission`.
+:class:`~tether.daemon.fleet.admission.Admission`. A spawn that waits for its task's
+answer (``agent.spawn {wait}``) of an agent that had to queue gets :meth:`AgentQueue.answer`:
+settled with that answer once the agent has started and answered, or with why not (it
+was stopped or removed in line, or could not start).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import msgspec
 
 from tether.daemon.fleet.admission import Admission
 from tether.daemon.fleet.registry import AgentExists, AgentNotFound, AgentRecord, AgentRegistry
+from tether.daemon.fleet.turns import AskFailed, Outcome
 from tether.daemon.rpc.methods import RpcFailure
 from tether.daemon.rpc.protocol import ErrorCode
 
@@ -34,6 +38,8 @@ __all__ = ["AgentQueue", "kept_params"]
 log = logging.getLogger("tether.daemon.fleet")
 
 MakeAgent = Callable[..., "WireAgent"]
+# starts a queued agent (wait: track its task's answer); that answer's future, or None
+Start = Callable[["WireAgent", bool], Awaitable["asyncio.Future[Outcome] | None"]]
 
 
 class AgentQueue:
@@ -46,7 +52,7 @@ class AgentQueue:
         registry: Callable[[], AgentRegistry],
         agents: dict[str, WireAgent],
         make_agent: MakeAgent,
-        start: Callable[[WireAgent], Awaitable[None]],
+        start: Start,
     ) -> None:
         self.admission = Admission(limit)
         self._registry = registry
@@ -54,6 +60,7 @@ class AgentQueue:
         self._make_agent = make_agent
         self._start = start
         self._starting: set[asyncio.Task[None]] = set()
+        self._answers: dict[str, asyncio.Future[Outcome]] = {}  # spawns that wait, by name
 
     def request(self, name: str) -> bool:
         """True when ``name`` may run now (it then counts), else it waits in line."""
@@ -94,6 +101,32 @@ class AgentQueue:
         record = self._registry().update(p.name, state="queued", spawn=kept_params(p), detail=None)
         return self._hold(record)
 
+    def answer(self, name: str) -> asyncio.Future[Outcome]:
+        """The answer of queued ``name``'s task, for a spawn that waits for it."""
+        future = self._answers.get(name)
+        if future is None or future.done():
+            future = self._answers[name] = asyncio.get_running_loop().create_future()
+        return future
+
+    def _settle(self, name: str, outcome: asyncio.Future[Outcome] | str) -> None:
+        """Hand a waiting spawn its queued agent's answer (or why there is none)."""
+        waiting = self._answers.pop(name, None)
+        if waiting is None or waiting.done():
+            return
+        if isinstance(outcome, str):
+            waiting.set_result(AskFailed(1, outcome))
+            return
+
+        def settled(done: asyncio.Future[Outcome]) -> None:
+            if waiting.done():
+                return
+            if done.cancelled():
+                waiting.set_result(AskFailed(1, "the wait for its answer was given up"))
+            else:
+                waiting.set_result(done.result())
+
+        outcome.add_done_callback(settled)
+
     def _hold(self, record: AgentRecord) -> WireAgent:
         agent = self._agents[record.name] = self._make_agent(record, None, queued=True)
         return agent
@@ -119,7 +152,9 @@ class AgentQueue:
             self.released(name)
             return
         try:
-            await self._start(agent)
+            answer = await self._start(agent, name in self._answers)
+            if answer is not None:
+                self._settle(name, answer)
         except (RpcFailure, msgspec.ValidationError) as exc:
             self._end(agent, "failed", exc.message if isinstance(exc, RpcFailure) else str(exc))
         except Exception as exc:  # one failed start must not stop the queue
@@ -127,6 +162,7 @@ class AgentQueue:
             self._end(agent, "failed", f"cannot start: {exc!r}")
 
     def _end(self, agent: WireAgent, state: str, detail: str) -> None:
+        self._settle(agent.name, f"it ended {state} before it started: {detail}")
         with contextlib.suppress(AgentNotFound):
             record = self._registry().update(agent.name, state=state, detail=detail)
             self._agents[agent.name] = self._make_agent(record, None)

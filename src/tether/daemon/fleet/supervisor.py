@@ -220,7 +220,8 @@ class Supervisor:
     async def _spawn(self, p: SpawnParams) -> tuple[WireAgent, asyncio.Future[Any] | None]:
         p, command, cwd = await self._checked(p)
         if not self.queue.request(p.name):  # --max-running: it waits its turn
-            return self.queue.hold(p, command.argv, cwd), None
+            held = self.queue.hold(p, command.argv, cwd)
+            return held, self.queue.answer(p.name) if p.wait else None
         try:
             return await self._start(p, command, cwd)
         except BaseException:
@@ -293,11 +294,14 @@ class Supervisor:
     def _released(self, name: str) -> None:
         self.queue.released(name)
 
-    async def _start_queued(self, agent: WireAgent) -> None:
-        """Start a queued agent from the parameters its row kept (the queue's starter)."""
+    async def _start_queued(self, agent: WireAgent, wait: bool) -> asyncio.Future[Any] | None:
+        """Start a queued agent from the parameters its row kept (the queue's starter);
+        with ``wait`` (a spawn waits for it), its task's answer."""
         p = msgspec.convert(agent.record.spawn or {}, SpawnParams)
+        p = msgspec.structs.replace(p, wait=wait)
         p, command, cwd = await self._checked(p, extensions=False)
-        await self._start(p, command, cwd, queued=agent.record)
+        _, answer = await self._start(p, command, cwd, queued=agent.record)
+        return answer
 
     async def _leave_queue(self, agent: WireAgent) -> None:
         await self.queue.leave(agent)

@@ -280,6 +280,7 @@ class AgentVerbs:
         except TimeoutError:
             reply = AskReply(seq=1, turn=0, timed_out=True)
         else:
+            agent = self.sup.agents.get(agent.name, agent)  # a queued one has started since
             reply = _answer(agent, outcome)
         return msgspec.structs.replace(self._row(agent), answer=reply)
 
