@@ -209,11 +209,17 @@ class Screen:
 ANSI = re.compile(r"\x1b\[[0-9;?>=]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
-def diagnosis(debug: Path, terminal: Screen) -> str:
-    """Claude Code's channel lines from its debug log, and the end of its screen."""
+def diagnosis(debug: Path, terminal: Screen, requests: Path | None = None) -> str:
+    """Claude Code's channel lines from its debug log, the end of its screen and (given
+    the model server's log) the tool results the model was last sent."""
     lines = debug.read_text(errors="replace").splitlines() if debug.exists() else []
     channel = [line for line in lines if "tether" in line or "hannel" in line]
-    return "\n".join([*channel[-20:], "--- screen:", terminal.text[-1500:]])
+    shown = [*channel[-20:], "--- screen:", terminal.text[-1500:]]
+    if requests is not None and requests.exists():
+        sent = requests.read_text(errors="replace").splitlines()
+        results = [line for line in sent if "tool_result" in line]
+        shown += ["--- last request with a tool result:", (results or ["none"])[-1][-2000:]]
+    return "\n".join(shown)
 
 
 @pytest.fixture
@@ -274,7 +280,7 @@ def test_a_pty_claude_agent_with_a_channel_shows_a_daemon_push_to_the_model(
             assert tag in json.dumps(first["body"])
             # the model answered with the reply tool: the channel server sent it to "ci"
             result = server.wait_request(lambda r: "sent to agent ci" in json.dumps(r["body"]), 60)
-            assert result is not None, diagnosis(debug, screen)
+            assert result is not None, diagnosis(debug, screen, tmp_path / "requests.jsonl")
             assert "REPLY-FROM-CLAUDE" in json.dumps(result["body"])
             # the session listens now: a push is delivered at once and shown to the model
             live = client.call("channel.push_to_channel", push("MARKER-2 pushed live"))
