@@ -59,7 +59,7 @@ from tether.inbox.messages import (
     decode_body,
 )
 from tether.paths import DIR_MODE, FILE_MODE
-from tether.store.sqlite import connect
+from tether.store.sqlite import connect, typed_row
 
 __all__ = [
     "ROWS_PER_INSERT",
@@ -136,6 +136,7 @@ def _values(rows: int) -> str:
 
 _ONE: Final = _values(1)
 _GROUP: Final = _values(ROWS_PER_INSERT)
+_ROW_FIELDS: Final = ("run_id", "offset", "type", "body", "raw", "rejected_reason", "received_at")
 MAX_OPEN_PER_RUN: Final = 1000  # open questions read back per run (the oldest)
 _SELECT: Final = (
     "SELECT run_id, offset, type, body, raw, rejected_reason, received_at FROM inbox_messages"
@@ -215,7 +216,20 @@ class StoredMessage(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> StoredMessage:
-        """From a ``SELECT`` in the column order of ``_SELECT``."""
+        """From a ``SELECT`` in the column order of ``_SELECT``; values of the wrong type
+        (a damaged database) read as their defaults (:func:`~tether.store.sqlite.typed_row`)."""
+        if not (
+            type(row[0]) is str
+            and type(row[1]) is int
+            and type(row[6]) is float
+            and (row[2] is None or type(row[2]) is str)
+            and (row[3] is None or type(row[3]) is str)
+            and (row[4] is None or type(row[4]) is str)
+            and (row[5] is None or type(row[5]) is str)
+        ):
+            read, wrong = typed_row(cls, dict(zip(_ROW_FIELDS, row, strict=False)))
+            # a body is embedded as JSON: one of the wrong type is none ("no body")
+            return msgspec.structs.replace(read, body=None) if "body" in wrong else read
         return cls(
             run_id=row[0],
             offset=row[1],
@@ -253,12 +267,24 @@ class StoredMessage(msgspec.Struct, frozen=True, kw_only=True):
             run_id=self.run_id,
             offset=self.offset,
             type=self.type,
-            body=None if self.body is None else msgspec.Raw(self.body.encode()),
+            body=_embedded(self.body),
             raw=self.raw,
             rejected_reason=self.rejected_reason,
             received_at=self.received_at,
         )
         return _json_encoder.encode(view)
+
+
+def _embedded(body: str | None) -> msgspec.Raw | None:
+    """A stored body as the JSON it is (a damaged row's text that is not JSON: none)."""
+    if body is None:
+        return None
+    raw = body.encode()
+    try:
+        msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    return msgspec.Raw(raw)
 
 
 def _prepare_file(path: Path) -> None:
