@@ -21,6 +21,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from tether import exits
 
 if TYPE_CHECKING:
@@ -63,6 +65,9 @@ def main(argv: list[str], prog: str) -> int:
     except DaemonClientError as exc:
         print(f"tether channel: {exc}", file=sys.stderr)
         return exc.exit_code
+    except msgspec.ValidationError as exc:  # the daemon answered something else
+        print(f"tether channel: unexpected reply from the daemon: {exc}", file=sys.stderr)
+        return exits.FAILED
 
 
 def _envelope(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
@@ -91,22 +96,26 @@ def _envelope(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
 
 
 def _push(client: DaemonClient, args: argparse.Namespace, envelope: Any) -> int:
-    result = client.call(
-        "channel.push_to_channel", {"channel_id": args.channel_id, "envelope": envelope}
-    )
-    delivered = bool(result.get("delivered"))
+    from tether.daemon.channels.hub import PushResult
+
+    params = {"channel_id": args.channel_id, "envelope": envelope}
+    result = client.call_as("channel.push_to_channel", params, PushResult)
+    delivered = bool(result.delivered)
     if args.json:
-        print(json.dumps(result))
+        print(msgspec.json.encode(result).decode())
     elif delivered:
         print(f"delivered to {args.channel_id}")
     else:
-        print(f"routed to {args.channel_id} but not delivered: {result.get('reason')}")
+        print(f"routed to {args.channel_id} but not delivered: {result.reason}")
     return exits.OK if delivered else exits.FAILED
 
 
 def _unregister(client: DaemonClient, args: argparse.Namespace) -> int:
-    result = client.call("channel.unregister_channel", {"channel_id": args.channel_id})
-    print(json.dumps(result) if args.json else f"unregistered {args.channel_id}")
+    from tether.daemon.channels.hub import UnregisterReply
+
+    params = {"channel_id": args.channel_id}
+    result = client.call_as("channel.unregister_channel", params, UnregisterReply)
+    print(msgspec.json.encode(result).decode() if args.json else f"unregistered {args.channel_id}")
     return 0
 
 
@@ -118,8 +127,10 @@ def _register(client: DaemonClient, args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"session_id": session_id}
     if args.name:
         params["name"] = args.name
-    result = client.call("channel.register_channel", params)
-    _print_line({"channel_id": result["channel_id"], "session_id": session_id})
+    from tether.daemon.channels.hub import RegisterReply
+
+    result = client.call_as("channel.register_channel", params, RegisterReply)
+    _print_line({"channel_id": result.channel_id, "session_id": session_id})
 
     def on_request(request: Request) -> Any:
         if request.method != "channel.deliver":

@@ -264,26 +264,31 @@ def _stop(args: argparse.Namespace, socket_path: Path) -> int:
 
 
 def _status(args: argparse.Namespace, socket_path: Path) -> int:
+    import msgspec
+
     from tether.daemon.rpc.client import DaemonClient, DaemonClientError
     from tether.daemon.rpc.lifecycle import daemon_status
+    from tether.daemon.rpc.status import ServerStatus
 
     state = daemon_status(socket_path)
     data: dict[str, Any] = state.as_dict()
+    info: ServerStatus | None = None
     if state.answering:
         try:
             with DaemonClient.connect(socket_path, timeout=args.timeout) as client:
-                data["daemon"] = client.call("daemon.status")
-        except DaemonClientError as exc:
+                info = client.call_as("daemon.status", None, ServerStatus)
+        except (DaemonClientError, msgspec.ValidationError) as exc:
             data["error"] = str(exc)
+        else:
+            data["daemon"] = msgspec.to_builtins(info)
     if args.json:
         print(json.dumps(data))
     elif state.answering:
-        info = data.get("daemon", {})
         print(f"tether daemon running (pid {state.pid}) on {socket_path}")
-        if info:
+        if info is not None:
             print(
-                f"  uptime {info['uptime_s']:.0f}s, {info['connections']} connection(s), "
-                f"{info['in_flight']} call(s) in flight, {info['channels']} channel(s)"
+                f"  uptime {info.uptime_s:.0f}s, {info.connections} connection(s), "
+                f"{info.in_flight} call(s) in flight, {info.channels} channel(s)"
             )
     elif state.running:
         print(f"tether daemon (pid {state.pid}) is running but not answering on {socket_path}")

@@ -30,6 +30,28 @@ def test_no_verb_handler_is_typed_to_return_a_dict() -> None:
         assert "dict" not in str(annotation), (name, annotation)
 
 
+def test_the_other_verbs_answer_structs_too() -> None:
+    """``daemon.status``, ``channel.*`` and the worktree verbs (``agent.diff``, ``merge``,
+    ``fork``): their handlers are typed to return a Struct, not a dict."""
+    from tether.daemon.channels.hub import ChannelHub
+    from tether.daemon.fleet.workspaces import Workspaces
+    from tether.daemon.rpc.server import Daemon
+
+    handlers = [
+        Daemon._status,
+        ChannelHub._register,
+        ChannelHub._unregister,
+        ChannelHub._push,
+        Workspaces.diff,
+        Workspaces.merge,
+        Workspaces.fork,
+    ]
+    for handler in handlers:
+        annotation = str(inspect.signature(handler).return_annotation)
+        assert "dict" not in annotation, (handler, annotation)
+        assert "Any" not in annotation, (handler, annotation)
+
+
 def test_every_verb_decodes_into_its_struct_through_both_clients(agentd: AgentDaemon) -> None:
     root = str(agentd.root)
     script = agentd.root / "replies.json"

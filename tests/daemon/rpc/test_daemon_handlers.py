@@ -128,7 +128,7 @@ def test_shutdown_cuts_blocking_calls_with_shutting_down(short_tmp: Path) -> Non
         STARTED["forever"] = started = asyncio.Event()
         pending = asyncio.ensure_future(client.call_response("agent.forever"))
         await started.wait()
-        assert daemon.statistics()["in_flight"] == 1
+        assert daemon.statistics().in_flight == 1
         daemon.request_stop()
         response = await pending
         assert response.error is not msgspec.UNSET
@@ -168,13 +168,13 @@ def test_in_process_calls_get_the_sockets_answers_and_count_in_flight(short_tmp:
         call = asyncio.ensure_future(ask(daemon, "agent.forever"))
         await started.wait()
         del STARTED["forever"]
-        assert daemon.statistics()["in_flight"] == 1
+        assert daemon.statistics().in_flight == 1
         assert not await daemon.quiet(0.05)  # a call in flight: background work waits
         call.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await call
         assert await daemon.quiet(1.0)
-        assert daemon.statistics()["in_flight"] == 0
+        assert daemon.statistics().in_flight == 0
 
     serve_with(short_tmp, body)
 

@@ -161,6 +161,19 @@ class Channel:
     deliverer: Deliverer | None = None
 
 
+class RegisterReply(msgspec.Struct, frozen=True, kw_only=True):
+    """``channel.register_channel``: the new channel's id (under both names clients use)."""
+
+    mcp_channel_id: str
+    channel_id: str
+
+
+class UnregisterReply(msgspec.Struct, frozen=True, kw_only=True):
+    """``channel.unregister_channel``: done (an unknown id is an error, not a reply)."""
+
+    unregistered: bool
+
+
 class PushResult(msgspec.Struct, frozen=True, omit_defaults=True):
     routed: bool
     delivered: bool | None = None  # None: the push only confirmed the route
@@ -211,7 +224,7 @@ class ChannelHub:
         daemon.methods.register("channel.register_channel", self._register)
         daemon.methods.register("channel.unregister_channel", self._unregister)
         daemon.methods.register("channel.push_to_channel", self._push)
-        daemon.add_counter("channels", self.__len__)
+        daemon.count_channels(self.__len__)
 
     def __len__(self) -> int:
         return len(self._channels)
@@ -341,18 +354,18 @@ class ChannelHub:
 
     # -- handlers ----------------------------------------------------------------------------
 
-    def _register(self, context: CallContext, params: Any) -> dict[str, str]:
+    def _register(self, context: CallContext, params: Any) -> RegisterReply:
         args = decode_params(params, RegisterParams)
         if not args.session:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "cc_session_id must not be empty")
         if args.name is not None and len(args.name) > MAX_NAME_CHARS:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, f"name exceeds {MAX_NAME_CHARS} chars")
         channel = self.register(context.socket(), args.session, args.name)
-        return {"mcp_channel_id": channel.channel_id, "channel_id": channel.channel_id}
+        return RegisterReply(mcp_channel_id=channel.channel_id, channel_id=channel.channel_id)
 
-    def _unregister(self, context: CallContext, params: Any) -> dict[str, bool]:
+    def _unregister(self, context: CallContext, params: Any) -> UnregisterReply:
         self.unregister(decode_params(params, ChannelIdParams).id)
-        return {"unregistered": True}
+        return UnregisterReply(unregistered=True)
 
     async def _push(self, context: CallContext, params: Any) -> PushResult:
         args = decode_params(params, PushParams)

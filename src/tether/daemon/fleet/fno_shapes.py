@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final, Protocol
+
+import msgspec
+
+from tether.daemon.fleet.replies import DaemonInfo, DaemonStatus
+from tether.daemon.rpc.status import ServerStatus
 
 if TYPE_CHECKING:
     from tether.daemon.fleet.registry import AgentRecord
@@ -72,7 +77,7 @@ def reference_base(record: AgentRecord, run_id: str) -> dict[str, Any]:
     }
 
 
-def daemon_status(stats: Mapping[str, Any], agents: Iterable[Agent]) -> dict[str, Any]:
+def daemon_status(stats: ServerStatus, agents: Iterable[Agent]) -> DaemonStatus:
     """``agent.status {}``: the daemon's own status, in the reference's ``status-v1`` shape
     (plus tether's ``daemon.status`` statistics inside ``daemon``)."""
     by_status: dict[str, int] = {}
@@ -80,17 +85,13 @@ def daemon_status(stats: Mapping[str, Any], agents: Iterable[Agent]) -> dict[str
     for agent in rows:
         key = wire_status(agent.state, orphaned=getattr(agent, "orphaned", False))
         by_status[key] = by_status.get(key, 0) + 1
-    channels = stats.get("channels", 0)
-    started = stats.get("started_at", time.time())
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "daemon": {
-            **stats,
-            "state": "serving",
-            "uptime_secs": int(time.time() - started),
-        },
-        "agents": {"total": len(rows), "by_status": by_status},
-        "drives": {"active": 0},
-        "restarts": {"queue_depth": 0, "consecutive_failures_max_seen": 0},
-        "channels": {"registered": channels},
-    }
+    fields = msgspec.structs.asdict(stats)
+    info = DaemonInfo(**fields, state="serving", uptime_secs=int(time.time() - stats.started_at))
+    return DaemonStatus(
+        schema_version=SCHEMA_VERSION,
+        daemon=info,
+        agents={"total": len(rows), "by_status": by_status},
+        drives={"active": 0},
+        restarts={"queue_depth": 0, "consecutive_failures_max_seen": 0},
+        channels={"registered": stats.channels},
+    )

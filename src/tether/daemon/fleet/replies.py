@@ -9,7 +9,8 @@ tether's own values: one encoding, not a second set of dicts.
 
 Optional fields default to ``UNSET`` and are left out of the encoding; the rest are always
 present (``null`` where there is no value), as the daemon has always answered them.
-Imports nothing from the daemon, so a client loads it cheaply.
+Imports nothing from the daemon but the server's own status Struct, so a client loads it
+cheaply.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from tether.daemon.rpc.status import ServerStatus
 from tether.wire import ControlAck
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "AskReply",
     "ChannelStats",
     "ControlReply",
+    "DaemonInfo",
     "DaemonStatus",
     "EncodedList",
     "EventsReply",
@@ -325,11 +328,18 @@ class StreamEnd(msgspec.Struct, frozen=True):
     ended: bool
 
 
+class DaemonInfo(ServerStatus, frozen=True, kw_only=True):
+    """The server's statistics (``daemon.status``) in the reference's ``daemon`` object."""
+
+    state: str  # serving
+    uptime_secs: int
+
+
 class DaemonStatus(msgspec.Struct, frozen=True):
     """``agent.status {}``: the daemon's own status, in the reference's status-v1 shape."""
 
     schema_version: int
-    daemon: dict[str, Any]
+    daemon: DaemonInfo
     agents: dict[str, Any]
     drives: dict[str, int]
     restarts: dict[str, int]

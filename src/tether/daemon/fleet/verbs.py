@@ -305,7 +305,7 @@ class AgentVerbs:
     ) -> tuple[list[str], str]:
         if self.channels is None:
             raise RpcFailure(ErrorCode.INVALID_PARAMS, "this daemon serves no channels")
-        socket = str(context.daemon.statistics()["socket"])
+        socket = context.daemon.statistics().socket
         return self.channels.claude_channel(name, socket, to_agent=to_agent)
 
     # -- ask --------------------------------------------------------------------------
@@ -430,7 +430,7 @@ class AgentVerbs:
     ) -> StatusReply | Coroutine[Any, Any, StatusReply]:
         name = _status_name(params)
         if name is None:
-            return DaemonStatus(**daemon_status(context.daemon.statistics(), self.fleet.all()))
+            return daemon_status(context.daemon.statistics(), self.fleet.all())
         agent = self.fleet.require(check_name(name))
         if not isinstance(agent, WireAgent):
             return self._row(agent)

@@ -27,7 +27,7 @@ On shutdown, in-flight async handlers are cancelled and answered ``shutting_down
 
 This module knows no handler: :mod:`tether.daemon.app`, the composition root, builds the
 daemon and installs ``channel.*`` and ``agent.*`` on it (:meth:`Daemon.on_start`,
-:meth:`Daemon.on_shutdown` and :meth:`Daemon.add_counter` are how parts hook in).
+:meth:`Daemon.on_shutdown` and :meth:`Daemon.count_channels` are how parts hook in).
 
 Upgrades: an inline handler may call :meth:`Connection.upgrade` (``agent.drive`` does).
 Once its answer is written, the connection stops speaking frames and every later byte
@@ -72,6 +72,7 @@ from tether.daemon.rpc.protocol import (
     encode_ok,
     recover_id,
 )
+from tether.daemon.rpc.status import ServerStatus
 from tether.errors import DaemonError
 from tether.wire.needdata import NEED_DATA
 
@@ -555,6 +556,10 @@ def _disk_full(exc: BaseException) -> bool:
     return type(exc).__module__ == "sqlite3" and "disk is full" in str(exc)  # SQLITE_FULL
 
 
+def _no_channels() -> int:
+    return 0
+
+
 class Daemon:
     """The server's shared state: config, method registry, connections and counters."""
 
@@ -565,7 +570,7 @@ class Daemon:
         self._pid = os.getpid()
         self._socket = str(config.socket_path)
         self.stopping = False
-        self._counters: dict[str, Callable[[], int]] = {}
+        self._count_channels: Callable[[], int] = _no_channels
         self._connections: set[Connection] = set()
         self._refusing = 0  # refused connections waiting for their client's EOF
         self._in_flight = 0
@@ -588,9 +593,9 @@ class Daemon:
         """
         self._start_hooks.append(hook)
 
-    def add_counter(self, name: str, read: Callable[[], int]) -> None:
-        """Report ``read()`` as ``name`` in :meth:`statistics` (``daemon.status``)."""
-        self._counters[name] = read
+    def count_channels(self, read: Callable[[], int]) -> None:
+        """Report ``read()`` as ``channels`` in :meth:`statistics` (``daemon.status``)."""
+        self._count_channels = read
 
     def on_shutdown(self, hook: Callable[[], Awaitable[None]]) -> None:
         """Await ``hook()`` during shutdown, after in-flight calls are cut."""
@@ -725,17 +730,17 @@ class Daemon:
             return f"too many calls in flight (cap {self.config.max_in_flight}); retry"
         return None
 
-    def statistics(self) -> dict[str, Any]:
-        return {
-            "pid": self._pid,
-            "socket": self._socket,
-            "started_at": self.started_at,
-            "uptime_s": round(time.time() - self.started_at, 3),
-            "connections": len(self._connections),
-            "in_flight": self._in_flight,
-            **{name: read() for name, read in self._counters.items()},
-            "methods": self.methods.methods(),
-        }
+    def statistics(self) -> ServerStatus:
+        return ServerStatus(
+            pid=self._pid,
+            socket=self._socket,
+            started_at=self.started_at,
+            uptime_s=round(time.time() - self.started_at, 3),
+            connections=len(self._connections),
+            in_flight=self._in_flight,
+            channels=self._count_channels(),
+            methods=self.methods.methods(),
+        )
 
-    def _status(self, context: CallContext, params: Any) -> dict[str, Any]:
+    def _status(self, context: CallContext, params: Any) -> ServerStatus:
         return self.statistics()
