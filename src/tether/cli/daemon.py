@@ -1,7 +1,7 @@
 """``tether daemon``: run the daemon in the foreground, or start/stop/inspect a detached one.
 
 tether daemon --foreground [--max-connections N] ...
-tether daemon start [--json] [--max-running N]
+tether daemon [--max-running N] [--notify CMD] [--policy FILE] start [--json]
                                   detach, wait until the socket answers
 tether daemon stop [--json] [--force]
 tether daemon status [--json]     exit 0 when running, 3 when not
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         type=count(),
         metavar="N",
         help="run at most N wire agents at once; spawns beyond wait as queued, in order",
+    )
+    fleet.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="the approval policy (a TOML file: approve = [...], deny = [...]) of every "
+        "wire agent whose spawn names none of its own; its --approve/--deny rules add to it",
     )
     tuning = parser.add_argument_group("foreground tuning")
     tuning.add_argument("--max-connections", type=count(), default=512)
@@ -140,7 +147,8 @@ def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
     )
     try:
         cluster = _cluster(args)
-        fleet = FleetOptions(max_running=args.max_running, notify=args.notify)
+        policy = _policy(args.policy)
+        fleet = FleetOptions(max_running=args.max_running, notify=args.notify, policy=policy)
         return run_daemon(
             config, use_uvloop=not args.no_uvloop, cluster=cluster, fleet_options=fleet
         )
@@ -195,11 +203,30 @@ def _init_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def _policy(path: str | None) -> str | None:
+    """The daemon's default policy file as an absolute path, read and checked now (a file
+    that is missing or does not hold is a usage error at start, not at each spawn);
+    raises ValueError."""
+    if path is None:
+        return None
+    from tether.errors import BadOptions
+    from tether.runtime.parent.command import approval_args
+    from tether.runtime.parent.options import SpawnOptions
+
+    absolute = os.path.abspath(path)
+    try:
+        approval_args(SpawnOptions(policy=absolute))
+    except BadOptions as exc:
+        raise ValueError(f"--policy: {exc}") from None
+    return absolute
+
+
 def _daemon_flags(args: argparse.Namespace) -> list[str]:
     """The cluster's and the agents' flags again, for the detached daemon's command line."""
     pairs = {
         "--max-running": None if args.max_running is None else str(args.max_running),
         "--notify": args.notify,
+        "--policy": _policy(args.policy),
         "--nats": args.nats,
         "--host": args.host,
         "--replicas": None if args.replicas is None else str(args.replicas),
@@ -223,7 +250,7 @@ def _start(args: argparse.Namespace, socket_path: Path) -> int:
         return 0
     try:
         pid = start_detached(socket_path, timeout=args.timeout, extra=_daemon_flags(args))
-    except DaemonSetupError as exc:
+    except (DaemonSetupError, ValueError) as exc:
         print(f"tether daemon: could not start: {exc}", file=sys.stderr)
         return exits.USAGE
     data = {

@@ -75,10 +75,12 @@ log = logging.getLogger("tether.daemon")
 class FleetOptions:
     """How the daemon runs its agents: ``max_running`` wire agents at once (the rest wait
     as ``queued``, started in spawn order; None: no limit); ``notify``: a shell command
-    run each time an agent starts waiting on a person (the request as JSON on stdin)."""
+    run each time an agent starts waiting on a person (the request as JSON on stdin);
+    ``policy``: the approval policy file of every wire agent whose spawn names none."""
 
     max_running: int | None = None
     notify: str | None = None
+    policy: str | None = None
 
 
 def build_daemon(
@@ -99,7 +101,9 @@ def build_daemon(
     hub.install(daemon)
     wiring = ChannelWiring(hub, paths.state_dir() / "mcp")
     queues = Queues(options.notify)
-    supervisor = Supervisor(extensions=(wiring, queues), max_running=options.max_running)
+    supervisor = Supervisor(
+        extensions=(wiring, queues), max_running=options.max_running, policy=options.policy
+    )
     ptys = PtyFleet(lambda: supervisor.registry, supervisor.runs_root)
     fleet = Fleet([supervisor, ptys], elsewhere)
     workspaces = Workspaces(fleet, supervisor)

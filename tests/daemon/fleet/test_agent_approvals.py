@@ -110,17 +110,23 @@ def test_a_rule_decides_and_nothing_waits(agentd: AgentDaemon) -> None:
     done = agentd.wait_for("ruled", lambda s: s["state"] == "ready" and s["turn"] >= 1)
     assert "waiting" not in done
     assert not (work / "made.txt").exists()
+    assert _denied(agentd, done["run_id"]) == [
+        "bash: touch made.txt (denied by rule shell:touch *)"
+    ]
+
+
+def _denied(agentd: AgentDaemon, run_id: str) -> list[str]:
+    """What ``tether show RUN`` says the run denied."""
     shown = subprocess.run(
-        [sys.executable, "-m", "tether", "show", done["run_id"], "--json"],
+        [sys.executable, "-m", "tether", "show", run_id, "--json"],
         env=agentd.env,
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    assert json.loads(shown.stdout)["denied"] == [
-        "bash: touch made.txt (denied by rule shell:touch *)"
-    ]
+    denied: list[str] = json.loads(shown.stdout)["denied"]
+    return denied
 
 
 def test_a_queued_follow_up_is_listed_and_withdrawn(
@@ -178,3 +184,50 @@ def test_notify_runs_the_command_with_the_request_on_stdin(paged: Any) -> None:
     page = json.loads(out.read_text().splitlines()[0])
     assert page["name"] == "paging"
     assert (page["key"], page["type"], page["tool"]) == (key, "approval_request", "bash")
+
+
+@pytest.fixture
+def policed(daemon_env: DaemonProcess, tmp_path: Path) -> Any:
+    from tests.support.agentd import kill_agents
+
+    policy = tmp_path / "policy.toml"
+    policy.write_text('deny = ["shell:touch *"]\n')
+    daemon_env.start("--policy", str(policy))
+    try:
+        yield AgentDaemon(daemon_env)
+    finally:
+        daemon_env.stop()
+        kill_agents(Path(daemon_env.env["TETHER_HOME"]))
+
+
+def test_the_daemons_policy_decides_for_a_spawn_that_names_none(policed: AgentDaemon) -> None:
+    """``tether daemon --policy FILE``: its rules decide every agent's requests (nothing
+    waits, the decision is recorded); a spawn's own policy takes its place."""
+    work = _asking(policed, "policed")
+    done = policed.wait_for("policed", lambda s: s["state"] == "ready" and s["turn"] >= 1)
+    assert "waiting" not in done
+    assert not (work / "made.txt").exists()
+    assert _denied(policed, done["run_id"]) == [
+        "bash: touch made.txt (denied by rule shell:touch *)"
+    ]
+    own = policed.root / "own.toml"
+    own.write_text('approve = ["shell:touch *"]\n')
+    mine = _asking(policed, "mine", policy=str(own))
+    policed.wait_for("mine", lambda s: s["state"] == "ready" and s["turn"] >= 1)
+    assert (mine / "made.txt").exists()
+
+
+def test_a_daemon_policy_that_does_not_hold_is_a_usage_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('approve = ["shell:git *"\n')
+    for policy in (bad, tmp_path / "missing.toml"):
+        started = subprocess.run(
+            [sys.executable, "-m", "tether", "daemon", "--policy", str(policy), "start"],
+            env={"TETHER_SOCKET": str(tmp_path / "d.sock"), "TETHER_HOME": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert started.returncode == 2, started
+        assert "--policy" in started.stderr

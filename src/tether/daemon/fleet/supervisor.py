@@ -96,8 +96,10 @@ class Supervisor:
         timeouts: Timeouts | None = None,
         extensions: tuple[FleetExtension, ...] = (),
         max_running: int | None = None,
+        policy: str | None = None,
     ) -> None:
         self.db = db
+        self.policy = policy  # the approval policy of a spawn that names none (--policy)
         self.runs_root = runs_root
         self.timeouts = timeouts or DAEMON_TIMEOUTS
         self.extensions = extensions
@@ -313,6 +315,8 @@ class Supervisor:
         and cwd, or the refusal: before anything exists."""
         for extension in self.extensions if extensions else ():
             extension.check_spawn(p)
+        if self.policy is not None and p.policy is None and _asks(p):
+            p = msgspec.structs.replace(p, policy=self.policy)
         check_descriptors()
         try:
             p, command = await asyncio.to_thread(_commanded, p, RunIndex(self.db))
@@ -582,3 +586,9 @@ def _restored(row: AgentRecord, run: RunDir) -> tuple[AgentRecord, RunMirror]:
             log.warning("agent %s: snapshot unusable (%s); replaying its log", row.name, exc)
     row = msgspec.structs.replace(row, event_offset=0, last_seq=0, usage=None, turn=0)
     return row, restore_mirror(run.run_id, None, 0, run.control)
+
+
+def _asks(p: SpawnParams) -> bool:
+    """The run has an approval desk (tether's child, or an agent's adapter): a bare
+    command (``argv`` with no agent) has none to take a policy."""
+    return p.argv is None or p.agent not in (None, "builtin")
