@@ -34,7 +34,7 @@ derives from a built-in (``ValueError``, ``KeyError``, ``OSError``) that is said
     │   │   ├── DaemonConnectionLost  daemon.client: the daemon went away mid-call
     │   │   └── DaemonCallError       daemon.client: the daemon answered an error
     │   ├── RpcFailure                daemon.methods: a handler answers an error code
-    │   ├── ConnectionClosed          daemon.server: a client left before answering
+    │   ├── ConnectionClosed          daemon.rpc.connection: a client left before answering
     │   ├── FrameTooLarge             daemon.protocol (ValueError): a body over 16 MiB
     │   ├── AgentExists               daemon.registry: the name is taken
     │   └── AgentNotFound             daemon.registry (KeyError): no such agent

@@ -129,8 +129,8 @@ def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
     import logging
 
     from tether.daemon.app import FleetOptions, run_daemon
+    from tether.daemon.rpc.config import ServerConfig
     from tether.daemon.rpc.lifecycle import DaemonSetupError
-    from tether.daemon.rpc.server import ServerConfig
 
     logging.basicConfig(
         level=args.log_level.upper(),

@@ -49,6 +49,7 @@ from tether.daemon.fleet.verbs import AgentVerbs
 from tether.daemon.fleet.workspaces import Workspaces
 from tether.daemon.pty.agent import PtyFleet
 from tether.daemon.pty.drive import drive_handler
+from tether.daemon.rpc.config import ServerConfig
 from tether.daemon.rpc.lifecycle import (
     DaemonLock,
     DaemonSetupError,
@@ -57,7 +58,7 @@ from tether.daemon.rpc.lifecycle import (
     lock_path_for,
     raise_open_files_limit,
 )
-from tether.daemon.rpc.server import Daemon, ServerConfig
+from tether.daemon.rpc.server import Daemon
 from tether.runtime.parent.forkserver import shared_forkserver
 from tether.sched import request_short_slice
 

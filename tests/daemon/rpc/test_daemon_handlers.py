@@ -17,10 +17,11 @@ from tests.support.waits import loop_pass
 from tether.daemon.channels.hub import ChannelHub
 from tether.daemon.rpc.aclient import AsyncDaemonClient
 from tether.daemon.rpc.client import DaemonCallError
+from tether.daemon.rpc.config import ServerConfig
 from tether.daemon.rpc.lifecycle import bind_socket, ensure_socket_dir
 from tether.daemon.rpc.methods import MethodRegistry, RpcFailure, decode_params
 from tether.daemon.rpc.protocol import MAX_FRAME_BYTES, ErrorCode
-from tether.daemon.rpc.server import CallContext, Daemon, ServerConfig
+from tether.daemon.rpc.server import CallContext, Daemon
 
 
 class NameParams(msgspec.Struct):

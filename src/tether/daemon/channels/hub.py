@@ -49,9 +49,10 @@ from typing import Any, Final
 import msgspec
 
 from tether.daemon.channels.store import ChannelStore
+from tether.daemon.rpc.connection import Connection, ConnectionClosed
 from tether.daemon.rpc.methods import RpcFailure, decode_params
 from tether.daemon.rpc.protocol import ErrorCode
-from tether.daemon.rpc.server import CallContext, Connection, ConnectionClosed, Daemon
+from tether.daemon.rpc.server import CallContext, Daemon
 
 log = logging.getLogger(__name__)
 
