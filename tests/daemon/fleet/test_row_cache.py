@@ -51,11 +51,11 @@ IN_PROCESS = CallContext(None, None, Request(0, "agent.list", {}))  # type: igno
 
 async def _check(verbs: AgentVerbs, agent: WireAgent) -> dict[str, Any]:
     """The list row and the status answer, each equal to the row built afresh."""
-    listed = await _answered(verbs.list_agents(IN_PROCESS, {}))
-    status = await _answered(verbs.status_of(IN_PROCESS, {"name": agent.name}))
+    listed = await _answered(verbs.rows.list_agents(IN_PROCESS, {}))
+    status = await _answered(verbs.rows.status_of(IN_PROCESS, {"name": agent.name}))
     questions = await verbs.answers.questions({agent.run_id: agent.inbox_version})
-    fresh = verbs._row(agent, questions)
-    fresh_final = verbs._row(agent, questions, final=True)
+    fresh = verbs.rows.row(agent, questions)
+    fresh_final = verbs.rows.row(agent, questions, final=True)
     (row,) = msgspec.convert(_json(listed), ListReply).agents
     assert row == msgspec.convert(_json(fresh), AgentStatus)
     assert _json(status) == _json(fresh_final)
@@ -86,7 +86,7 @@ def test_list_rows_reuse_the_status_encoding_and_follow_every_change(home: Path)
             first = await _check(verbs, agent)
             assert (first["state"], first["turn"]) == ("ready", 1)
             # a live agent's list row is the very encoding agent.status made
-            listed = await _answered(verbs.list_agents(IN_PROCESS, {}))
+            listed = await _answered(verbs.rows.list_agents(IN_PROCESS, {}))
             assert listed.agents[0] is agent.row_cache[False][1]
             _, asked = agent.ask(ControlKind.PROMPT, "second")
             await asked

@@ -19,10 +19,13 @@ from tether.daemon.rpc.client import DaemonClient
 
 
 def test_no_verb_handler_is_typed_to_return_a_dict() -> None:
+    from tether.daemon.fleet.rows import AgentRows
+
     handlers = [
-        getattr(AgentVerbs, name)
-        for name in dir(AgentVerbs)
-        if not name.startswith("_") and name not in ("register",)
+        getattr(kind, name)
+        for kind in (AgentVerbs, AgentRows)
+        for name in dir(kind)
+        if not name.startswith("_") and name not in ("register", "host")
     ]
     annotations = {h.__name__: inspect.signature(h).return_annotation for h in handlers}
     assert annotations, "no handlers found"

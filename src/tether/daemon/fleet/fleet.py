@@ -15,7 +15,7 @@ the other hosts run (:meth:`Fleet.host_of`), and the verbs forward a call naming
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.daemon.fleet.replies import AgentStatus, ReconcileReport, RmReply, StopReply
 from tether.daemon.rpc.methods import RpcFailure
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from tether.daemon.fleet.registry import AgentRecord
     from tether.daemon.fleet.wire_agent import WireAgent
 
-__all__ = ["AgentFamily", "Fleet", "FleetAgent"]
+__all__ = ["AgentChannels", "AgentFamily", "Fleet", "FleetAgent"]
 
 
 class FleetAgent(Protocol):
@@ -139,3 +139,18 @@ class Fleet:
         for family in self.families:
             report = report + await family.reconcile()
         return report
+
+
+class AgentChannels(Protocol):
+    """The channel side the verbs use (:class:`tether.daemon.channels.wiring.ChannelWiring`,
+    handed in by the composition root)."""
+
+    def claude_channel(
+        self, name: str, socket: str, *, to_agent: bool
+    ) -> tuple[list[str], str]: ...
+
+    def deliver_to(self, agent: WireAgent) -> None: ...
+
+    def status_fields(self, agent: WireAgent) -> dict[str, Any]: ...
+
+    def forget(self, name: str) -> None: ...
