@@ -7,7 +7,7 @@ Who installs what, read top to bottom in :func:`build_daemon`::
     ChannelWiring(hub)                      inbox -> channel, Claude's channel channels/wiring.py
     Queues(notify)                          queued controls, --notify pages    fleet/queues.py
     Supervisor(extensions=[wiring, queues]) the wire agents, their registry    fleet/supervisor.py
-    PtyFleet(registry)                      PTY agents and their holders       pty/agent.py
+    PtyFleet(registry)                      PTY agents and their holders       pty/fleet.py
     Fleet([supervisor, ptys], elsewhere)    every agent behind one interface   fleet/fleet.py
                                             (in a cluster: the other hosts')   hosts/agents.py
     AgentVerbs(fleet, ...).register(daemon) agent.*                            fleet/verbs.py
@@ -47,8 +47,8 @@ from tether.daemon.fleet.queues import Queues
 from tether.daemon.fleet.supervisor import Supervisor
 from tether.daemon.fleet.verbs import AgentVerbs
 from tether.daemon.fleet.workspaces import Workspaces
-from tether.daemon.pty.agent import PtyFleet
 from tether.daemon.pty.drive import drive_handler
+from tether.daemon.pty.fleet import PtyFleet
 from tether.daemon.rpc.config import ServerConfig
 from tether.daemon.rpc.lifecycle import (
     DaemonLock,

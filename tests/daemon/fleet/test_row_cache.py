@@ -22,7 +22,7 @@ from tether.daemon.fleet.replies import AgentStatus, ListReply
 from tether.daemon.fleet.supervisor import Supervisor
 from tether.daemon.fleet.verbs import AgentVerbs
 from tether.daemon.fleet.wire_agent import WireAgent
-from tether.daemon.pty.agent import PtyFleet
+from tether.daemon.pty.fleet import PtyFleet
 from tether.daemon.rpc.protocol import Request
 from tether.daemon.rpc.server import CallContext
 from tether.wire.session import ControlKind

@@ -475,7 +475,7 @@ class Supervisor:
 
     async def reconcile(self) -> ReconcileReport:
         """Adopt what a previous daemon left; see the module docstring."""
-        rows = [row for row in self.registry.list() if row.pty is None]  # PTY: pty/agent.py
+        rows = [row for row in self.registry.list() if row.pty is None]  # PTY: pty/fleet.py
         skipped: list[str] = []
         waits = []
         for row in rows:

@@ -146,7 +146,7 @@ __all__ = [
 
 
 class PtySpawner(Protocol):
-    """The PTY agents' spawn (:class:`tether.daemon.pty.agent.PtyFleet`)."""
+    """The PTY agents' spawn (:class:`tether.daemon.pty.fleet.PtyFleet`)."""
 
     async def spawn_pty(self, args: SpawnRequest) -> FleetAgent: ...
 

@@ -47,7 +47,8 @@ from tether.transports.ws import (
 
 if TYPE_CHECKING:
     from tether.daemon.fleet.fleet import Fleet
-    from tether.daemon.pty.agent import PtyAgent, PtyFleet
+    from tether.daemon.pty.agent import PtyAgent
+    from tether.daemon.pty.fleet import PtyFleet
     from tether.daemon.rpc.server import CallContext
 
 HANDSHAKE_TIMEOUT_S: Final = 30.0
