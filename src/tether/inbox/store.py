@@ -281,7 +281,7 @@ def _embedded(body: str | None) -> msgspec.Raw | None:
         return None
     raw = body.encode()
     try:
-        msgspec.json.decode(raw)
+        jsondepth.decode_any(raw)  # the depth check first: a damaged body may be a bomb
     except msgspec.DecodeError:
         return None
     return msgspec.Raw(raw)
