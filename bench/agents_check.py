@@ -86,6 +86,7 @@ class Check:
     def __init__(self, name: str, setup: Setup, program: str, tmp: Path, script: list[Any]):
         self.name = name
         self.setup = setup
+        tmp.mkdir(parents=True, exist_ok=True)  # the server's log is created in it
         self.manager = open_model_server(script, log=tmp / "requests.jsonl")
         server = self.manager.__enter__()
         self.world = World(setup, tmp, program, server)
