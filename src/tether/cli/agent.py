@@ -36,15 +36,21 @@ import argparse
 import json
 import os
 import sys
-import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import msgspec
 from msgspec import UNSET
 
 from tether import exits
+from tether.cli.agent_args import answer_flags_last, build_parser, split_child_argv
+from tether.cli.agent_text import (
+    approvals_text,
+    for_terminal,
+    print_event,
+    queue_text,
+    reconciled,
+    status_text,
+    table,
+)
 from tether.daemon.fleet.replies import (
     AgentStatus,
     AnswerReply,
@@ -59,7 +65,6 @@ from tether.daemon.fleet.replies import (
     StopReply,
     decode_reply,
 )
-from tether.numbers import SECONDS, SECONDS_OR_ZERO, count
 
 R = TypeVar("R")
 
@@ -70,177 +75,13 @@ if TYPE_CHECKING:
 
 CALL_TIMEOUT_S: Final = 60.0
 
-EPILOG: Final = """\
-exit status (only these; the daemon's error code is printed, and with --json it is
-the "code" of {"error": {"code", "message"}} on stdout):
-  0 ok
-  2 bad arguments or input: invalid_params, unknown_method, malformed_frame,
-    agent_not_found, agent_exists, invalid_status, channel_unknown; a daemon that cannot
-    start or runs as another user
-  3 no daemon is running; it shut down (shutting_down) or the connection was lost; Ctrl-C
-  4 spawn_failed, busy, internal; the turn that ask (or spawn --wait) waited for failed
-    (its error on stderr)
-  5 lock_timeout; ask (or spawn --wait) timed out: the message was delivered and the
-    turn goes on
-(fno-agents' client exits 13/14/15/18/19/124 for these; tether keeps 0/2/3/4/5.)
-
-events --follow prints the recorded events after --after-seq, then live ones until the
-run ends; reconnecting with the last seq printed loses nothing and repeats nothing.
-"""
-
-
-def _parser(prog: str) -> argparse.ArgumentParser:
-    from tether.daemon.pty.frames import MAX_SIZE, MIN_SIZE
-
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Agents supervised by the tether daemon.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--socket", type=Path, help="daemon socket (default: $TETHER_SOCKET ...)")
-    parser.add_argument(
-        "--host",
-        help="spawn on this host of the local daemon's cluster (every other verb finds an "
-        "agent on any host by its name); with --nats or $TETHER_NATS_URL: call that host "
-        "directly, as the cluster's operator",
-    )
-    parser.add_argument(
-        "--nats",
-        metavar="URL",
-        help="the cluster ($TETHER_NATS_URL), for --host and list without a local daemon",
-    )
-    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-
-    def action(name: str, text: str, *, agent: bool = True) -> argparse.ArgumentParser:
-        command = sub.add_parser(name, help=text, description=text)
-        if agent:
-            command.add_argument("name", help="the agent's name")
-        command.add_argument("--json", action="store_true", help="print JSON for scripts")
-        return command
-
-    spawn = action("spawn", "start an agent (and the daemon, if needed); -- ARGV runs a program")
-    spawn.add_argument("--task", help="the first prompt")
-    spawn.add_argument("--provider", help="model provider of the built-in child")
-    spawn.add_argument("--model", help="model name")
-    spawn.add_argument("--script", help="replies for the scripted provider (a JSON list)")
-    spawn.add_argument("--cwd", help="working directory (default: this one)")
-    spawn.add_argument("--deadline", type=SECONDS, metavar="S", help="the run times out after S s")
-    spawn.add_argument("--channel-id", help="push the agent's inbox messages to this channel")
-    spawn.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
-    spawn.add_argument("--wait", action="store_true", help="wait for the task's answer")
-    spawn.add_argument(
-        "--close-when-idle",
-        action="store_true",
-        help="end the run once it has nothing left to do (its task answered); it stays "
-        "resumable, and under the daemon's --max-running its place goes to the next",
-    )
-    spawn.add_argument(
-        "--timeout", type=SECONDS_OR_ZERO, metavar="S", help="with --wait: wait at most S s"
-    )
-    spawn.add_argument(
-        "--pty", action="store_true", help="run -- COMMAND on a pseudo-terminal (any program)"
-    )
-    spawn.add_argument(
-        "--cols", type=count(MIN_SIZE, MAX_SIZE), help="with --pty: terminal columns (default 80)"
-    )
-    spawn.add_argument(
-        "--rows", type=count(MIN_SIZE, MAX_SIZE), help="with --pty: terminal rows (default 24)"
-    )
-    _add_spawn_agent_flags(spawn)
-    ask = action("ask", "send a message and print the answer of the turn that reads it")
-    ask.add_argument("text")
-    ask.add_argument("--timeout", type=SECONDS_OR_ZERO, metavar="S", help="wait at most S seconds")
-    action("list", "list the agents", agent=False)
-    action("status", "show one agent")
-    stop = action("stop", "end an agent's run (close, finalize or cancel)")
-    stop.add_argument("--mode", choices=("close", "finalize", "cancel"), default="close")
-    stop.add_argument("--note", help="with --mode finalize: the note for the last turn")
-    stop.add_argument(
-        "--timeout", type=SECONDS_OR_ZERO, default=10.0, metavar="S", help="wait for the end"
-    )
-    from tether.cli.agent_work import add_work_actions
-
-    add_work_actions(action)  # rm, diff, merge, fork
-    action("reconcile", "re-adopt agents left by a previous daemon", agent=False)
-    _approval_actions(action)
-    events = action("events", "print an agent's events")
-    events.add_argument("--after-seq", type=count(0), default=0, metavar="N")
-    events.add_argument("--follow", "-f", action="store_true", help="then live until it ends")
-    events.add_argument(
-        "--limit", type=count(1, 10_000), default=1000, help="without --follow (max 10000)"
-    )
-    for name, text in (
-        ("steer", "inject TEXT at the next turn boundary"),
-        ("follow-up", "queue TEXT for after the current turn"),
-    ):
-        action(name, text).add_argument("text")
-    finalize = action("finalize", "ask for one last tool-free turn and the result")
-    finalize.add_argument("--note", help="the instruction for that turn")
-    action("cancel", "abort the run now")
-    action("attach", "drive a PTY agent's terminal (Ctrl-] detaches), or watch and steer")
-    _answer_args(action("answer", "answer a clarification or approval request in its inbox"))
-    return parser
-
-
-def _add_spawn_agent_flags(spawn: argparse.ArgumentParser) -> None:
-    """``--agent NAME [--agent-arg ARG]...``, the worktree and base-URL flags, and how
-    the agent's approvals are decided."""
-    from tether.cli.child import add_agent_flags, add_approval_flags
-    from tether.cli.run import add_workspace_flags
-
-    add_agent_flags(spawn)
-    add_workspace_flags(spawn, resume=False)
-    add_approval_flags(spawn, child=False)
-
-
-def _approval_actions(action: Callable[..., argparse.ArgumentParser]) -> None:
-    """``approvals``, ``queue`` and ``unqueue``."""
-    action("approvals", "list the approvals that wait, fleet-wide, oldest first", agent=False)
-    action("queue", "list the steers and follow-ups the agent has not taken in yet")
-    unqueue = action("unqueue", "withdraw a queued steer or follow-up before it is taken in")
-    unqueue.add_argument("ref", type=count(1), help="its seq (tether agent queue shows it)")
-
-
-def _answer_args(answer: argparse.ArgumentParser) -> None:
-    answer.add_argument("key", metavar="MSG_KEY", help="the question's key (agent list shows it)")
-    answer.add_argument("text", nargs="?", default="", help="the answer (or a note)")
-    verdict = answer.add_mutually_exclusive_group()
-    verdict.add_argument("--approve", action="store_true", help="approve the request")
-    verdict.add_argument("--deny", action="store_true", help="deny the request")
-    answer.add_argument(
-        "--always",
-        action="store_true",
-        help="the same answer for every call of this kind for the rest of the run",
-    )
-
-
-def _split_child_argv(argv: list[str]) -> tuple[list[str], list[str] | None]:
-    """``spawn ... -- PROGRAM ARGS`` -> (the CLI's argv, the child's argv)."""
-    if "spawn" in argv and "--" in argv and argv.index("spawn") < argv.index("--"):
-        cut = argv.index("--")
-        return argv[:cut], argv[cut + 1 :]
-    return argv, None
-
-
-_ANSWER_FLAGS: Final = ("--approve", "--deny", "--always")
-
-
-def _answer_flags_last(argv: list[str]) -> list[str]:
-    """``answer NAME KEY --deny TEXT``: the verdict flags moved after the text (argparse
-    takes an optional positional only before them), so TEXT may come on either side."""
-    if "answer" not in argv:
-        return argv
-    flags = [a for a in argv if a in _ANSWER_FLAGS]
-    return [a for a in argv if a not in _ANSWER_FLAGS] + flags
-
 
 def main(argv: list[str], prog: str) -> int:
     from tether.cli.child import join_agent_args
     from tether.cli.run import workspace_problem
 
-    own, child_argv = _split_child_argv(_answer_flags_last(list(argv)))
-    parser = _parser(prog)
+    own, child_argv = split_child_argv(answer_flags_last(list(argv)))
+    parser = build_parser(prog)
     args = parser.parse_args(join_agent_args(own))
     if child_argv is not None and not child_argv:
         parser.error("-- must be followed by a program")
@@ -259,7 +100,7 @@ def main(argv: list[str], prog: str) -> int:
             return attach(args.socket, args.name)
         return _run(args)
     except DaemonClientError as exc:
-        print(_for_terminal(f"tether agent: {exc}"), file=sys.stderr)
+        print(for_terminal(f"tether agent: {exc}"), file=sys.stderr)
         if args.json:
             print(json.dumps({"error": _error_json(exc)}))
         return exc.exit_code
@@ -318,14 +159,7 @@ def _call(
 
 
 def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
-    print(json.dumps(data) if args.json else _for_terminal(human))
-
-
-def _for_terminal(text: str) -> str:
-    """``text`` (an agent's words in it) without escape sequences or control characters."""
-    from tether.display.sanitize import sanitize
-
-    return sanitize(text)
+    print(json.dumps(data) if args.json else for_terminal(human))
 
 
 # -- actions --------------------------------------------------------------------------------
@@ -426,15 +260,15 @@ def _run(args: argparse.Namespace) -> int:
             return _events(client, args)
         if args.action == "list":
             result, listed = _call(client, "agent.list", None, ListReply)
-            _emit(args, result, _table(listed.agents))
+            _emit(args, result, table(listed.agents))
             return 0
         if args.action == "reconcile":
             result, report = _call(client, "agent.reconcile", None, ReconcileReport)
-            _emit(args, result, _reconciled(report))
+            _emit(args, result, reconciled(report))
             return 0
         if args.action == "approvals":
             result, waiting = _call(client, "agent.approvals", None, ApprovalsReply)
-            _emit(args, result, _approvals_text(waiting))
+            _emit(args, result, approvals_text(waiting))
             return 0
         return _simple(client, args)
 
@@ -443,7 +277,7 @@ def _simple(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> in
     name = args.name
     if args.action == "status":
         result, status = _call(client, "agent.status", {"name": name}, AgentStatus)
-        _emit(args, result, _status_text(status))
+        _emit(args, result, status_text(status))
         return 0
     if args.action == "stop":
         params: dict[str, Any] = {"name": name, "mode": args.mode, "timeout_s": args.timeout}
@@ -470,14 +304,14 @@ def _simple(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> in
         return _answer_question(client, args)
     if args.action == "queue":
         result, queue = _call(client, "agent.queue", {"name": name}, QueueReply)
-        _emit(args, result, _queue_text(queue))
+        _emit(args, result, queue_text(queue))
         return 0
     if args.action == "unqueue":
         params = {"name": name, "ref": args.ref}
         result, sent = _call(client, "agent.unqueue", params, ControlReply)
         if sent.ack == "rejected":
             message = f"tether agent: {name} did not withdraw {args.ref}: {sent.reason}"
-            print(_for_terminal(message), file=sys.stderr)
+            print(for_terminal(message), file=sys.stderr)
             return exits.FAILED
         _emit(args, result, f"{name}: withdrew {args.ref} ({sent.ack}); {sent.state}")
         return 0
@@ -488,7 +322,7 @@ def _simple(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> in
         human = f"{name}: resumed from run {sent.resumed} with the follow-up; {sent.state}"
     if sent.ack == "rejected":
         print(
-            _for_terminal(f"tether agent: {name} rejected {args.action}: {sent.reason}"),
+            for_terminal(f"tether agent: {name} rejected {args.action}: {sent.reason}"),
             file=sys.stderr,
         )
         return exits.FAILED
@@ -512,34 +346,6 @@ def _answer_question(client: DaemonClient | RemoteClient, args: argparse.Namespa
     )
     _emit(args, result, human)
     return 0
-
-
-def _queue_text(reply: QueueReply) -> str:
-    """One line per queued control: its seq, kind, text (first line), age."""
-    if not reply.queue:
-        return f"{reply.name}: nothing queued ({reply.state})"
-    lines = [
-        f"{item.ref:>6}  {item.kind:<9} {item.text.splitlines()[0] if item.text else ''}"
-        f"  ({_age(item.at)})"
-        for item in reply.queue
-    ]
-    return _for_terminal("\n".join(lines))
-
-
-def _approvals_text(reply: ApprovalsReply) -> str:
-    """One line per approval that waits: who, its key, the call, for how long."""
-    if not reply.approvals:
-        return "no approvals wait"
-    lines = []
-    for row in reply.approvals:
-        what = f"{row.tool}: {row.summary}" if row.tool else row.reason
-        where = f"{row.host}/" if row.host else ""
-        lines.append(f"{where}{row.name}  {row.key}  {what}  ({_age(row.since)})")
-    if reply.more:
-        lines.append(f"(and {reply.more} more: answer these first)")
-    if reply.unreachable:
-        lines.append(f"(not answering: {', '.join(reply.unreachable)})")
-    return _for_terminal("\n".join(lines))
 
 
 def _control(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
@@ -594,7 +400,7 @@ def _events(client: DaemonClient | RemoteClient, args: argparse.Namespace) -> in
     if isinstance(client, DaemonClient):
         result = _events_follow_local(client, args)
     else:  # another host's agent: its events channel in JetStream
-        result = client.follow_events(args.name, args.after_seq, lambda e: _print_event(args, e))
+        result = client.follow_events(args.name, args.after_seq, lambda e: print_event(args, e))
     if not args.json:
         print(f"({args.name} {result['state']}; last seq {result['last_seq']})", file=sys.stderr)
     return 0
@@ -605,7 +411,7 @@ def _events_page(client: DaemonClient | RemoteClient, args: argparse.Namespace) 
     result = client.call("agent.events", params)
     page = decode_reply(result, EventsReply)
     for event in page.events:
-        _print_event(args, event)
+        print_event(args, event)
     if not args.json and page.more:
         print(f"(more: continue with --after-seq {page.last_seq})", file=sys.stderr)
     return 0
@@ -619,7 +425,7 @@ def _events_follow_local(client: DaemonClient, args: argparse.Namespace) -> Any:
         if request.method != "agent.event" or not isinstance(request.params, dict):
             raise DaemonCallError(ErrorCode.UNKNOWN_METHOD, f"no {request.method} here")
         for event in request.params.get("events", []):
-            _print_event(args, event)
+            print_event(args, event)
         sys.stdout.flush()
         return {}
 
@@ -627,140 +433,3 @@ def _events_follow_local(client: DaemonClient, args: argparse.Namespace) -> Any:
     client.settimeout(None)
     params = {"name": args.name, "after_seq": args.after_seq, "follow": True}
     return client.call("agent.events", params)
-
-
-# -- rendering --------------------------------------------------------------------------------
-
-
-def _print_event(args: argparse.Namespace, event: dict[str, Any]) -> None:
-    if args.json:
-        print(json.dumps(event))
-        return
-    kind = event.get("type", "?")
-    if kind in ("assistant-text-delta", "assistant-thinking-delta"):
-        return
-    print(_for_terminal(f"{event.get('seq', 0):>6} {kind:<22} {_event_summary(event)}".rstrip()))
-
-
-def _event_summary(event: dict[str, Any]) -> str:
-    kind = event.get("type")
-    if kind in ("turn-started", "turn-complete"):
-        return f"turn {event.get('turn')} {event.get('stop-reason', '')}".strip()
-    if kind == "control-ack":
-        return (
-            f"{event.get('status')} seq {event.get('ref', '?')} {event.get('reason', '')}".strip()
-        )
-    if kind == "exit":
-        return f"{event.get('status')} {event.get('error', '')}".strip()
-    text = event.get("summary") or event.get("text") or event.get("name") or ""
-    return str(text).splitlines()[0][:100] if text else ""
-
-
-def _usage_text(usage: Any) -> str:
-    if not isinstance(usage, dict) or not usage:
-        return "-"
-    return f"{usage.get('input', 0)}/{usage.get('output', 0)}"
-
-
-def _age(since: Any) -> str:
-    if not isinstance(since, int | float):
-        return "-"
-    seconds = max(0, int(time.time() - since))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def _table(agents: list[AgentStatus]) -> str:
-    if not agents:
-        return "no agents (start one with 'tether agent spawn NAME --task ...')"
-    hosts = any(a.host is not UNSET for a in agents)
-    header = ("HOST",) * hosts + ("NAME", "STATE", "TURN", "PID", "TOKENS IN/OUT", "AGE", "RUN")
-    rows = [header] + [
-        (
-            *((str(a.host if a.host is not UNSET else "-"),) * hosts),
-            a.name,
-            _shown_state(a),
-            str(a.turn),
-            str(a.pid or "-"),
-            _usage_text(a.usage),
-            _age(a.created_at),
-            a.run_id,
-        )
-        for a in agents
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-    return "\n".join(lines + _question_lines(agents))
-
-
-def _shown_state(agent: AgentStatus) -> str:
-    """``waiting`` for a run blocked on a person's answer, ``queued #N`` for one waiting
-    for a place to run (--max-running), else its state."""
-    if agent.waiting is not UNSET:
-        return "waiting"
-    if agent.queue_position is not UNSET:
-        return f"queued #{agent.queue_position}"
-    if agent.resumable is True:
-        return f"{agent.state} (resumable)"
-    return agent.state
-
-
-def _question_lines(agents: list[AgentStatus]) -> list[str]:
-    """Unanswered questions, one line each, with the command that answers them."""
-    out = []
-    for agent in agents:
-        for question in agent.questions or []:
-            kind = "approval" if question.type == "approval_request" else "question"
-            text = question.text.replace("\n", " ")[:80]
-            out.append(f"? {agent.name} {kind} {question.key}: {text}")
-    if out:
-        out.insert(0, "")
-        out.append("(answer with: tether agent answer NAME MSG_KEY TEXT | --approve | --deny)")
-    return out
-
-
-def _status_text(status: AgentStatus) -> str:
-    keys = ("name", "state", "turn", "pid", "run_id", "run_dir", "last_seq", "provider", "model")
-    values = {key: getattr(status, key) for key in keys}
-    values["state"] = _shown_state(status)
-    lines = [f"{key + ':':<11}{'-' if value is None else value}" for key, value in values.items()]
-    lines.append(f"{'usage:':<11}{_usage_text(status.usage)} (tokens in/out)")
-    lines.append(f"{'started:':<11}{_age(status.started_at)} ago")
-    if status.worktree is not UNSET:
-        lines.append(f"{'worktree:':<11}{status.worktree}")
-        lines.append(f"{'branch:':<11}{status.branch or '-'} (base {status.base or '-'})")
-    if status.waiting is not UNSET:
-        waiting = status.waiting
-        what = f" {waiting.tool}" if waiting.tool else ""
-        lines.append(
-            f"{'waiting:':<11}{waiting.kind}{what} {waiting.key} since {_age(waiting.since)}"
-        )
-    if status.channel_id:
-        stats = "" if status.channel is UNSET else msgspec.json.encode(status.channel).decode()
-        lines.append(f"{'channel:':<11}{status.channel_id} {stats}")
-    if status.adopted:
-        lines.append(f"{'adopted:':<11}yes (re-adopted after a daemon restart)")
-    if status.error not in (None, UNSET):
-        lines.append(f"{'error:':<11}{status.error}")
-    for note in status.notes or []:
-        lines.append(f"{'note:':<11}{note}")
-    return "\n".join(lines)
-
-
-def _reconciled(report: ReconcileReport) -> str:
-    def names(found: list[str]) -> str:
-        return ", ".join(found) or "-"
-
-    lines = [
-        f"scanned {report.scanned} agents",
-        f"recovered: {names(report.recovered)}",
-        f"orphaned:  {names(report.orphaned)}",
-        f"skipped:   {names(report.skipped)}",
-    ]
-    lines += [f"error:     {e.name}: {e.error}" for e in report.errors]
-    return "\n".join(lines)
