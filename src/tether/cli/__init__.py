@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entrypoint() -> None:
-    """``tether``: exit only with 0, 2, 3, 4 or 5 (:mod:`tether.cli.exits`), never with a
+    """``tether``: exit only with 0, 2, 3, 4 or 5 (:mod:`tether.exits`), never with a
     traceback, 1 or a shell's 128+N."""
     from tether import exits
 

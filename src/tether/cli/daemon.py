@@ -8,7 +8,7 @@ tether daemon status [--json]     exit 0 when running, 3 when not
 tether daemon --nats URL [--replicas N] init-cluster [--json]
                                   create the cluster's stream and buckets, once
 
-Exit statuses (:mod:`tether.cli.exits`): 0 ok; 2 bad arguments, or a daemon that cannot
+Exit statuses (:mod:`tether.exits`): 0 ok; 2 bad arguments, or a daemon that cannot
 start (an unsafe socket directory, another daemon holding the lock); 3 not running
 (``status``), or stopped by a signal; 5 ``stop`` timed out (retry with ``--force``).
 """

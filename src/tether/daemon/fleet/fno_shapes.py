@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class Agent(Protocol):
-    """What these shapes read of an agent (a wire ``AgentRun`` or a ``PtyAgent``; the
+    """What these shapes read of an agent (a ``WireAgent`` or a ``PtyAgent``; the
     optional ``run_id``, ``orphaned`` and ``reference`` are looked up by name)."""
 
     @property

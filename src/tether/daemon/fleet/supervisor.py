@@ -1,7 +1,7 @@
 """The daemon's agents: spawn them, find them again after a restart, forward their inboxes.
 
 Theory of operation. Every agent has a row in the registry (``daemon_agents``) and, while
-this daemon runs, an :class:`~tether.daemon.fleet.wire_agent.AgentRun` in :attr:`Supervisor.agents`.
+this daemon runs, a :class:`~tether.daemon.fleet.wire_agent.WireAgent` in :attr:`Supervisor.agents`.
 
 - :meth:`Supervisor.spawn` makes a run directory (control, events, inbox, stderr), writes
   the task as the first ``prompt`` when there is one, inserts the row, starts the child in

@@ -10,7 +10,7 @@ output ring, fed by the holder's output frames, for the viewers that
 
 A daemon that stops (or is killed) leaves holder and program running. A restarted daemon
 finds the row live and the holder's pid alive with the same start time
-(:func:`~tether.daemon.fleet.registry.process_matches`) and re-attaches: the holder's hello
+(:func:`~tether.procs.process_matches`) and re-attaches: the holder's hello
 says the size, its ring frame restores the screen. A row whose holder is gone ends with
 what ``pty-exit.json`` says (the holder writes it when the program ends) or ``failed``.
 

@@ -1,9 +1,9 @@
 """Run supervision, sans-IO: the rules that keep a parent from hanging and its answer honest.
 
 Theory of operation. :class:`RunWatch` owns one run's
-:class:`~tether.runtime.parent.mirror.RunMirror` and its timers. Whoever starts a child (the
-parent API's :class:`~tether.runtime.parent.spawn.RunHandle`, the daemon's
-:class:`~tether.daemon.fleet.wire_agent.AgentRun`) is an I/O driver around it: it does the
+:class:`~tether.runtime.parent.mirror.RunMirror` and its timers. The one run driver,
+:class:`~tether.runtime.parent.driver.LocalRunHandle` (behind ``tether.spawn`` and each of
+the daemon's wire agents alike), is the I/O around it: it does the
 reading, writing, waiting and signalling, and tells the watch what happened, always
 with ``now`` (one monotonic clock, in seconds):
 
