@@ -125,7 +125,7 @@ def _denied(agentd: AgentDaemon, run_id: str) -> list[str]:
         timeout=60,
         check=False,
     )
-    denied: list[str] = json.loads(shown.stdout)["denied"]
+    denied: list[str] = json.loads(shown.stdout).get("denied", [])
     return denied
 
 
@@ -214,6 +214,14 @@ def test_the_daemons_policy_decides_for_a_spawn_that_names_none(policed: AgentDa
     own.write_text('approve = ["shell:touch *"]\n')
     mine = _asking(policed, "mine", policy=str(own))
     policed.wait_for("mine", lambda s: s["state"] == "ready" and s["turn"] >= 1)
+    assert (mine / "made.txt").exists()
+    # resumed, it keeps its own policy (the daemon's fills in only where none was named)
+    policed.call("agent.stop", {"name": "mine", "mode": "close"})
+    (mine / "made.txt").unlink()
+    resumed = policed.call("agent.follow_up", {"name": "mine", "text": "again"})["resumed"]
+    again = policed.wait_for("mine", lambda s: s["run_id"] != resumed and s["turn"] >= 1)
+    policed.wait_for("mine", lambda s: s["state"] in ("ready", "done"))
+    assert _denied(policed, again["run_id"]) == []
     assert (mine / "made.txt").exists()
 
 

@@ -315,11 +315,9 @@ class Supervisor:
         and cwd, or the refusal: before anything exists."""
         for extension in self.extensions if extensions else ():
             extension.check_spawn(p)
-        if self.policy is not None and p.policy is None and _asks(p):
-            p = msgspec.structs.replace(p, policy=self.policy)
         check_descriptors()
         try:
-            p, command = await asyncio.to_thread(_commanded, p, RunIndex(self.db))
+            p, command = await asyncio.to_thread(_commanded, p, RunIndex(self.db), self.policy)
         except BadOptions as exc:
             raise invalid(str(exc)) from None
         except SpawnError as exc:  # an agent CLI that is not installed
@@ -567,10 +565,15 @@ class Supervisor:
         )
 
 
-def _commanded(p: SpawnParams, index: RunIndex) -> tuple[SpawnParams, ChildCommand]:
+def _commanded(
+    p: SpawnParams, index: RunIndex, policy: str | None
+) -> tuple[SpawnParams, ChildCommand]:
     """The spawn's parameters resolved (a resumed run's options, its worktree's branch,
-    its agent's home) and its child's command; raises ``BadOptions``. Blocking."""
+    its agent's home, the daemon's ``policy`` when it names none) and its child's command;
+    raises ``BadOptions``. Blocking."""
     p, resumed = resolve_spawn(p, index)
+    if policy is not None and p.policy is None and _asks(p):  # after: a resumed run's wins
+        p = msgspec.structs.replace(p, policy=policy)
     command = child_command(p.options(), None, resumed)
     if command.config is not None and command.config.home:  # kept for its resume
         p = msgspec.structs.replace(p, home=command.config.home)
