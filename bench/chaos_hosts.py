@@ -57,7 +57,7 @@ from tests.nats_server import NatsCluster, run_nats_cluster  # noqa: E402
 from tests.support.agentd import agent_pids, alive, kill_agents  # noqa: E402
 from tests.support.daemon import DaemonProcess, make_env  # noqa: E402
 
-from tether.daemon.hosts.link import control_channel, events_channel, inbox_channel  # noqa: E402
+from tether.daemon.hosts.names import control_channel, events_channel, inbox_channel  # noqa: E402
 from tether.daemon.hosts.remote import call_host, connect  # noqa: E402
 from tether.daemon.hosts.remote_run import RemoteRunHandle, spawn_remote  # noqa: E402
 from tether.daemon.rpc.client import DaemonCallError, DaemonClientError  # noqa: E402

@@ -94,7 +94,7 @@ def url_for(server: NatsServer, host: str | None) -> str:
 
 def host_options(host: str) -> dict[str, object]:
     """What ``tether daemon --host`` connects with (its own reply-subject prefix)."""
-    from tether.daemon.hosts.link import host_inbox
+    from tether.daemon.hosts.names import host_inbox
 
     return {"inbox_prefix": host_inbox(host)}
 

@@ -26,7 +26,7 @@ from tether import exits
 from tether.numbers import REPLICAS, SECONDS, SECONDS_OR_ZERO, count, from_env
 
 if TYPE_CHECKING:
-    from tether.daemon.hosts.link import ClusterOptions
+    from tether.daemon.hosts.names import ClusterOptions
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -160,7 +160,7 @@ def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
 def _cluster(args: argparse.Namespace) -> ClusterOptions | None:
     import os
 
-    from tether.daemon.hosts.link import ClusterOptions
+    from tether.daemon.hosts.names import ClusterOptions
 
     return ClusterOptions.from_env(
         os.environ,

@@ -65,7 +65,7 @@ from tether.sched import request_short_slice
 if TYPE_CHECKING:
     from tether.daemon.fleet.elsewhere import Elsewhere
     from tether.daemon.hosts.agents import ClusterAgents
-    from tether.daemon.hosts.link import ClusterOptions
+    from tether.daemon.hosts.names import ClusterOptions
 
 __all__ = ["FleetOptions", "build_daemon", "run_daemon"]
 

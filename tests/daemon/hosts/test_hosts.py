@@ -328,7 +328,7 @@ def _wait_for_log(daemon: DaemonProcess, text: str) -> None:
 def _check_events_in_jetstream(url: str, host: str, run_id: str, events: Path) -> None:
     """Every complete line of the run's local control and event logs is in its channel
     once, in order (the two files share offsets: their message ids must not collide)."""
-    from tether.daemon.hosts.link import control_channel, events_channel, inbox_channel
+    from tether.daemon.hosts.names import control_channel, events_channel, inbox_channel
     from tether.transports.jetstream import open_jetstream
 
     pairs = [
@@ -542,7 +542,7 @@ def test_a_runs_inbox_lines_reach_jetstream_ahead_of_its_exit(
     nothing after it). The three files went at once before, the event log's batch first,
     and the line landed behind the exit (bench/chaos_hosts.py: API handles missed up to
     three inbox lines of a run)."""
-    from tether.daemon.hosts.link import events_channel, inbox_channel, run_channels
+    from tether.daemon.hosts.names import events_channel, inbox_channel, run_channels
     from tether.transports.jetstream import open_jetstream
 
     b = hosts["B"]

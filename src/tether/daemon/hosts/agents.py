@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from tether.daemon.fleet.replies import AgentStatus
-from tether.daemon.hosts.link import HOST_NAME, REGISTRY_BUCKET, check_host
+from tether.daemon.hosts.names import HOST_NAME, REGISTRY_BUCKET, check_host
 from tether.daemon.hosts.remote import call_host_as, decode_row
 from tether.daemon.rpc.client import DaemonCallError, DaemonClientError
 from tether.daemon.rpc.methods import RpcFailure

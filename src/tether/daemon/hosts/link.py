@@ -48,17 +48,23 @@ import asyncio
 import contextlib
 import logging
 import math
-import re
-import socket
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from tether.daemon.hosts.bridge import Outbound
+from tether.daemon.hosts.names import (
+    PENDING_METHOD,
+    REGISTRY_BUCKET,
+    ClusterOptions,
+    check_host,
+    control_channel,
+    events_channel,
+    inbox_channel,
+    rpc_subject,
+)
 from tether.daemon.rpc.client import result_of
 from tether.daemon.rpc.protocol import (
     PREFIX_BYTES,
@@ -71,7 +77,6 @@ from tether.daemon.rpc.protocol import (
     encode_ok,
     recover_id,
 )
-from tether.numbers import REPLICAS, from_env
 from tether.transports.channel import TransportError
 from tether.transports.cluster import ClusterSettings
 
@@ -80,83 +85,17 @@ if TYPE_CHECKING:
     from tether.transports.cluster import Cluster, Incoming, Registry, Service
     from tether.transports.watch import FileWatcher
 
-__all__ = [
-    "HOST_NAME",
-    "PENDING_METHOD",
-    "REGISTRY_BUCKET",
-    "ClusterOptions",
-    "HostLink",
-    "check_host",
-    "control_channel",
-    "events_channel",
-    "host_inbox",
-    "inbox_channel",
-    "init_cluster",
-    "open_host_link",
-    "rpc_subject",
-    "run_channels",
-]
+__all__ = ["HostLink", "init_cluster", "open_host_link"]
 
 log = logging.getLogger("tether.daemon.hosts.link")
 
-HOST_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-REGISTRY_BUCKET = "tether_agents"
 FORWARD_BATCH_S = 0.02  # a forwarding pass gathers what changed this long
 FORWARD_DEFER_S = 0.01  # then waits at most this long for the calls in flight
 # A bridge commits its progress at most this often (each commit is a JetStream round trip
 # and a stored message, which cost more than the lines a steer forwards): a restart sends
 # again what came after its last commit, and the message ids store it once.
 COMMIT_EVERY_S = 1.0
-# A caller's probe while its call is in flight (tether.daemon.hosts.remote.call_host): answered
-# by the link itself, never by the daemon's method table (the socket has no use for it).
-PENDING_METHOD = "host.pending"
 CLOSE_COMMIT_S = 2.0  # a daemon leaving commits what it forwarded, within this long
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClusterOptions:
-    """How a daemon joins a cluster: ``tether daemon --nats URL --host NAME``."""
-
-    url: str
-    host: str
-    replicas: int = 1
-    creds: str | None = None  # a NATS .creds file (JWT + NKEY seed) for this host
-    ca: str | None = None  # the CA that signed the servers' TLS certificates
-
-    @classmethod
-    def from_env(
-        cls,
-        env: Mapping[str, str],
-        *,
-        url: str | None = None,
-        host: str | None = None,
-        replicas: int | None = None,
-        creds: str | None = None,
-        ca: str | None = None,
-    ) -> ClusterOptions | None:
-        """Flags first, then ``TETHER_NATS_URL``, ``TETHER_HOST``, ``TETHER_NATS_REPLICAS``,
-        ``TETHER_NATS_CREDS``, ``TETHER_NATS_CA``; ``None`` when no URL is given. A URL no
-        transport takes is :class:`~tether.transports.cluster.BadClusterURL` (a
-        ``ValueError``), as is a bad host name."""
-        from tether.transports.opener import check_url
-
-        url = url or env.get("TETHER_NATS_URL")
-        if not url:
-            return None
-        check_url(url)
-        host = host or env.get("TETHER_HOST") or socket.gethostname().split(".")[0]
-        replicas = replicas or int(from_env(env, "TETHER_NATS_REPLICAS", REPLICAS, 1))
-        return cls(
-            url=url,
-            host=check_host(host),
-            replicas=replicas,
-            creds=creds or env.get("TETHER_NATS_CREDS") or None,
-            ca=ca or env.get("TETHER_NATS_CA") or None,
-        )
-
-    def settings(self) -> ClusterSettings:
-        """This host's connection: its credentials and its own reply prefix."""
-        return ClusterSettings(creds=self.creds, ca=self.ca, reply_prefix=host_inbox(self.host))
 
 
 async def open_host_link(options: ClusterOptions, daemon: Daemon) -> HostLink:
@@ -191,40 +130,6 @@ async def init_cluster(
         return cluster.stores()
     finally:
         await cluster.aclose()
-
-
-def check_host(name: str) -> str:
-    if not HOST_NAME.fullmatch(name):
-        raise ValueError(f"bad host name {name!r}: 1-64 of [A-Za-z0-9_-]")
-    return name
-
-
-def host_inbox(host: str) -> str:
-    """The reply-subject prefix of a host daemon's connection, ``_INBOX_<host>``: its
-    permissions may then let it subscribe to its own replies only (never ``_INBOX.>``,
-    which would show it every client's replies and consumer deliveries)."""
-    return f"_INBOX_{check_host(host)}"
-
-
-def rpc_subject(host: str) -> str:
-    return f"tether.host.{check_host(host)}.rpc"
-
-
-def events_channel(host: str, run_id: str) -> str:
-    return f"h.{check_host(host)}.run.{run_id}.events"
-
-
-def inbox_channel(host: str, run_id: str) -> str:
-    return f"h.{check_host(host)}.run.{run_id}.inbox"
-
-
-def control_channel(host: str, run_id: str) -> str:
-    return f"h.{check_host(host)}.run.{run_id}.control"
-
-
-def run_channels(host: str, run_id: str) -> str:
-    """The pattern matching a run's three channels (for ``tail_matching``)."""
-    return f"h.{check_host(host)}.run.{run_id}.*"
 
 
 def _size(path: Path) -> int | None:

@@ -24,7 +24,7 @@ from msgspec import UNSET, UnsetType
 from tether import jsondepth
 from tether.daemon.fleet.fno_shapes import FIELDS_OMITTED
 from tether.daemon.fleet.replies import AgentStatus, ListReply
-from tether.daemon.hosts.link import PENDING_METHOD, REGISTRY_BUCKET, rpc_subject
+from tether.daemon.hosts.names import PENDING_METHOD, REGISTRY_BUCKET, rpc_subject
 from tether.daemon.rpc.client import (
     DaemonCallError,
     DaemonConnectionLost,
@@ -369,7 +369,7 @@ class RemoteClient:
         on_event: Callable[[dict[str, Any]], None],
         status: dict[str, Any],
     ) -> dict[str, Any]:
-        from tether.daemon.hosts.link import events_channel
+        from tether.daemon.hosts.names import events_channel
         from tether.transports.channel import Entry
 
         last = after_seq

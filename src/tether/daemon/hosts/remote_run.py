@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tether import jsondepth
-from tether.daemon.hosts.link import control_channel, events_channel, inbox_channel, run_channels
+from tether.daemon.hosts.names import control_channel, events_channel, inbox_channel, run_channels
 from tether.daemon.hosts.remote import call_host, connect
 from tether.daemon.rpc.client import DaemonCallError
 from tether.daemon.rpc.protocol import ErrorCode
