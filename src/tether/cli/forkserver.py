@@ -127,14 +127,19 @@ def _rehearse(start: Signals) -> bool:
     from pathlib import Path
 
     from tether.cli import child
-    from tether.runtime.parent.launch import default_argv, prepare_run
+    from tether.runtime.parent.command import ChildCommand, default_argv
+    from tether.runtime.parent.launch import prepare_run
+    from tether.runtime.parent.options import SpawnOptions
 
     saved = dict(os.environ)
     root = tempfile.mkdtemp(prefix="tether-template-")
     try:
         script = Path(root) / "script.json"
         script.write_text('[{"text": "rehearsal"}]')
-        prepared = prepare_run("rehearsal", runs_root=Path(root), deadline_s=30)
+        command = ChildCommand(default_argv(None, None), "builtin")
+        prepared = prepare_run(
+            "rehearsal", SpawnOptions(deadline_s=30), command, runs_root=Path(root)
+        )
         closed = prepared.mirror.control("close")
         if isinstance(closed, tuple):
             prepared.control.append(closed[1])

@@ -337,13 +337,10 @@ class Supervisor:
             return await asyncio.to_thread(
                 prepare_run,
                 p.task,
+                p.options(),
+                command,
                 runs_root=self.runs_root,
-                argv=command.argv,
-                provider=p.provider,
-                model=p.model,
-                env=command.child_env(p.env),
-                fixed_env={**command.env, "TETHER_AGENT_NAME": p.name},
-                deadline_s=p.deadline_s,
+                fixed_env={"TETHER_AGENT_NAME": p.name},
             )
         except ControlRefused as exc:
             raise invalid(str(exc)) from None

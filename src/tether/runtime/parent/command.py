@@ -21,6 +21,7 @@ agent's home before the child starts, :attr:`ChildCommand.config`).
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 
 from tether.errors import BadOptions, SpawnError
@@ -29,12 +30,11 @@ from tether.runtime.child.adapters import START_TIMEOUT_ENV
 from tether.runtime.child.adapters.commands import Resume
 from tether.runtime.child.adapters.config import AgentConfig, plan_config
 from tether.runtime.child.adapters.prestart import CliRequest
-from tether.runtime.parent.launch import default_argv
 from tether.runtime.parent.options import SpawnOptions
 from tether.runtime.parent.outcome import Timeouts
 from tether.runtime.parent.rundir import new_run_id
 
-__all__ = ["ChildCommand", "approval_args", "child_command"]
+__all__ = ["ChildCommand", "approval_args", "child_command", "default_argv"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,3 +220,13 @@ def _check_script(path: str) -> None:
         load_script(path)
     except ScriptError as exc:
         raise BadOptions(f"script {path}: {exc}") from None
+
+
+def default_argv(provider: str | None, model: str | None) -> list[str]:
+    """``tether child`` with the provider and model flags."""
+    argv = [sys.executable, "-m", "tether", "child"]
+    if provider:
+        argv += ["--provider", provider]
+    if model:
+        argv += ["--model", model]
+    return argv

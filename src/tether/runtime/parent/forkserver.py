@@ -130,7 +130,7 @@ def enabled(env: Mapping[str, str] | None = None) -> bool:
 
 
 def child_prefix() -> list[str]:
-    """The argv every built-in child starts with (``launch.default_argv``'s)."""
+    """The argv every built-in child starts with (``command.default_argv``'s)."""
     return [sys.executable, "-m", "tether", "child"]
 
 

@@ -11,7 +11,6 @@ import asyncio
 import math
 import os
 import shlex
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,8 +21,10 @@ from tether.errors import ControlRefused, SpawnError
 from tether.numbers import seconds_problem
 from tether.runtime.child.adapters.prestart import CliRequest
 from tether.runtime.parent import forkserver
+from tether.runtime.parent.command import ChildCommand
 from tether.runtime.parent.forkserver import ForkedChild
 from tether.runtime.parent.mirror import RunMirror
+from tether.runtime.parent.options import SpawnOptions
 from tether.runtime.parent.rundir import RunDir, append_line, create_run_dir
 from tether.runtime.parent.sidecars import InboxTail
 from tether.transports.wake import ControlWriter, WakePipe
@@ -50,27 +51,24 @@ class PreparedRun:
 
 def prepare_run(
     task: str | None,
+    options: SpawnOptions,
+    command: ChildCommand,
     *,
     runs_root: Path | None = None,
-    argv: Sequence[str] | None = None,
-    provider: str | None = None,
-    model: str | None = None,
-    child_args: Sequence[str] = (),
-    env: Mapping[str, str] | None = None,
     fixed_env: Mapping[str, str] | None = None,
-    deadline_s: float | None = None,
 ) -> PreparedRun:
-    """Make the run directory, write ``task`` as the first prompt, and build the spawn.
+    """Make the run directory, write ``task`` as the first prompt, and build the spawn of
+    ``command`` (:func:`~tether.runtime.parent.command.child_command`'s, for ``options``).
 
-    The command is ``argv``, else ``tether child`` with the provider and model flags and
-    ``child_args``. The environment is this process's (without its own wire settings),
-    then ``TETHER_PROVIDER``/``TETHER_MODEL``, ``env``, the wire variables and
-    ``fixed_env``. The deadline is ``ceil(now + deadline_s)``: a whole second on the wire
-    that never comes before the time asked for. Raises :class:`ControlRefused` when the
-    task cannot be sent as a prompt, ``ValueError`` when ``deadline_s`` is not a positive
-    number of seconds (:func:`tether.numbers.seconds_problem`). Blocking (files): call it
-    from a thread.
+    The environment is this process's (without its own wire settings), then
+    ``TETHER_PROVIDER``/``TETHER_MODEL``, the run's ``env`` (as the command gives it), the
+    wire variables, the command's own and ``fixed_env``. The deadline is ``ceil(now +
+    deadline_s)``: a whole second on the wire that never comes before the time asked for.
+    Raises :class:`ControlRefused` when the task cannot be sent as a prompt, ``ValueError``
+    when ``deadline_s`` is not a positive number of seconds
+    (:func:`tether.numbers.seconds_problem`). Blocking (files): call it from a thread.
     """
+    deadline_s, provider, model = options.deadline_s, options.provider, options.model
     problem = None if deadline_s is None else seconds_problem(deadline_s)
     if problem is not None:
         raise ValueError(f"deadline_s: {problem}")
@@ -91,24 +89,15 @@ def prepare_run(
     inherited = without_wire_env(os.environ)
     passed = {k: v for k, v in (("TETHER_PROVIDER", provider), ("TETHER_MODEL", model)) if v}
     wire = run_env(run, deadline)
-    child_env = {**inherited, **passed, **(env or {}), **wire, **(fixed_env or {})}
-    command = list(argv) if argv is not None else default_argv(provider, model) + list(child_args)
-    return PreparedRun(run, mirror, first_seq, command, child_env, created_at, deadline, control)
+    own = {**command.env, **(fixed_env or {})}
+    child_env = {**inherited, **passed, **(command.child_env(options.env) or {}), **wire, **own}
+    argv = list(command.argv)
+    return PreparedRun(run, mirror, first_seq, argv, child_env, created_at, deadline, control)
 
 
 def monotonic_at(unix_time: float) -> float:
     """The monotonic clock's reading at ``unix_time`` (for timers set in wall time)."""
     return time.monotonic() + (unix_time - time.time())
-
-
-def default_argv(provider: str | None, model: str | None) -> list[str]:
-    """``tether child`` with the provider and model flags."""
-    argv = [sys.executable, "-m", "tether", "child"]
-    if provider:
-        argv += ["--provider", provider]
-    if model:
-        argv += ["--model", model]
-    return argv
 
 
 def run_env(run: RunDir, deadline: int | None) -> dict[str, str]:

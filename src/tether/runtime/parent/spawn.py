@@ -106,15 +106,7 @@ async def spawn_run(task: str, opts: SpawnOptions, supervision: Supervision) -> 
     timeouts = supervision.timeouts or Timeouts()
     opts, command = await asyncio.to_thread(_checked, opts, supervision)
     prepared = await asyncio.to_thread(
-        prepare_run,
-        task,
-        runs_root=supervision.runs_root,
-        argv=command.argv,
-        provider=opts.provider,
-        model=opts.model,
-        env=command.child_env(opts.env),
-        fixed_env=command.env,
-        deadline_s=opts.deadline_s,
+        prepare_run, task, opts, command, runs_root=supervision.runs_root
     )
     run = prepared.run
     try:
