@@ -18,7 +18,8 @@ misbehave in the ways the parent must survive:
   long-result-nofile a 100 KB answer cut, without final-text-path
   linger             write exit done, then keep running
   exit-code          exit 3 right after ready, without an exit event
-  slow-start         answer controls before ready, until one is answered (the `starting` row)
+  slow-start         answer controls before ready, until the task's prompt and one more are
+                     answered (the `starting` row: the test's control, however late it comes)
 
 With ``--turn-ms -1`` a turn never ends by itself (only a control ends it).
 With ``--gate PATH`` a turn's simulated work ends when the test appends a line to PATH
@@ -270,11 +271,12 @@ class Child:
 
     def starting_phase(self) -> None:
         """Answer controls while still starting (every one but cancel is rejected), until
-        one has been answered."""
-        while not self.answered:
+        the task's prompt and the test's control have been answered: decided by what was
+        read, not by when (the test's control may come in a later read than the prompt)."""
+        while self.answered < 2:
             for line in self.read_controls():
                 self.handle(line)
-            if not self.answered:
+            if self.answered < 2:
                 self.watcher.wait_sync()
 
     def main(self) -> None:
