@@ -226,7 +226,12 @@ def diagnosis(debug: Path, terminal: Screen, requests: Path | None = None) -> st
 def claude_world(tmp_path: Path, claude_cli: str) -> Iterator[tuple[str, dict[str, str], Any]]:
     """An environment for an interactive Claude Code (its own HOME, prepared) and a
     scripted model server; nothing started under the environment's mark survives."""
-    script = [REPLY_CALL, {"text": "Replied."}, *[{"text": "Got the channel message."}] * 4]
+    # The model waits for the channel's tool first, as a model would: Claude Code may send
+    # the push before it counts the channel server connected (the request then offers
+    # WaitForMcpServers and no reply tool; seen in CI under load). When nothing is
+    # pending the wait is refused as an unknown tool and the reply follows all the same.
+    wait = {"text": "Waiting.", "tool_calls": [{"name": "WaitForMcpServers", "arguments": {}}]}
+    script = [wait, REPLY_CALL, {"text": "Replied."}, *[{"text": "Got the channel message."}] * 4]
     with open_model_server(script, log=tmp_path / "requests.jsonl") as server:
         env = cli_env(
             tmp_path,
@@ -253,7 +258,7 @@ def test_a_pty_claude_agent_with_a_channel_shows_a_daemon_push_to_the_model(
 ) -> None:
     program, env, server = claude_world
     debug = tmp_path / "claude-debug.log"
-    argv = [program, "--strict-mcp-config", "--allowedTools", REPLY_TOOL]
+    argv = [program, "--strict-mcp-config", "--allowedTools", f"{REPLY_TOOL},WaitForMcpServers"]
     argv += ["--debug-file", str(debug)]
     with daemon_client(env) as client:
         spawn_ci(client, tmp_path)  # the pushes come from it (meta.agent "ci"): the reply
