@@ -36,6 +36,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's tests/
+from tests.support.agentd import home_processes
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGET_PCT_PER_1000 = 0.5
 
@@ -160,24 +163,8 @@ def settle(pids: list[int], limit_s: float = 60.0) -> None:
         last = now
 
 
-def _processes(home: Path) -> dict[int, bool]:
-    """Every process of this daemon's home: pid -> True for an agent's child."""
-    marker = f"TETHER_HOME={home}".encode()
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if marker in environ:
-            found[int(entry)] = any(v.startswith(b"TETHER_AGENT_NAME=") for v in environ)
-    return found
-
-
 def _kill_leftovers(home: Path) -> None:
-    for pid, agent in _processes(home).items():
+    for pid, agent in home_processes(home).items():
         if agent:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
@@ -211,7 +198,7 @@ def main() -> int:
         spawn_s = time.perf_counter() - began
         settle([daemon.pid, *pids])
         load = os.getloadavg()[0]
-        helpers = [p for p, agent in _processes(home).items() if not agent and p != daemon.pid]
+        helpers = [p for p, agent in home_processes(home).items() if not agent and p != daemon.pid]
         groups = {"daemon": [daemon.pid], "children": pids, "helpers": helpers}
         got = idle_cpu(groups, args.seconds)
         _report(args, got, pids, spawn_s, load)

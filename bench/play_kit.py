@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's tests/
+from tests.support.agentd import alive, home_processes
+
 ROOT = Path(__file__).resolve().parent.parent
 NPM_BIN = Path(os.environ.get("TETHER_CI_CACHE", "/var/cache/tether-ci")) / "npm/node_modules/.bin"
 TIMEOUT_S = 120.0  # a step that has not happened by then failed (loaded 2-core machine)
@@ -223,27 +226,15 @@ class World:
     def kill_daemon(self) -> None:
         pid = self.daemon_pid()
         os.kill(pid, signal.SIGKILL)
-        self.wait_for("the daemon's death", lambda: not _alive(pid), 10)
+        self.wait_for("the daemon's death", lambda: not alive(pid), 10)
 
     # -- processes ----------------------------------------------------------------------------
 
     def pids(self, *, agents_only: bool = False) -> list[int]:
         """Processes whose environment carries this world's TETHER_HOME (the daemon, the
         agents and their CLIs and tools)."""
-        marker = f"TETHER_HOME={self.env['TETHER_HOME']}".encode()
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
-                continue
-            try:
-                environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if marker in environ and (
-                not agents_only or any(v.startswith(b"TETHER_AGENT_NAME=") for v in environ)
-            ):
-                found.append(int(entry))
-        return found
+        found = home_processes(Path(self.env["TETHER_HOME"]))
+        return [pid for pid, agent in found.items() if agent or not agents_only]
 
     def kill_all(self) -> None:
         """SIGKILL every process of this world but its model servers (a reboot, the model
@@ -253,7 +244,7 @@ class World:
                 continue
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        left = lambda: [p for p in self.pids() if _alive(p) and p not in self.keep]  # noqa: E731
+        left = lambda: [p for p in self.pids() if alive(p) and p not in self.keep]  # noqa: E731
         self.wait_for("every process gone", lambda: not left(), 20)
 
     def close(self) -> None:
@@ -264,14 +255,6 @@ class World:
                 closer()
         self.keep.clear()
         self.kill_all()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 @contextlib.contextmanager

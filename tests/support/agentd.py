@@ -104,10 +104,12 @@ class AgentDaemon:
         self.process.stop(signal.SIGKILL)
 
 
-def agent_pids(home: Path) -> list[int]:
-    """Processes started for agents of the daemon whose state lives in ``home``."""
+def home_processes(home: Path) -> dict[int, bool]:
+    """Every process whose environment carries ``TETHER_HOME=home`` (the daemon, its agents,
+    their CLIs and tools; this process left out): pid -> whether it was started for an
+    agent (``TETHER_AGENT_NAME``)."""
     marker = f"TETHER_HOME={home}".encode()
-    found = []
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
@@ -115,9 +117,14 @@ def agent_pids(home: Path) -> list[int]:
             environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if marker in environ and any(v.startswith(b"TETHER_AGENT_NAME=") for v in environ):
-            found.append(int(entry))
+        if marker in environ:
+            found[int(entry)] = any(v.startswith(b"TETHER_AGENT_NAME=") for v in environ)
     return found
+
+
+def agent_pids(home: Path) -> list[int]:
+    """Processes started for agents of the daemon whose state lives in ``home``."""
+    return [pid for pid, agent in home_processes(home).items() if agent]
 
 
 def kill_agents(home: Path) -> None:
