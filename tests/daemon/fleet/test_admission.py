@@ -5,7 +5,11 @@ property-tested."""
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.agentd import AgentDaemon, kill_agents
 from tests.support.daemon import DaemonProcess
+from tests.support.gates import ToolGate
 from tests.support.waits import wait_until
 
 from tether.daemon.fleet.admission import Admission
@@ -86,22 +91,14 @@ def _play(agentd: AgentDaemon, daemon: DaemonProcess) -> None:
 
 
 def test_agents_spawned_close_when_idle_free_their_place_by_themselves(
-    daemon_env: DaemonProcess, short_tmp: Path
+    daemon_env: DaemonProcess, short_tmp: Path, tool_gate: Callable[[Path], ToolGate]
 ) -> None:
     """``tether agent spawn --close-when-idle``: the run ends once its task is answered, so
     the next in line starts without a stop (a daemon agent is long-lived otherwise)."""
-    import json
-    import subprocess
-    import sys
-
     daemon_env.start("--max-running", "1")
     agentd = AgentDaemon(daemon_env)
-    gate = short_tmp / "gate"
-    wait = {"name": "bash", "arguments": {"command": f"while [ ! -e {gate} ]; do sleep 0.01; done"}}
-    first = short_tmp / "first.json"
-    first.write_text(json.dumps([{"tool_calls": [wait]}, {"text": "first done"}]))
-    second = short_tmp / "second.json"
-    second.write_text(json.dumps([{"text": "second done"}]))
+    gate = tool_gate(short_tmp / "gate")
+    first, second = _scripts(short_tmp, gate, "second done")
 
     def spawn(name: str, script: Path) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "tether", "agent", "spawn", name, "--task", "go"]
@@ -117,7 +114,7 @@ def test_agents_spawned_close_when_idle_free_their_place_by_themselves(
         agentd.wait_for("c1", lambda s: s["state"] == "running")
         queued = spawn("c2", second)
         assert queued.stdout.startswith("spawned c2: queued #1 ("), queued.stdout
-        gate.touch()
+        gate.open()
         ended = agentd.wait_for("c1", lambda s: s["state"] == "done")
         assert ended["resumable"] is True
         agentd.wait_for("c2", lambda s: s["state"] == "done")  # started, answered, ended
@@ -127,22 +124,14 @@ def test_agents_spawned_close_when_idle_free_their_place_by_themselves(
 
 
 def test_a_spawn_that_waits_waits_through_the_queue(
-    daemon_env: DaemonProcess, short_tmp: Path
+    daemon_env: DaemonProcess, short_tmp: Path, tool_gate: Callable[[Path], ToolGate]
 ) -> None:
     """``spawn --wait`` of an agent that has to queue prints its task's answer once it has
     run (it returned at once with no answer), or says why it never ran (exit 2)."""
-    import json
-    import subprocess
-    import sys
-
     daemon_env.start("--max-running", "1")
     agentd = AgentDaemon(daemon_env)
-    gate = short_tmp / "gate"
-    wait = {"name": "bash", "arguments": {"command": f"while [ ! -e {gate} ]; do sleep 0.01; done"}}
-    first = short_tmp / "first.json"
-    first.write_text(json.dumps([{"tool_calls": [wait]}, {"text": "first done"}]))
-    second = short_tmp / "second.json"
-    second.write_text(json.dumps([{"text": "second answers"}]))
+    gate = tool_gate(short_tmp / "gate")
+    first, second = _scripts(short_tmp, gate, "second answers")
 
     def spawn(name: str, script: Path, *extra: str) -> subprocess.Popen[str]:
         argv = [sys.executable, "-m", "tether", "agent", "spawn", name, "--task", "go"]
@@ -165,7 +154,7 @@ def test_a_spawn_that_waits_waits_through_the_queue(
         assert doomed.returncode == 2, err
         assert "before it started" in err
         assert waiting.poll() is None  # still in line behind w1
-        gate.touch()
+        gate.open()
         out, err = waiting.communicate(timeout=60)
         assert waiting.returncode == 0, err
         assert out == "second answers\n"
@@ -173,6 +162,17 @@ def test_a_spawn_that_waits_waits_through_the_queue(
     finally:
         daemon_env.stop(signal.SIGKILL)
         kill_agents(Path(daemon_env.env["TETHER_HOME"]))
+
+
+def _scripts(tmp: Path, gate: ToolGate, answer: str) -> tuple[Path, Path]:
+    """A first agent's script whose tool holds until ``gate`` opens, and a second one that
+    answers ``answer`` at once."""
+    held = {"name": "bash", "arguments": {"command": gate.command}}
+    first = tmp / "first.json"
+    first.write_text(json.dumps([{"tool_calls": [held]}, {"text": "first done"}]))
+    second = tmp / "second.json"
+    second.write_text(json.dumps([{"text": answer}]))
+    return first, second
 
 
 def _queued(agentd: AgentDaemon, name: str) -> bool:
