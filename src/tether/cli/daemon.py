@@ -158,8 +158,6 @@ def _foreground(args: argparse.Namespace, socket_path: Path) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> ClusterOptions | None:
-    import os
-
     from tether.daemon.hosts.names import ClusterOptions
 
     return ClusterOptions.from_env(
