@@ -266,6 +266,26 @@ def test_codex_steer_waits_for_the_turn_id_and_a_refused_steer_opens_the_next_tu
     assert sent(refused)[0]["method"] == "turn/start"
 
 
+def test_codex_steer_refused_before_its_turn_completed_opens_the_next_turn() -> None:
+    # CI saw Codex refuse a steer ("no active turn to steer") before it sent the
+    # turn/completed of the turn that had ended: the steer was shown as refused and lost
+    codex = codex_ready()
+    codex.start_turn(Injection("hi"))
+    codex.receive({"id": 3, "result": {"turn": {"id": "t1", "status": "inProgress"}}})
+    steer = sent(codex.inject(Injection("more", "steering", 5)))
+    refused = codex.receive(
+        {"id": steer[0]["id"], "error": {"code": -32600, "message": "no active turn to steer"}}
+    )
+    assert not sent(refused)
+    assert [e["type"] for e in shown(refused)] == ["info"]
+    done = codex.receive(
+        {"method": "turn/completed", "params": {"turn": {"id": "t1", "status": "completed"}}}
+    )
+    assert not [a for a in done if isinstance(a, Ended)]  # the steer opens the next turn
+    assert shown(done)[-1] == {"type": "steering-injected", "text": "more", "ref": 5}
+    assert sent(done)[0]["method"] == "turn/start"
+
+
 def test_codex_interrupt_before_the_turn_id_and_failed_turns() -> None:
     codex = codex_ready()
     codex.start_turn(Injection("hi"))

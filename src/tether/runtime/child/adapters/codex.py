@@ -11,8 +11,9 @@ A tether turn is one or more Codex turns:
 
 - the opening message: ``turn/start {threadId, input: [{type: text, text}]}``;
 - steer: ``turn/steer {threadId, expectedTurnId, input}``, native; shown as
-  ``steering-injected`` when Codex accepts it. When Codex refuses it because its turn
-  has just ended, the text opens the next Codex turn of the same tether turn instead;
+  ``steering-injected`` when Codex accepts it. When Codex refuses it (its turn has just
+  ended, whether or not its ``turn/completed`` came first), the text opens the next Codex
+  turn of the same tether turn instead;
 - follow-up: not a Codex request; the driver opens the next Codex turn with it when the
   current one completes;
 - interrupt (finalize) and abort (cancel, deadline): ``turn/interrupt {threadId,
@@ -240,11 +241,15 @@ class CodexTranslator:
             return []
         if failure is None:
             return [Show(item.event())]
-        if self.turn is None and not self._interrupt:
-            self._next_opening.append(item)  # its turn ended first: it opens the next one
-            return self._maybe_end()
         note = f"codex refused steer {item.ref}: {failure}"
-        return [Show({"type": "info", "summary": note})]
+        if self._interrupt:  # finalize or cancel: queued lines are dropped (the spec)
+            return [Show({"type": "info", "summary": note})]
+        # Its turn ended first (Codex may refuse before its turn/completed arrives): the
+        # steer opens the next Codex turn of this tether turn, never lost.
+        self._next_opening.append(item)
+        if self.turn is None:
+            return self._maybe_end()
+        return [Show({"type": "info", "summary": f"{note}; it opens the next Codex turn"})]
 
     def _request(self, got: Request) -> list[Action]:
         if got.method in _DECLINED:
